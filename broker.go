@@ -1,0 +1,287 @@
+package warren
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"iter"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+)
+
+// Broker is a namespace of exchanges, queues and bindings: RabbitMQ's virtual host, in process.
+// Create one with [New]; the zero Broker is not usable. A Broker is safe for concurrent use.
+//
+// [Broker.Close] ends it: every consumer stops, every later call returns [ErrClosed], and no
+// goroutine of the broker's is left running.
+type Broker struct {
+	cfg     brokerConfig
+	closed  atomic.Bool
+	wg      sync.WaitGroup // feeders of AutoAck consumers
+	routers sync.Pool      // *router scratch space for publishing
+
+	// mu guards the topology: the two maps, and every exchange's bindings and deleted flag.
+	// Publishing holds it for reading while routing only, never while enqueueing. It is taken
+	// before a queue's mu, never after.
+	mu        sync.RWMutex
+	exchanges map[string]*Exchange
+	queues    map[string]*Queue
+}
+
+// New returns a broker with the predeclared exchanges: the default exchange "" (a direct
+// exchange to which every queue is bound by its name), "amq.direct", "amq.fanout", "amq.topic",
+// "amq.headers" and "amq.match" (a headers exchange).
+func New(opts ...BrokerOption) *Broker {
+	b := &Broker{
+		cfg:       defaultBrokerConfig(),
+		exchanges: make(map[string]*Exchange),
+		queues:    make(map[string]*Queue),
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.applyBroker(&b.cfg)
+		}
+	}
+	b.routers.New = func() any { return new(router) }
+	for _, p := range []struct{ name, kind string }{
+		{"", ExchangeDirect},
+		{"amq.direct", ExchangeDirect},
+		{"amq.fanout", ExchangeFanout},
+		{"amq.topic", ExchangeTopic},
+		{"amq.headers", ExchangeHeaders},
+		{"amq.match", ExchangeHeaders},
+	} {
+		b.exchanges[p.name] = newExchange(b, p.name, p.kind, exchangeConfig{durable: true})
+	}
+	return b
+}
+
+// Close ends the broker: every queue's consumers stop (their Deliveries channels close and
+// [Consumer.Err] returns [ErrClosed]), every message is discarded, and every later call on the
+// broker, its exchanges, queues, consumers and deliveries returns an error wrapping [ErrClosed].
+// Close waits for the broker's goroutines to exit. It is idempotent and always returns nil.
+func (b *Broker) Close() error {
+	if b.closed.CompareAndSwap(false, true) {
+		b.mu.Lock()
+		for _, q := range b.queues {
+			q.mu.Lock()
+			q.endLocked(ErrClosed)
+			q.mu.Unlock()
+		}
+		b.mu.Unlock()
+	}
+	b.wg.Wait()
+	return nil
+}
+
+// DeclareQueue declares a queue and returns it (AMQP's queue.declare). An empty name declares a
+// server-named queue "amq.gen-…". Declaring an existing queue returns it when the declaration is
+// equivalent (same [Durable], [AutoDelete] and recognised "x-" [Arguments]) and fails with
+// [ErrPreconditionFailed] when it is not.
+//
+// Other errors: names longer than 255 bytes or not UTF-8 ([ErrInvalidArgument]), names starting
+// with "amq." ([ErrAccessRefused]), a closed broker ([ErrClosed]).
+func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) {
+	var cfg queueConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyQueue(&cfg)
+		}
+	}
+	if name != "" {
+		if err := checkName("queue", name); err != nil {
+			return nil, err
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	if name == "" {
+		for name == "" || b.queues[name] != nil {
+			name = "amq.gen-" + rand.Text()
+		}
+	} else if q := b.queues[name]; q != nil {
+		if err := q.cfg.equivalent(cfg); err != nil {
+			return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)
+		}
+		return q, nil
+	}
+	q := newQueue(b, name, cfg)
+	b.queues[name] = q
+	return q, nil
+}
+
+// equivalent reports whether a redeclaration matches the declaration: flags and the arguments
+// RabbitMQ compares (R6.12). Unrecognised arguments are not compared.
+func (c queueConfig) equivalent(d queueConfig) error {
+	if c.durable != d.durable {
+		return fmt.Errorf("inequivalent durable %t, was %t: %w", d.durable, c.durable, ErrPreconditionFailed)
+	}
+	if c.autoDelete != d.autoDelete {
+		return fmt.Errorf("inequivalent auto-delete %t, was %t: %w", d.autoDelete, c.autoDelete, ErrPreconditionFailed)
+	}
+	for _, k := range comparedQueueArgs {
+		v1, ok1 := c.args[k]
+		v2, ok2 := d.args[k]
+		if ok1 != ok2 || !fieldEqual(v1, v2) {
+			return fmt.Errorf("inequivalent arg %q: %v, was %v: %w", k, v2, v1, ErrPreconditionFailed)
+		}
+	}
+	return nil
+}
+
+// comparedQueueArgs are the queue arguments RabbitMQ checks for equivalence on redeclaration.
+var comparedQueueArgs = []string{
+	"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-delivery-limit", "x-expires",
+	"x-max-length", "x-max-length-bytes", "x-max-priority", "x-message-ttl", "x-overflow",
+	"x-queue-type", "x-single-active-consumer",
+}
+
+// checkName validates a queue or exchange name given by the user (R6.14).
+func checkName(what, name string) error {
+	switch {
+	case len(name) > maxNameLen:
+		return fmt.Errorf("warren: %s name longer than %d bytes: %w", what, maxNameLen, ErrInvalidArgument)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("warren: %s name %q is not UTF-8: %w", what, name, ErrInvalidArgument)
+	case strings.HasPrefix(name, "amq."):
+		return fmt.Errorf("warren: %s name %q: prefix \"amq.\" is reserved: %w", what, name, ErrAccessRefused)
+	}
+	return nil
+}
+
+// Queue returns the queue with the given name, or an error wrapping [ErrNotFound] (AMQP's
+// passive declare).
+func (b *Broker) Queue(name string) (*Queue, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	if q := b.queues[name]; q != nil {
+		return q, nil
+	}
+	return nil, fmt.Errorf("warren: queue %q: %w", name, ErrNotFound)
+}
+
+// Exchange returns the exchange with the given name, or an error wrapping [ErrNotFound].
+func (b *Broker) Exchange(name string) (*Exchange, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	if x := b.exchanges[name]; x != nil {
+		return x, nil
+	}
+	return nil, fmt.Errorf("warren: exchange %q: %w", name, ErrNotFound)
+}
+
+// Queues returns the broker's queues, sorted by name, as of the call.
+func (b *Broker) Queues() iter.Seq[*Queue] {
+	b.mu.RLock()
+	qs := slices.SortedFunc(maps.Values(b.queues), func(x, y *Queue) int { return cmp.Compare(x.name, y.name) })
+	b.mu.RUnlock()
+	return slices.Values(qs)
+}
+
+// Exchanges returns the broker's exchanges, the predeclared ones included, sorted by name, as
+// of the call.
+func (b *Broker) Exchanges() iter.Seq[*Exchange] {
+	b.mu.RLock()
+	xs := slices.SortedFunc(maps.Values(b.exchanges), func(x, y *Exchange) int { return cmp.Compare(x.name, y.name) })
+	b.mu.RUnlock()
+	return slices.Values(xs)
+}
+
+// DeleteQueue deletes a queue with its messages, ready and unacknowledged, and its bindings
+// (AMQP's queue.delete): nothing is dead-lettered. Its consumers stop; their [Consumer.Err] and
+// any later settlement of their deliveries report an error wrapping [ErrQueueDeleted].
+//
+// With [IfUnused] it fails if the queue has consumers, with [IfEmpty] if it has ready messages;
+// both with [ErrPreconditionFailed]. Deleting a queue that does not exist succeeds, as in RabbitMQ.
+func (b *Broker) DeleteQueue(name string, opts ...DeleteOption) error {
+	var cfg deleteConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyDelete(&cfg)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	q := b.queues[name]
+	if q == nil {
+		return nil
+	}
+	q.mu.Lock()
+	switch {
+	case cfg.ifUnused && len(q.consumers)+len(q.feeders) > 0:
+		q.mu.Unlock()
+		return fmt.Errorf("warren: delete queue %q: in use: %w", name, ErrPreconditionFailed)
+	case cfg.ifEmpty && q.ready.len() > 0:
+		q.mu.Unlock()
+		return fmt.Errorf("warren: delete queue %q: not empty: %w", name, ErrPreconditionFailed)
+	}
+	q.endLocked(fmt.Errorf("warren: queue %q: %w", name, ErrQueueDeleted))
+	q.mu.Unlock()
+	b.removeQueueLocked(q)
+	return nil
+}
+
+// autoDeleteQueue deletes an auto-delete queue whose last consumer went, unless a consumer
+// arrived in between.
+func (b *Broker) autoDeleteQueue(q *Queue) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q.mu.Lock()
+	if !q.shouldAutoDeleteLocked() {
+		q.mu.Unlock()
+		return
+	}
+	q.endLocked(fmt.Errorf("warren: queue %q auto-deleted: %w", q.name, ErrQueueDeleted))
+	q.mu.Unlock()
+	b.removeQueueLocked(q)
+}
+
+// removeQueueLocked removes an ended queue from the topology with every binding to it.
+func (b *Broker) removeQueueLocked(q *Queue) {
+	delete(b.queues, q.name)
+	for _, x := range b.exchanges {
+		x.unbindLocked(func(bd *binding) bool { return bd.queue == q })
+	}
+}
+
+// Purge removes the ready messages of the named queue; see [Queue.Purge].
+func (b *Broker) Purge(name string) (int, error) {
+	q, err := b.Queue(name)
+	if err != nil {
+		return 0, err
+	}
+	return q.Purge()
+}
+
+// Publish routes msg through the named exchange with routing key key and enqueues it in every
+// queue it reaches, once per queue however many paths lead there (AMQP's basic.publish). The
+// message is shared, not copied, by those queues: see [Message] for what must not change after.
+//
+// The return value is the publisher confirm: nil means the message is in every queue it routed
+// to, or, without [Mandatory], that it routed nowhere and was dropped. Errors: ctx already done
+// (ctx.Err()), a missing exchange ([ErrNotFound]), an internal exchange ([ErrAccessRefused]), a
+// routing key over 255 bytes ([ErrInvalidArgument]), [ErrUnroutable] with Mandatory, [ErrClosed].
+// Publish does not block.
+func (b *Broker) Publish(ctx context.Context, exchange, key string, msg Message, opts ...PublishOption) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return b.publish(nil, exchange, key, msg, opts)
+}

@@ -1,0 +1,503 @@
+package warren
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sort"
+)
+
+// Consumer is a subscription to one [Queue]: AMQP's basic.consume. It receives deliveries on
+// [Consumer.Deliveries] while it has credit: at most its prefetch count of deliveries are
+// outstanding (buffered or received, and not yet settled) at once.
+//
+// A consumer ends in one of three ways, mirroring AMQP's channel:
+//   - [Consumer.Cancel] stops new deliveries, puts deliveries that were buffered but never
+//     received back in their places unchanged, and closes Deliveries. Deliveries already
+//     received stay settle-able until the consumer's context ends.
+//   - The context given to [Queue.Consume] ends: the consumer stops as with Cancel, and every
+//     delivery still outstanding returns to its original position in the queue, redelivered.
+//   - The queue is deleted or the broker closes: Deliveries is closed and [Consumer.Err] says why.
+//
+// Create one with [Queue.Consume]; the zero Consumer is not usable. A Consumer is safe for
+// concurrent use.
+type Consumer struct {
+	q        *Queue
+	tag      string
+	prefetch int
+	autoAck  bool
+	ch       chan *Delivery // capacity = prefetch; push consumers: sent to and closed under q.mu
+	done     chan struct{}  // closed when the consumer stops receiving
+
+	// AutoAck consumers only: their feeder goroutine pulls from the queue and sends to ch.
+	wake       chan struct{} // capacity 1; a signal that messages may be ready
+	feederDone chan struct{} // closed when the feeder has exited and closed ch
+
+	// Guarded by q.mu.
+	stopCtx func() bool     // stops watching the consumer's context
+	unacked ring[*Delivery] // outstanding deliveries in tag order, with settled holes
+	live    int             // outstanding deliveries in unacked, received or still buffered
+	nextTag uint64          // last delivery tag issued
+	waiting bool            // the feeder is waiting for wake
+	stopped bool            // no more deliveries; ch closed (or being closed by the feeder)
+	ended   bool            // nothing outstanding remains; the context is no longer watched
+	err     error           // why the consumer stopped; nil while active
+}
+
+// Consume starts a consumer on the queue. Deliveries arrive on [Consumer.Deliveries] in queue
+// order, round-robin among the queue's consumers. ctx owns the consumer and every delivery it
+// has not settled: when ctx ends, they return to their original positions, redelivered.
+//
+// Consume does not block. It fails with ctx.Err() if ctx is already done, with an error wrapping
+// [ErrInvalidArgument] for a bad option, and with one wrapping [ErrPreconditionFailed] if the
+// consumer tag is already in use on this queue.
+func (q *Queue) Consume(ctx context.Context, opts ...ConsumeOption) (*Consumer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cfg := defaultConsumeConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.applyConsume(&cfg)
+		}
+	}
+	if cfg.prefetch < 1 || cfg.prefetch > maxPrefetch {
+		return nil, fmt.Errorf("warren: consume: prefetch %d not in [1, %d]: %w", cfg.prefetch, maxPrefetch, ErrInvalidArgument)
+	}
+	if len(cfg.tag) > maxNameLen {
+		return nil, fmt.Errorf("warren: consume: consumer tag longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
+	}
+	c := &Consumer{
+		q:        q,
+		tag:      cfg.tag,
+		prefetch: cfg.prefetch,
+		autoAck:  cfg.autoAck,
+		ch:       make(chan *Delivery, cfg.prefetch),
+		done:     make(chan struct{}),
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.endErr != nil {
+		return nil, fmt.Errorf("warren: consume from queue %q: %w", q.name, q.endErr)
+	}
+	if c.tag == "" {
+		for c.tag == "" || q.consumerLocked(c.tag) != nil {
+			c.tag = "amq.ctag-" + rand.Text()
+		}
+	} else if q.consumerLocked(c.tag) != nil {
+		return nil, fmt.Errorf("warren: consume from queue %q: consumer tag %q in use: %w", q.name, c.tag, ErrPreconditionFailed)
+	}
+	q.hadConsumer = true
+	// Watch ctx under mu, so that stopCtx is in place before anything reads it; if ctx is
+	// already done the callback runs on its own goroutine and waits for mu.
+	c.stopCtx = context.AfterFunc(ctx, func() { c.end(context.Cause(ctx)) })
+	if c.autoAck {
+		c.wake = make(chan struct{}, 1)
+		c.feederDone = make(chan struct{})
+		q.feeders = append(q.feeders, c)
+		// Started under mu: Broker.Close ends this queue under mu before it waits for
+		// feeders, so the goroutine is either counted before that wait or never started.
+		q.b.wg.Go(c.feed)
+		return c, nil
+	}
+	q.consumers = append(q.consumers, c)
+	q.dispatchLocked()
+	return c, nil
+}
+
+// consumerLocked returns the active consumer with tag, or nil.
+func (q *Queue) consumerLocked(tag string) *Consumer {
+	for _, c := range q.consumers {
+		if c.tag == tag {
+			return c
+		}
+	}
+	for _, c := range q.feeders {
+		if c.tag == tag {
+			return c
+		}
+	}
+	return nil
+}
+
+// Tag returns the consumer tag: the one given with [ConsumerTag], or a generated "amq.ctag-…".
+func (c *Consumer) Tag() string { return c.tag }
+
+// Deliveries returns the channel on which the consumer receives. It is closed when the
+// consumer stops: after [Consumer.Cancel], when the consumer's context ends, when the queue is
+// deleted or when the broker closes; [Consumer.Err] then says which.
+func (c *Consumer) Deliveries() <-chan *Delivery { return c.ch }
+
+// Done returns a channel that is closed when the consumer stops receiving. When it stopped
+// because its context ended, everything it held is back in the queue by the time Done is
+// closed; after [Consumer.Cancel], deliveries it received stay outstanding.
+func (c *Consumer) Done() <-chan struct{} { return c.done }
+
+// Err returns nil while the consumer is active and, once it has stopped, why: [ErrCancelled],
+// the cause of its context (e.g. [context.Canceled]), an error wrapping [ErrQueueDeleted], or
+// [ErrClosed].
+func (c *Consumer) Err() error {
+	c.q.mu.Lock()
+	defer c.q.mu.Unlock()
+	return c.err
+}
+
+// Cancel stops the consumer (AMQP's basic.cancel): no more deliveries, deliveries buffered but
+// never received go back to their places unchanged, and Deliveries is closed by the time Cancel
+// returns. Deliveries already received stay outstanding and settle-able; they return to the
+// queue if the consumer's context ends before they are settled. Cancel is idempotent and returns
+// nil, also after the queue was deleted or the broker closed.
+func (c *Consumer) Cancel() error {
+	q := c.q
+	q.mu.Lock()
+	if c.stopped {
+		q.mu.Unlock()
+		return nil
+	}
+	c.stopLocked(ErrCancelled)
+	q.removeConsumerLocked(c)
+	c.tidyLocked()
+	q.dispatchLocked()
+	autoDelete := q.shouldAutoDeleteLocked()
+	q.mu.Unlock()
+	c.afterStop(autoDelete)
+	return nil
+}
+
+// end is called when the consumer's context ends: AMQP's channel close. Everything the consumer
+// still holds returns to its original position, redelivered.
+func (c *Consumer) end(cause error) {
+	q := c.q
+	q.mu.Lock()
+	if c.ended || q.endErr != nil {
+		q.mu.Unlock()
+		return
+	}
+	if !c.stopped {
+		c.stopLocked(cause)
+		q.removeConsumerLocked(c)
+	}
+	for i := range c.unacked.len() {
+		if d := c.unacked.at(i); d.state == deliveryOutstanding {
+			d.state = deliveryReturned
+			q.unacked--
+			q.returnLocked(d.e)
+		}
+	}
+	c.unacked.clear()
+	c.live = 0
+	c.ended = true
+	q.dispatchLocked()
+	autoDelete := q.shouldAutoDeleteLocked()
+	q.mu.Unlock()
+	c.stopCtx()
+	c.afterStop(autoDelete)
+}
+
+// afterStop finishes stopping outside q.mu: it waits for the feeder to close Deliveries and
+// deletes an auto-delete queue whose last consumer this was.
+func (c *Consumer) afterStop(autoDelete bool) {
+	if c.autoAck {
+		<-c.feederDone
+	}
+	if autoDelete {
+		c.q.b.autoDeleteQueue(c.q)
+	}
+}
+
+// stopLocked stops new deliveries: deliveries buffered and not received are put back unchanged,
+// as if never delivered, and ch is closed (by the feeder, for an AutoAck consumer). The caller
+// removes c from the queue's consumer lists.
+func (c *Consumer) stopLocked(reason error) {
+	if c.stopped {
+		return
+	}
+	c.stopped = true
+	c.err = reason
+	close(c.done)
+	if c.autoAck {
+		return // the feeder drains and closes ch
+	}
+	c.drainLocked()
+	close(c.ch)
+}
+
+// drainLocked puts the deliveries buffered in ch and not yet received back in their places
+// unchanged, as if they had never been delivered. Only ch's sender may call it: under q.mu for
+// a push consumer, the feeder for an AutoAck one. The application may be receiving at the same
+// time; what it receives first is its own.
+func (c *Consumer) drainLocked() {
+	q := c.q
+	for {
+		select {
+		case d := <-c.ch:
+			if !c.autoAck {
+				d.state = deliveryReturned
+				c.live--
+				q.unacked--
+			}
+			q.restoreLocked(d.e)
+		default:
+			return
+		}
+	}
+}
+
+func (q *Queue) removeConsumerLocked(c *Consumer) {
+	for i, x := range q.consumers {
+		if x == c {
+			if i < q.rr {
+				q.rr--
+			}
+			q.consumers = append(q.consumers[:i], q.consumers[i+1:]...)
+			return
+		}
+	}
+	for i, x := range q.feeders {
+		if x == c {
+			q.feeders = append(q.feeders[:i], q.feeders[i+1:]...)
+			return
+		}
+	}
+}
+
+// shouldAutoDeleteLocked reports whether an auto-delete queue has lost its last consumer (R6.11:
+// only after it has had one).
+func (q *Queue) shouldAutoDeleteLocked() bool {
+	return q.cfg.autoDelete && q.hadConsumer && q.endErr == nil && len(q.consumers)+len(q.feeders) == 0
+}
+
+// deliverLocked records a delivery of e to a push consumer and returns it for sending.
+func (c *Consumer) deliverLocked(e entry) *Delivery {
+	d := c.q.newDeliveryLocked(e)
+	c.nextTag++
+	d.DeliveryTag = c.nextTag
+	d.ConsumerTag = c.tag
+	d.c = c
+	c.unacked.push(d)
+	c.live++
+	c.q.unacked++
+	return d
+}
+
+// tidyLocked drops settled deliveries from the front of unacked, compacts it when holes
+// dominate (a consumer that holds one delivery for long while settling many later ones), and
+// finishes a stopped consumer that holds nothing more.
+func (c *Consumer) tidyLocked() {
+	for c.unacked.len() > 0 && c.unacked.front().state != deliveryOutstanding {
+		c.unacked.pop()
+	}
+	if n := c.unacked.len(); n > 64 && n > 4*c.live {
+		c.unacked.filter(func(d *Delivery) bool { return d.state == deliveryOutstanding })
+	}
+	if c.stopped && c.live == 0 && !c.ended {
+		c.ended = true
+		c.stopCtx()
+	}
+}
+
+// wakeLocked tells a waiting feeder that messages may be ready.
+func (c *Consumer) wakeLocked() {
+	if c.waiting {
+		c.waiting = false
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// feed is the goroutine of an AutoAck consumer. A push consumer is sent to under the queue lock
+// while it has credit, and its acks say when it has room again; an auto-ack consumer never acks,
+// so only a blocking send can tell that the application made room. The feeder takes one message
+// at a time under the lock and sends it outside the lock. What it holds or has buffered when the
+// consumer stops goes back to its place unchanged.
+func (c *Consumer) feed() {
+	q := c.q
+	defer close(c.feederDone)
+	for {
+		q.mu.Lock()
+		if c.stopped {
+			q.mu.Unlock()
+			break
+		}
+		e, ok := q.ready.popMin()
+		if !ok {
+			c.waiting = true
+			q.mu.Unlock()
+			select {
+			case <-c.wake:
+			case <-c.done:
+			}
+			continue
+		}
+		d := q.newDeliveryLocked(e)
+		c.nextTag++
+		d.DeliveryTag = c.nextTag
+		d.ConsumerTag = c.tag
+		d.state = deliveryAutoAcked
+		q.mu.Unlock()
+		select {
+		case c.ch <- d:
+		case <-c.done:
+			q.mu.Lock()
+			q.restoreLocked(d.e)
+			q.mu.Unlock()
+		}
+	}
+	q.mu.Lock()
+	c.drainLocked()
+	q.dispatchLocked()
+	q.mu.Unlock()
+	close(c.ch)
+}
+
+// AckUpTo acknowledges every outstanding delivery of this consumer with a tag up to and
+// including tag (AMQP's basic.ack with multiple). Tag 0 means every outstanding delivery. If
+// tag is not outstanding on this consumer (never issued, or already settled) nothing is settled
+// and the error wraps [ErrUnknownDelivery].
+func (c *Consumer) AckUpTo(tag uint64) error { return c.settleUpTo(tag, settleAck) }
+
+// NackUpTo returns every outstanding delivery with a tag up to tag to its original position,
+// redelivered (basic.nack with multiple and requeue). Tag 0 and errors are as for AckUpTo.
+func (c *Consumer) NackUpTo(tag uint64) error { return c.settleUpTo(tag, settleNack) }
+
+// RejectUpTo rejects every outstanding delivery with a tag up to tag, in tag order, without
+// requeueing them (basic.nack with multiple, without requeue). Tag 0 and errors are as for
+// AckUpTo.
+func (c *Consumer) RejectUpTo(tag uint64) error { return c.settleUpTo(tag, settleReject) }
+
+func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
+	q := c.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.endErr != nil {
+		return fmt.Errorf("warren: settle up to %d: %w", tag, q.endErr)
+	}
+	if c.autoAck {
+		return fmt.Errorf("warren: settle up to %d on an auto-ack consumer: %w", tag, ErrUnknownDelivery)
+	}
+	end := c.unacked.len()
+	if tag != 0 {
+		i := sort.Search(c.unacked.len(), func(i int) bool { return c.unacked.at(i).DeliveryTag >= tag })
+		if i == c.unacked.len() || c.unacked.at(i).DeliveryTag != tag || c.unacked.at(i).state != deliveryOutstanding {
+			return fmt.Errorf("warren: settle up to %d: tag not outstanding on consumer %q: %w", tag, c.tag, ErrUnknownDelivery)
+		}
+		end = i + 1
+	}
+	for i := range end {
+		if d := c.unacked.at(i); d.state == deliveryOutstanding {
+			q.settleLocked(d, how)
+		}
+	}
+	c.tidyLocked()
+	q.dispatchLocked()
+	return nil
+}
+
+// deliveryState is where a delivery stands; guarded by its queue's mu.
+type deliveryState uint8
+
+const (
+	deliveryOutstanding deliveryState = iota + 1 // held by the application, to be settled
+	deliverySettled                              // acked, nacked or rejected
+	deliveryReturned                             // went back to the queue: its consumer or Get context ended, or Recover
+	deliveryAutoAcked                            // settled at delivery; nothing to settle
+)
+
+// settlement is what a settlement does with the message.
+type settlement uint8
+
+const (
+	settleAck    settlement = iota + 1 // remove it
+	settleNack                         // return it to its original position, redelivered
+	settleReject                       // remove it; dead-letter it when the queue has a dead-letter exchange
+)
+
+// Delivery is one delivery of one message from one queue, to a [Consumer] or a [Queue.Get].
+// Its exported fields describe the delivery and must be treated as read-only; the message is
+// shared with every other queue and delivery of it.
+//
+// Settle a delivery exactly once, with [Delivery.Ack], [Delivery.Nack] or [Delivery.Reject], or
+// with one of the consumer's UpTo methods. A second settlement returns an error wrapping
+// [ErrAlreadySettled]; so does settling a delivery that already went back to the queue because
+// its owner ended. The methods are safe for concurrent use; the zero Delivery settles nothing
+// and returns [ErrUnknownDelivery].
+type Delivery struct {
+	Message       *Message // the message; shared and immutable
+	Exchange      string   // the exchange it was published to
+	RoutingKey    string   // the routing key it was published with
+	Redelivered   bool     // it was delivered before and came back to the queue
+	DeliveryCount int      // how many times it came back to the queue before this delivery (RabbitMQ's x-delivery-count)
+	DeliveryTag   uint64   // per consumer (or per queue for Get), from 1, in delivery order
+	ConsumerTag   string   // the consumer's tag; empty for Get
+	MessageCount  int      // Get only: ready messages left in the queue after this one
+
+	q         *Queue
+	c         *Consumer   // nil for Get
+	e         entry       // the message's place in q
+	state     deliveryState
+	stopOwner func() bool // Get only: stops watching the Get context
+}
+
+// Ack acknowledges the delivery: the message is done and leaves the queue (AMQP's basic.ack).
+// It frees one unit of the consumer's prefetch credit.
+func (d *Delivery) Ack() error { return d.settle(settleAck) }
+
+// Nack returns the message to its original position in the queue, ahead of everything published
+// after it, marked redelivered and with its delivery count one higher (basic.nack with requeue).
+func (d *Delivery) Nack() error { return d.settle(settleNack) }
+
+// Reject refuses the message without requeueing it (basic.reject without requeue): it is
+// dead-lettered with reason "rejected" when the queue has a dead-letter exchange, and dropped
+// otherwise.
+func (d *Delivery) Reject() error { return d.settle(settleReject) }
+
+func (d *Delivery) settle(how settlement) error {
+	if d == nil || d.q == nil {
+		return ErrUnknownDelivery
+	}
+	q := d.q
+	q.mu.Lock()
+	err := q.checkSettleLocked(d)
+	if err == nil {
+		q.settleLocked(d, how)
+		if d.c != nil {
+			d.c.tidyLocked()
+		}
+		q.dispatchLocked()
+	}
+	q.mu.Unlock()
+	if err == nil && d.stopOwner != nil {
+		d.stopOwner()
+	}
+	return err
+}
+
+// checkSettleLocked says why d cannot be settled, if it cannot.
+func (q *Queue) checkSettleLocked(d *Delivery) error {
+	switch {
+	case q.endErr != nil:
+		return fmt.Errorf("warren: settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, q.endErr)
+	case d.state == deliveryAutoAcked:
+		return fmt.Errorf("warren: settle auto-acked delivery %d: %w", d.DeliveryTag, ErrUnknownDelivery)
+	case d.state != deliveryOutstanding:
+		return fmt.Errorf("warren: settle delivery %d: %w", d.DeliveryTag, ErrAlreadySettled)
+	}
+	return nil
+}
+
+// settleLocked settles an outstanding delivery. The caller tidies the consumer and dispatches.
+func (q *Queue) settleLocked(d *Delivery, how settlement) {
+	d.state = deliverySettled
+	q.unacked--
+	if d.c != nil {
+		d.c.live--
+	}
+	switch how {
+	case settleNack:
+		q.returnLocked(d.e)
+	case settleReject:
+		// Dropped: dead-lettering arrives with the dead-letter exchange (a later issue).
+	}
+}

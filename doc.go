@@ -1,0 +1,81 @@
+// Package warren is an in-process message broker with RabbitMQ's semantics: exchanges, bindings,
+// queues, consumers and acknowledgements, as a library, with no socket, no disk and no second
+// process.
+//
+// # Concepts
+//
+// A [Broker] is a namespace (RabbitMQ's virtual host). Publishers send a [Message] to an
+// [Exchange] with a routing key; the exchange routes it through its bindings to queues (and to
+// other exchanges); each [Queue] keeps its messages in order and hands them to its consumers;
+// a [Consumer] receives [Delivery] values and settles each one.
+//
+//	Publish(exchange, key, msg) → Exchange ─binding→ [Exchange …] → Queue → Consumer → Delivery.Ack
+//
+// Exchanges route as RabbitMQ's do: the default exchange "" (every queue is bound to it by its
+// name), direct (key equality), fanout (every binding), topic (dotted words with "*" for one
+// word and "#" for zero or more; empty words are words), headers (x-match all, any, all-with-x,
+// any-with-x; numbers compare by value across widths) and exchange-to-exchange bindings. A
+// message reaches each queue once however many paths lead there; cycles are harmless. An
+// exchange that routes a message nowhere hands it to its alternate exchange, if it has one.
+// A [Mandatory] publish that reaches no queue fails with [ErrUnroutable].
+//
+// # Delivery guarantees
+//
+// Delivery is at least once. A message leaves a queue only when it is acknowledged ([Delivery.Ack],
+// [Consumer.AckUpTo]), rejected, or delivered with [AutoAck]; a message whose consumer fails to
+// settle it comes back and is delivered again, with [Delivery.Redelivered] set. Consumers must
+// therefore be idempotent. Everything is in memory: nothing survives the process.
+//
+// [Broker.Publish] returns the publisher confirm synchronously: nil means the message is in every
+// queue it routed to. Publishing does not block.
+//
+// # Ordering, requeue and redelivery
+//
+// Each message that enters a queue gets the queue's next sequence id, and the queue hands out its
+// ready messages in that order. A message that comes back — [Delivery.Nack], [Consumer.NackUpTo],
+// [Consumer.Recover], or a consumer or Get context that ended — is put back under its original
+// sequence id: it lands exactly where it was, ahead of every message published after it, marked
+// redelivered, with [Delivery.DeliveryCount] one higher (RabbitMQ's classic-queue behaviour).
+// With several consumers the queue stays ordered while deliveries interleave among consumers.
+//
+// # Consumers and acknowledgement
+//
+// [Queue.Consume] starts a consumer that receives on a channel while it has prefetch credit
+// ([Prefetch], default [DefaultPrefetch]): deliveries are pushed under the queue's lock, round
+// robin among consumers with credit, into a channel whose capacity is the prefetch, so the
+// broker never blocks on a slow consumer and no buffer is unbounded. [Queue.Get] pulls one
+// message without waiting and returns [ErrEmpty] when there is none.
+//
+// Lifetimes mirror AMQP's channel through [context.Context]:
+//   - [Consumer.Cancel] stops new deliveries and closes the channel; deliveries buffered in it
+//     and never received go back unchanged; deliveries already received stay settle-able.
+//   - When the context given to Consume ends, every delivery the consumer still holds goes back
+//     to its original position, redelivered. The same holds for a Get delivery and the context
+//     given to Get.
+//   - Settling twice returns [ErrAlreadySettled]; settling a delivery that already went back
+//     returns it too; settling one the consumer never issued returns [ErrUnknownDelivery].
+//
+// # Differences from RabbitMQ
+//
+//   - There are no connections or channels, only contexts; delivery tags are per consumer (per
+//     queue for Get), and multiple-acknowledgement is per consumer.
+//   - Cancel puts deliveries that were buffered but never received back in their places at once,
+//     unchanged; in AMQP they were already on the wire and stay unacked until the channel closes.
+//   - Prefetch 0 (unlimited) is not offered; see [Prefetch].
+//
+// # Concurrency
+//
+// Every exported type is safe for concurrent use. Each queue has one mutex; warren never holds
+// two queue locks at once and never calls user code while holding one. No goroutine is started
+// per message: a push consumer costs none, an [AutoAck] consumer one.
+//
+// # Time
+//
+// warren uses the time package directly and polls nothing, so tests of message flows run inside
+// [testing/synctest] bubbles with virtual time.
+//
+// # Shutdown
+//
+// [Broker.Close] stops every consumer, discards every message, makes every later call return
+// [ErrClosed], and returns once the broker's goroutines have exited.
+package warren

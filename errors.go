@@ -1,0 +1,75 @@
+package warren
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by declarations, bindings and deletions ([Broker.DeclareExchange],
+// [Broker.DeclareQueue], [Broker.Bind], [Broker.DeleteQueue], …). The names follow AMQP's reply
+// codes so that RabbitMQ users recognise them; every error warren returns wraps one of these and
+// works with [errors.Is].
+var (
+	// ErrClosed is returned by every call on a [Broker] after [Broker.Close], and by settlement
+	// of a delivery whose broker has closed. It is AMQP's channel/connection closed.
+	ErrClosed = errors.New("warren: broker closed")
+
+	// ErrNotFound is returned when a named exchange or queue does not exist (AMQP 404), or has
+	// been deleted since the handle was obtained.
+	ErrNotFound = errors.New("warren: not found")
+
+	// ErrPreconditionFailed is returned when a redeclaration is not equivalent to the existing
+	// entity, when a delete's if-unused / if-empty condition does not hold, or when a binding
+	// argument is invalid (AMQP 406).
+	ErrPreconditionFailed = errors.New("warren: precondition failed")
+
+	// ErrAccessRefused is returned when declaring a name with the reserved "amq." prefix, when
+	// binding to or deleting the default exchange, when publishing to an internal exchange, and
+	// when an exclusive consumer holds the queue (AMQP 403).
+	ErrAccessRefused = errors.New("warren: access refused")
+
+	// ErrResourceLocked is returned when an exclusive queue is used from a context that does not
+	// own it (AMQP 405).
+	ErrResourceLocked = errors.New("warren: resource locked")
+
+	// ErrInvalidArgument is returned for malformed input that no AMQP reply code covers: a name
+	// longer than 255 bytes, an unknown exchange kind, an out-of-range option.
+	ErrInvalidArgument = errors.New("warren: invalid argument")
+)
+
+// Errors returned by publishing ([Broker.Publish], [Exchange.Publish]).
+var (
+	// ErrUnroutable is returned by a publish with [Mandatory] that reached no queue, after any
+	// alternate exchange was tried (AMQP basic.return 312 NO_ROUTE). Nothing was enqueued.
+	ErrUnroutable = errors.New("warren: unroutable")
+
+	// ErrQueueFull is returned when a queue with a reject-publish overflow policy refused the
+	// message (the publisher confirm's nack). Other queues the message routed to still took it.
+	ErrQueueFull = errors.New("warren: queue full")
+
+	// ErrNoConsumers is returned by an immediate publish that no consumer could take at once.
+	ErrNoConsumers = errors.New("warren: no consumers")
+)
+
+// Errors returned by consuming and settling ([Queue.Get], [Queue.Consume], [Delivery.Ack],
+// [Consumer.AckUpTo], …).
+var (
+	// ErrEmpty is returned by [Queue.Get] when the queue has no ready message. It is the
+	// "get-empty" answer of AMQP, not a failure.
+	ErrEmpty = errors.New("warren: queue empty")
+
+	// ErrAlreadySettled is returned by a settlement (Ack, Nack, Reject) of a delivery that was
+	// settled before, or that has already gone back to its queue because its consumer ended.
+	ErrAlreadySettled = errors.New("warren: delivery already settled")
+
+	// ErrUnknownDelivery is returned by a settlement that names a delivery the consumer does not
+	// hold: a delivery tag it never issued, a zero [Delivery], or an auto-acked delivery.
+	ErrUnknownDelivery = errors.New("warren: unknown delivery")
+
+	// ErrCancelled is the reason a [Consumer] reports from [Consumer.Err] after [Consumer.Cancel].
+	ErrCancelled = errors.New("warren: consumer cancelled")
+
+	// ErrQueueDeleted is the reason a [Consumer] reports when its queue was deleted under it.
+	// It wraps [ErrNotFound].
+	ErrQueueDeleted = fmt.Errorf("warren: queue deleted: %w", ErrNotFound)
+)

@@ -1,0 +1,108 @@
+package warren_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/warrenmq/warren"
+)
+
+// The quick start: declare a queue, publish through the default exchange, consume and ack.
+func Example() {
+	ctx := context.Background()
+	b := warren.New()
+	defer b.Close()
+
+	q, _ := b.DeclareQueue("jobs")
+	_ = b.Publish(ctx, "", "jobs", warren.Message{Body: []byte("hello")}) // default exchange: by queue name
+
+	c, _ := q.Consume(ctx, warren.Prefetch(10))
+	d := <-c.Deliveries()
+	fmt.Println(string(d.Message.Body))
+	_ = d.Ack() // or d.Nack(): back to its original position, redelivered
+	// Output: hello
+}
+
+// A nacked message goes back to its original position, ahead of everything published after it.
+func ExampleDelivery_Nack() {
+	ctx := context.Background()
+	b := warren.New()
+	defer b.Close()
+	q, _ := b.DeclareQueue("jobs")
+	for _, body := range []string{"a", "b", "c"} {
+		_ = b.Publish(ctx, "", "jobs", warren.Message{Body: []byte(body)})
+	}
+
+	first, _ := q.Get(ctx)  // a
+	second, _ := q.Get(ctx) // b
+	_ = second.Nack()
+	_ = first.Nack()
+
+	for {
+		d, err := q.Get(ctx)
+		if err != nil { // warren.ErrEmpty
+			break
+		}
+		fmt.Println(string(d.Message.Body), d.Redelivered, d.DeliveryCount)
+		_ = d.Ack()
+	}
+	// Output:
+	// a true 1
+	// b true 1
+	// c false 0
+}
+
+// A consumer whose context ends gives back what it holds: AMQP's channel close.
+func ExampleQueue_Consume_contextEnd() {
+	b := warren.New()
+	defer b.Close()
+	q, _ := b.DeclareQueue("jobs")
+	for _, body := range []string{"a", "b", "c"} {
+		_ = b.Publish(context.Background(), "", "jobs", warren.Message{Body: []byte(body)})
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	c, _ := q.Consume(ctx, warren.Prefetch(2))
+	<-c.Deliveries() // a, never acked
+	<-c.Deliveries() // b, never acked
+	cancel()
+	<-c.Done() // a and b are back in their places
+
+	d, _ := q.Get(context.Background(), warren.AutoAck())
+	fmt.Println(string(d.Message.Body), d.Redelivered, d.MessageCount)
+	// Output: a true 2
+}
+
+// A fanout exchange copies each message to every bound queue; a topic exchange routes by
+// dotted-word patterns.
+func ExampleBroker_Bind() {
+	ctx := context.Background()
+	b := warren.New()
+	defer b.Close()
+
+	_, _ = b.DeclareExchange("logs", warren.ExchangeTopic)
+	all, _ := b.DeclareQueue("all")
+	errs, _ := b.DeclareQueue("errors")
+	_ = b.Bind("all", "logs", "#", nil)
+	_ = b.Bind("errors", "logs", "*.error", nil)
+
+	_ = b.Publish(ctx, "logs", "db.error", warren.Message{Body: []byte("disk full")})
+	_ = b.Publish(ctx, "logs", "db.info", warren.Message{Body: []byte("vacuumed")})
+	fmt.Println(all.Len(), errs.Len())
+	// Output: 2 1
+}
+
+// Close ends every consumer: its channel closes and Err says why.
+func ExampleBroker_Close() {
+	b := warren.New()
+	q, _ := b.DeclareQueue("jobs")
+	c, _ := q.Consume(context.Background())
+	_ = b.Close()
+
+	_, open := <-c.Deliveries()
+	fmt.Println(open, c.Err())
+	fmt.Println(b.Publish(context.Background(), "", "jobs", warren.Message{}))
+	// Output:
+	// false warren: broker closed
+	// warren: broker closed
+}

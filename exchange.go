@@ -1,0 +1,523 @@
+package warren
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Exchange kinds (AMQP exchange types).
+const (
+	ExchangeDirect  = "direct"  // routes to bindings whose key equals the routing key
+	ExchangeFanout  = "fanout"  // routes to every binding; the key is ignored
+	ExchangeTopic   = "topic"   // routes by dotted-word patterns with * and #
+	ExchangeHeaders = "headers" // routes by message headers against binding arguments
+)
+
+// Exchange routes published messages to queues and other exchanges through its bindings
+// (RabbitMQ's exchange). Obtain one from [Broker.DeclareExchange] or [Broker.Exchange]; the zero
+// Exchange is not usable. An Exchange is safe for concurrent use.
+type Exchange struct {
+	b    *Broker
+	name string
+	kind string
+	cfg  exchangeConfig // fixed at declare
+
+	// Guarded by b.mu.
+	bindings   []*binding            // bindings with this exchange as the source, in bind order
+	direct     map[string][]*binding // direct: bindings by key
+	topic      *topicTrie[*binding]  // topic: bindings by pattern
+	hadBinding bool                  // for auto-delete: a binding ever existed
+	deleted    bool
+}
+
+// binding routes from src to a queue or to an exchange.
+type binding struct {
+	src      *Exchange
+	queue    *Queue    // the destination queue, or nil
+	exchange *Exchange // the destination exchange, or nil
+	key      string
+	args     Table
+	headers  headersBinding // parsed args, for a headers exchange
+}
+
+func newExchange(b *Broker, name, kind string, cfg exchangeConfig) *Exchange {
+	x := &Exchange{b: b, name: name, kind: kind, cfg: cfg}
+	switch kind {
+	case ExchangeDirect:
+		x.direct = make(map[string][]*binding)
+	case ExchangeTopic:
+		x.topic = newTopicTrie[*binding]()
+	}
+	return x
+}
+
+// Name returns the exchange's name; "" is the default exchange.
+func (x *Exchange) Name() string { return x.name }
+
+// Kind returns the exchange's kind: [ExchangeDirect], [ExchangeFanout], [ExchangeTopic] or
+// [ExchangeHeaders].
+func (x *Exchange) Kind() string { return x.kind }
+
+// Publish publishes through this exchange; see [Broker.Publish]. After the exchange is deleted
+// it fails with an error wrapping [ErrNotFound], even if an exchange of the same name was
+// declared since.
+func (x *Exchange) Publish(ctx context.Context, key string, msg Message, opts ...PublishOption) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return x.b.publish(x, x.name, key, msg, opts)
+}
+
+// DeclareExchange declares an exchange of the given kind and returns it (AMQP's
+// exchange.declare). Declaring an existing exchange returns it when the declaration is
+// equivalent (same kind, [Durable], [AutoDelete], [Internal] and alternate exchange; other
+// arguments are not compared, R6.12) and fails with [ErrPreconditionFailed] when it is not.
+//
+// Other errors: the empty name, which is the default exchange, and new names starting with
+// "amq." ([ErrAccessRefused]); names over 255 bytes or not UTF-8, unknown kinds
+// ([ErrInvalidArgument]); a non-string "alternate-exchange" argument ([ErrPreconditionFailed]);
+// a closed broker ([ErrClosed]).
+func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Exchange, error) {
+	var cfg exchangeConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyExchange(&cfg)
+		}
+	}
+	if v, ok := cfg.args["alternate-exchange"]; ok {
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("warren: declare exchange %q: alternate-exchange %v is not a string: %w", name, v, ErrPreconditionFailed)
+		}
+		cfg.alternate = s
+	}
+	switch {
+	case name == "":
+		return nil, fmt.Errorf("warren: declare the default exchange: %w", ErrAccessRefused)
+	case len(name) > maxNameLen:
+		return nil, fmt.Errorf("warren: exchange name longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
+	case !utf8.ValidString(name):
+		return nil, fmt.Errorf("warren: exchange name %q is not UTF-8: %w", name, ErrInvalidArgument)
+	}
+	switch kind {
+	case ExchangeDirect, ExchangeFanout, ExchangeTopic, ExchangeHeaders:
+	default:
+		return nil, fmt.Errorf("warren: declare exchange %q: unknown kind %q: %w", name, kind, ErrInvalidArgument)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	if x := b.exchanges[name]; x != nil {
+		// An existing exchange is compared, even a predeclared "amq." one; only a new name is
+		// checked for the reserved prefix (as RabbitMQ's exchange.declare does).
+		if err := x.equivalent(kind, cfg); err != nil {
+			return nil, fmt.Errorf("warren: declare exchange %q: %w", name, err)
+		}
+		return x, nil
+	}
+	if strings.HasPrefix(name, "amq.") {
+		return nil, fmt.Errorf("warren: declare exchange %q: prefix \"amq.\" is reserved: %w", name, ErrAccessRefused)
+	}
+	x := newExchange(b, name, kind, cfg)
+	b.exchanges[name] = x
+	return x, nil
+}
+
+func (x *Exchange) equivalent(kind string, c exchangeConfig) error {
+	switch {
+	case x.kind != kind:
+		return fmt.Errorf("inequivalent kind %q, was %q: %w", kind, x.kind, ErrPreconditionFailed)
+	case x.cfg.durable != c.durable:
+		return fmt.Errorf("inequivalent durable %t, was %t: %w", c.durable, x.cfg.durable, ErrPreconditionFailed)
+	case x.cfg.autoDelete != c.autoDelete:
+		return fmt.Errorf("inequivalent auto-delete %t, was %t: %w", c.autoDelete, x.cfg.autoDelete, ErrPreconditionFailed)
+	case x.cfg.internal != c.internal:
+		return fmt.Errorf("inequivalent internal %t, was %t: %w", c.internal, x.cfg.internal, ErrPreconditionFailed)
+	case x.cfg.alternate != c.alternate:
+		return fmt.Errorf("inequivalent alternate-exchange %q, was %q: %w", c.alternate, x.cfg.alternate, ErrPreconditionFailed)
+	}
+	return nil
+}
+
+// DeleteExchange deletes an exchange with its bindings, as source and as destination (AMQP's
+// exchange.delete). Removing those bindings may delete auto-delete exchanges in turn. With
+// [IfUnused] it fails with [ErrPreconditionFailed] if the exchange is the source of a binding.
+// The default exchange and the predeclared "amq." exchanges cannot be deleted
+// ([ErrAccessRefused]). Deleting an exchange that does not exist succeeds, as in RabbitMQ.
+func (b *Broker) DeleteExchange(name string, opts ...DeleteOption) error {
+	var cfg deleteConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyDelete(&cfg)
+		}
+	}
+	if name == "" || strings.HasPrefix(name, "amq.") {
+		return fmt.Errorf("warren: delete exchange %q: %w", name, ErrAccessRefused)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	x := b.exchanges[name]
+	if x == nil {
+		return nil
+	}
+	if cfg.ifUnused && len(x.bindings) > 0 {
+		return fmt.Errorf("warren: delete exchange %q: in use: %w", name, ErrPreconditionFailed)
+	}
+	b.deleteExchangeLocked(x)
+	return nil
+}
+
+// deleteExchangeLocked removes x and every binding from or to it, cascading auto-deletes.
+func (b *Broker) deleteExchangeLocked(x *Exchange) {
+	if x.deleted {
+		return
+	}
+	x.deleted = true
+	delete(b.exchanges, x.name)
+	x.bindings, x.direct, x.topic = nil, nil, nil
+	for _, src := range b.exchanges {
+		src.unbindLocked(func(bd *binding) bool { return bd.exchange == x })
+	}
+}
+
+// Bind binds a queue to an exchange with a binding key and arguments (AMQP's queue.bind). The
+// key is a word pattern for a topic exchange and ignored by fanout and headers exchanges; the
+// arguments are the match table of a headers exchange ("x-match": "all", "any", "all-with-x" or
+// "any-with-x"). Binding again with the same key and arguments is a no-op.
+//
+// Errors: a missing queue or exchange ([ErrNotFound]), the default exchange
+// ([ErrAccessRefused]), a key over 255 bytes ([ErrInvalidArgument]), an invalid x-match
+// ([ErrPreconditionFailed]), a closed broker ([ErrClosed]).
+func (b *Broker) Bind(queue, exchange, key string, args Table) error {
+	return b.bind(queue, "", exchange, key, args)
+}
+
+// Unbind removes a binding made by [Broker.Bind]; the key and arguments must be equal. Removing
+// a binding that does not exist succeeds. Removing an auto-delete exchange's last binding
+// deletes the exchange.
+func (b *Broker) Unbind(queue, exchange, key string, args Table) error {
+	return b.unbind(queue, "", exchange, key, args)
+}
+
+// BindExchange binds a destination exchange to a source exchange (RabbitMQ's exchange-to-exchange
+// binding): what the source routes through this binding is routed again by the destination.
+// A message reaches each queue once however many paths lead there, and cycles are harmless.
+// Errors are as for [Broker.Bind].
+func (b *Broker) BindExchange(destination, source, key string, args Table) error {
+	return b.bind("", destination, source, key, args)
+}
+
+// UnbindExchange removes a binding made by [Broker.BindExchange], as [Broker.Unbind] does.
+func (b *Broker) UnbindExchange(destination, source, key string, args Table) error {
+	return b.unbind("", destination, source, key, args)
+}
+
+// bind binds the queue named queue, or else the exchange named dst, to the exchange src.
+func (b *Broker) bind(queue, dst, src, key string, args Table) error {
+	if len(key) > maxNameLen {
+		return fmt.Errorf("warren: bind: key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bd, err := b.bindingLocked(queue, dst, src, key, args)
+	if err != nil {
+		return err
+	}
+	x := bd.src
+	if x.kind == ExchangeHeaders {
+		if bd.headers, err = parseHeadersBinding(args); err != nil {
+			return err
+		}
+	}
+	for _, old := range x.bindings {
+		if old.sameAs(bd) {
+			return nil
+		}
+	}
+	x.bindings = append(x.bindings, bd)
+	x.hadBinding = true
+	switch x.kind {
+	case ExchangeDirect:
+		x.direct[key] = append(x.direct[key], bd)
+	case ExchangeTopic:
+		x.topic.add(key, bd)
+	}
+	return nil
+}
+
+func (b *Broker) unbind(queue, dst, src, key string, args Table) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bd, err := b.bindingLocked(queue, dst, src, key, args)
+	if err != nil {
+		return err
+	}
+	bd.src.unbindLocked(bd.sameAs)
+	return nil
+}
+
+// bindingLocked resolves the names of a bind or unbind into a binding value.
+func (b *Broker) bindingLocked(queue, dst, src, key string, args Table) (*binding, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	if src == "" {
+		return nil, fmt.Errorf("warren: bind to the default exchange: %w", ErrAccessRefused)
+	}
+	x := b.exchanges[src]
+	if x == nil {
+		return nil, fmt.Errorf("warren: bind: exchange %q: %w", src, ErrNotFound)
+	}
+	bd := &binding{src: x, key: key, args: args}
+	if dst != "" {
+		if bd.exchange = b.exchanges[dst]; bd.exchange == nil {
+			return nil, fmt.Errorf("warren: bind: exchange %q: %w", dst, ErrNotFound)
+		}
+	} else if bd.queue = b.queues[queue]; bd.queue == nil {
+		return nil, fmt.Errorf("warren: bind: queue %q: %w", queue, ErrNotFound)
+	}
+	return bd, nil
+}
+
+// sameAs reports whether two bindings have the same source, destination, key and arguments.
+func (bd *binding) sameAs(o *binding) bool {
+	return bd.src == o.src && bd.queue == o.queue && bd.exchange == o.exchange && bd.key == o.key &&
+		fieldEqual(bd.args, o.args)
+}
+
+// unbindLocked removes the bindings from x for which drop returns true, and deletes x if that
+// removed the last binding of an auto-delete exchange (R6.10), cascading.
+func (x *Exchange) unbindLocked(drop func(*binding) bool) {
+	if x.deleted {
+		return
+	}
+	n := 0
+	for _, bd := range x.bindings {
+		if !drop(bd) {
+			x.bindings[n] = bd
+			n++
+			continue
+		}
+		switch x.kind {
+		case ExchangeDirect:
+			list := x.direct[bd.key]
+			for i, o := range list {
+				if o == bd {
+					list = append(list[:i], list[i+1:]...)
+					break
+				}
+			}
+			if len(list) == 0 {
+				delete(x.direct, bd.key)
+			} else {
+				x.direct[bd.key] = list
+			}
+		case ExchangeTopic:
+			x.topic.remove(bd.key, bd)
+		}
+	}
+	if n == len(x.bindings) {
+		return
+	}
+	clear(x.bindings[n:])
+	x.bindings = x.bindings[:n]
+	if n == 0 && x.cfg.autoDelete && x.hadBinding {
+		x.b.deleteExchangeLocked(x)
+	}
+}
+
+// router is the scratch space of one publish: the queues reached so far and the exchanges
+// visited, so that each queue gets one copy and cycles end.
+type router struct {
+	queues []*Queue
+	qset   map[*Queue]struct{} // used once queues grows past routerLinear
+	seen   []*Exchange         // exchanges visited, in visiting order: the work list
+}
+
+const routerLinear = 16
+
+func (r *router) addQueue(q *Queue) {
+	if r.qset == nil && len(r.queues) < routerLinear {
+		if slices.Contains(r.queues, q) {
+			return
+		}
+		r.queues = append(r.queues, q)
+		return
+	}
+	if r.qset == nil {
+		r.qset = make(map[*Queue]struct{}, 2*routerLinear)
+		for _, o := range r.queues {
+			r.qset[o] = struct{}{}
+		}
+	}
+	if _, ok := r.qset[q]; !ok {
+		r.qset[q] = struct{}{}
+		r.queues = append(r.queues, q)
+	}
+}
+
+func (r *router) addExchange(x *Exchange) {
+	if slices.Contains(r.seen, x) {
+		return
+	}
+	r.seen = append(r.seen, x)
+}
+
+func (r *router) reset() {
+	clear(r.queues)
+	r.queues = r.queues[:0]
+	clear(r.seen)
+	r.seen = r.seen[:0]
+	r.qset = nil
+}
+
+// routeLocked routes from x over the whole exchange graph: each exchange visited once, in
+// breadth-first order; an exchange that routes a message nowhere passes it to its alternate
+// exchange, if that exists and was not visited (R6.6, R6.7). keys are the routing key and the
+// CC and BCC header keys (R6.15). The caller holds b.mu for reading.
+func (r *router) routeLocked(b *Broker, x *Exchange, key string, headers Table) {
+	r.seen = append(r.seen, x)
+	for i := 0; i < len(r.seen); i++ {
+		x := r.seen[i]
+		matched := x.matchLocked(key, headers, r)
+		if headers != nil {
+			forEachCC(headers, func(k string) { matched = x.matchLocked(k, headers, r) || matched })
+		}
+		if !matched && x.cfg.alternate != "" {
+			if ae := b.exchanges[x.cfg.alternate]; ae != nil {
+				r.addExchange(ae)
+			}
+		}
+	}
+}
+
+// matchLocked adds x's destinations for one routing key to r and reports whether there were any.
+func (x *Exchange) matchLocked(key string, headers Table, r *router) bool {
+	matched := false
+	add := func(bd *binding) {
+		matched = true
+		if bd.queue != nil {
+			r.addQueue(bd.queue)
+		} else {
+			r.addExchange(bd.exchange)
+		}
+	}
+	switch {
+	case x.name == "":
+		if q := x.b.queues[key]; q != nil {
+			r.addQueue(q)
+			matched = true
+		}
+	case x.kind == ExchangeDirect:
+		for _, bd := range x.direct[key] {
+			add(bd)
+		}
+	case x.kind == ExchangeFanout:
+		for _, bd := range x.bindings {
+			add(bd)
+		}
+	case x.kind == ExchangeTopic:
+		x.topic.match(key, add)
+	case x.kind == ExchangeHeaders:
+		for _, bd := range x.bindings {
+			if bd.headers.match(headers) {
+				add(bd)
+			}
+		}
+	}
+	return matched
+}
+
+// forEachCC calls fn with each routing key of the CC and BCC headers: arrays of strings
+// (sender-selected distribution, R6.15).
+func forEachCC(headers Table, fn func(string)) {
+	for _, h := range [...]string{"CC", "BCC"} {
+		switch v := headers[h].(type) {
+		case []any:
+			for _, k := range v {
+				if s, ok := k.(string); ok {
+					fn(s)
+				}
+			}
+		case []string:
+			for _, s := range v {
+				fn(s)
+			}
+		}
+	}
+}
+
+// publish routes msg from x (or, when x is nil, the exchange named name) and enqueues it.
+func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []PublishOption) error {
+	var cfg publishConfig
+	if len(opts) > 0 {
+		cfg = publishOptions(opts) // only here: the options' interface calls move cfg to the heap
+	}
+	if len(key) > maxNameLen {
+		return fmt.Errorf("warren: publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
+	}
+	r := b.routers.Get().(*router)
+	defer func() {
+		r.reset()
+		b.routers.Put(r)
+	}()
+	b.mu.RLock()
+	if b.closed.Load() {
+		b.mu.RUnlock()
+		return ErrClosed
+	}
+	if x == nil {
+		x = b.exchanges[name]
+	}
+	switch {
+	case x == nil || x.deleted:
+		b.mu.RUnlock()
+		return fmt.Errorf("warren: publish to exchange %q: %w", name, ErrNotFound)
+	case x.cfg.internal:
+		b.mu.RUnlock()
+		return fmt.Errorf("warren: publish to internal exchange %q: %w", name, ErrAccessRefused)
+	}
+	r.routeLocked(b, x, key, msg.Headers)
+	b.mu.RUnlock()
+
+	env := &envelope{msg: msg, exchange: name, routingKey: key}
+	if _, ok := msg.Headers["BCC"]; ok {
+		h := make(Table, len(msg.Headers)-1)
+		for k, v := range msg.Headers {
+			if k != "BCC" {
+				h[k] = v
+			}
+		}
+		env.msg.Headers = h
+	}
+	routed := 0
+	for _, q := range r.queues {
+		// A queue deleted since routing chose it takes nothing; as in RabbitMQ, that is not
+		// an error for the publisher.
+		if q.enqueue(env) == nil {
+			routed++
+		}
+	}
+	if routed == 0 && cfg.mandatory {
+		return fmt.Errorf("warren: publish to exchange %q with key %q: %w", name, key, ErrUnroutable)
+	}
+	return nil
+}
+
+func publishOptions(opts []PublishOption) publishConfig {
+	var cfg publishConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyPublish(&cfg)
+		}
+	}
+	return cfg
+}

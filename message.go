@@ -1,0 +1,41 @@
+package warren
+
+import "time"
+
+// Table is a set of AMQP field values: message headers, and the arguments of declarations and
+// bindings. Values use the Go types AMQP clients use (those of amqp091-go): bool, int8, int16,
+// int32, int64, int, uint8, uint16, uint32, float32, float64, string, []byte, time.Time,
+// [Decimal], nested Table, []any and nil, so headers pass between warren and a RabbitMQ client
+// unchanged. A Table reachable from a published [Message] must not be modified afterwards.
+type Table map[string]any
+
+// Decimal is AMQP's decimal field value: Value × 10^-Scale.
+type Decimal struct {
+	Scale uint8
+	Value int32
+}
+
+// Message is what a publisher sends: a body and AMQP's basic properties. Every property survives
+// delivery and dead-lettering unchanged, except Expiration, which dead-lettering removes.
+//
+// A message is immutable once published: warren copies the Message value but not the Body slice
+// nor the Headers table, which are shared by every queue the message reaches and every delivery
+// of it. The publisher must not modify them after [Broker.Publish]; a consumer must not modify
+// [Delivery.Message].
+type Message struct {
+	Body    []byte
+	Headers Table
+
+	ContentType     string    // MIME content type
+	ContentEncoding string    // MIME content encoding
+	Persistent      bool      // delivery mode 2; accepted and kept, no persistence yet
+	Priority        uint8     // 0 to 255; used by queues with a maximum priority
+	CorrelationID   string    // application use: correlation identifier
+	ReplyTo         string    // application use: address to reply to
+	Expiration      string    // per-message TTL in milliseconds, as a decimal string
+	MessageID       string    // application use: message identifier
+	Timestamp       time.Time // application use: message timestamp
+	Type            string    // application use: message type name
+	UserID          string    // application use: creating user id
+	AppID           string    // application use: creating application id
+}

@@ -1,0 +1,228 @@
+package warren
+
+import (
+	"log/slog"
+	"maps"
+)
+
+// Limits shared by names, keys and tags (AMQP's shortstr) and by prefetch (a 16-bit field).
+const (
+	maxNameLen  = 255
+	maxPrefetch = 65535
+)
+
+// DefaultPrefetch is the prefetch count of a consumer started without [Prefetch].
+const DefaultPrefetch = 64
+
+// BrokerOption configures a [Broker]; see [New].
+type BrokerOption interface{ applyBroker(*brokerConfig) }
+
+// QueueOption configures a queue declaration; see [Broker.DeclareQueue].
+type QueueOption interface{ applyQueue(*queueConfig) }
+
+// ExchangeOption configures an exchange declaration; see [Broker.DeclareExchange].
+type ExchangeOption interface{ applyExchange(*exchangeConfig) }
+
+// ConsumeOption configures a consumer; see [Queue.Consume].
+type ConsumeOption interface{ applyConsume(*consumeConfig) }
+
+// GetOption configures a [Queue.Get].
+type GetOption interface{ applyGet(*getConfig) }
+
+// PublishOption configures one publish; see [Broker.Publish].
+type PublishOption interface{ applyPublish(*publishConfig) }
+
+// DeleteOption configures a deletion; see [Broker.DeleteQueue] and [Broker.DeleteExchange].
+type DeleteOption interface{ applyDelete(*deleteConfig) }
+
+type brokerConfig struct {
+	logger *slog.Logger
+}
+
+func defaultBrokerConfig() brokerConfig {
+	return brokerConfig{logger: slog.New(slog.DiscardHandler)}
+}
+
+// queueConfig is a queue's declaration. Two declarations of one queue must be equivalent.
+type queueConfig struct {
+	durable    bool
+	autoDelete bool
+	args       Table
+}
+
+type exchangeConfig struct {
+	durable    bool
+	autoDelete bool
+	internal   bool
+	alternate  string // "" when none
+	args       Table
+}
+
+type consumeConfig struct {
+	prefetch int
+	autoAck  bool
+	tag      string
+}
+
+func defaultConsumeConfig() consumeConfig {
+	return consumeConfig{prefetch: DefaultPrefetch}
+}
+
+type getConfig struct {
+	autoAck bool
+}
+
+type publishConfig struct {
+	mandatory bool
+}
+
+type deleteConfig struct {
+	ifUnused bool
+	ifEmpty  bool
+}
+
+// WithLogger sets the broker's logger. The default discards everything; warren never logs to
+// [slog.Default]. A nil logger keeps the default.
+func WithLogger(l *slog.Logger) BrokerOption { return loggerOption{l} }
+
+type loggerOption struct{ l *slog.Logger }
+
+func (o loggerOption) applyBroker(c *brokerConfig) {
+	if o.l != nil {
+		c.logger = o.l
+	}
+}
+
+// Durable marks a queue or exchange durable. It is kept and takes part in declare equivalence;
+// warren does not persist anything yet, so it has no other effect. Default: transient.
+func Durable() interface {
+	QueueOption
+	ExchangeOption
+} {
+	return flagOption{durable: true}
+}
+
+// AutoDelete makes a queue delete itself when its last consumer goes, once it has had one
+// (R6.11), or an exchange delete itself when its last binding as a source is removed, once it has
+// had one (R6.10). It takes part in declare equivalence. Default: off.
+func AutoDelete() interface {
+	QueueOption
+	ExchangeOption
+} {
+	return flagOption{autoDelete: true}
+}
+
+// Internal makes an exchange internal: it cannot be published to, only reached through
+// exchange-to-exchange bindings (R6.9). It takes part in declare equivalence. Default: off.
+func Internal() ExchangeOption { return flagOption{internal: true} }
+
+type flagOption struct{ durable, autoDelete, internal bool }
+
+func (o flagOption) applyQueue(c *queueConfig) {
+	c.durable = c.durable || o.durable
+	c.autoDelete = c.autoDelete || o.autoDelete
+}
+
+func (o flagOption) applyExchange(c *exchangeConfig) {
+	c.durable = c.durable || o.durable
+	c.autoDelete = c.autoDelete || o.autoDelete
+	c.internal = c.internal || o.internal
+}
+
+// AlternateExchange names the exchange that receives what this exchange cannot route (R6.7),
+// the same as the "alternate-exchange" argument. The alternate need not exist yet.
+func AlternateExchange(name string) ExchangeOption { return alternateOption(name) }
+
+type alternateOption string
+
+func (o alternateOption) applyExchange(c *exchangeConfig) { c.alternate = string(o) }
+
+// Arguments sets a declaration's AMQP arguments, as RabbitMQ takes them, so that a topology
+// written for RabbitMQ can be declared unchanged. For an exchange, "alternate-exchange" (a string)
+// is understood; for a queue, the "x-" arguments listed in the package documentation. Arguments
+// are kept with the declaration and compared on redeclaration as RabbitMQ compares them. Later
+// Arguments options are merged over earlier ones.
+func Arguments(t Table) interface {
+	QueueOption
+	ExchangeOption
+} {
+	return argumentsOption(t)
+}
+
+type argumentsOption Table
+
+func (o argumentsOption) applyQueue(c *queueConfig) { c.args = mergeTables(c.args, Table(o)) }
+
+func (o argumentsOption) applyExchange(c *exchangeConfig) {
+	c.args = mergeTables(c.args, Table(o))
+}
+
+func mergeTables(dst, src Table) Table {
+	if len(src) == 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = make(Table, len(src))
+	}
+	maps.Copy(dst, src)
+	return dst
+}
+
+// Prefetch sets how many deliveries a consumer may hold unsettled at once, received or buffered
+// in its channel: AMQP's per-consumer basic.qos prefetch count. Range 1 to 65535; default
+// [DefaultPrefetch]. An in-process consumer's deliveries wait in a channel of this capacity, so
+// AMQP's "0 = unlimited" is not offered: an unbounded buffer would hide a slow consumer. For an
+// AutoAck consumer it is the size of its delivery buffer.
+func Prefetch(n int) ConsumeOption { return prefetchOption(n) }
+
+type prefetchOption int
+
+func (o prefetchOption) applyConsume(c *consumeConfig) { c.prefetch = int(o) }
+
+// ConsumerTag names a consumer. Tags are unique among a queue's active consumers. Default: a
+// generated "amq.ctag-…".
+func ConsumerTag(tag string) ConsumeOption { return tagOption(tag) }
+
+type tagOption string
+
+func (o tagOption) applyConsume(c *consumeConfig) { c.tag = string(o) }
+
+// AutoAck settles each delivery as it is handed over (AMQP's no-ack mode): nothing is
+// outstanding, nothing comes back, and the settlement methods return [ErrUnknownDelivery]. For
+// a consumer, a message counts as handed over once it is in the consumer's channel buffer;
+// buffered messages not yet received when the consumer stops go back to their places unchanged.
+// Default: off (manual acknowledgement).
+func AutoAck() interface {
+	ConsumeOption
+	GetOption
+} {
+	return autoAckOption{}
+}
+
+type autoAckOption struct{}
+
+func (autoAckOption) applyConsume(c *consumeConfig) { c.autoAck = true }
+func (autoAckOption) applyGet(c *getConfig)         { c.autoAck = true }
+
+// Mandatory makes a publish that reaches no queue fail with [ErrUnroutable] instead of being
+// dropped (AMQP's mandatory flag, basic.return). Default: off.
+func Mandatory() PublishOption { return mandatoryOption{} }
+
+type mandatoryOption struct{}
+
+func (mandatoryOption) applyPublish(c *publishConfig) { c.mandatory = true }
+
+// IfUnused makes a deletion fail with [ErrPreconditionFailed] if a queue has consumers or an
+// exchange has bindings as a source.
+func IfUnused() DeleteOption { return deleteOption{ifUnused: true} }
+
+// IfEmpty makes a queue deletion fail with [ErrPreconditionFailed] if the queue has ready
+// messages (unacknowledged ones do not count, R6.13).
+func IfEmpty() DeleteOption { return deleteOption{ifEmpty: true} }
+
+type deleteOption deleteConfig
+
+func (o deleteOption) applyDelete(c *deleteConfig) {
+	c.ifUnused = c.ifUnused || o.ifUnused
+	c.ifEmpty = c.ifEmpty || o.ifEmpty
+}

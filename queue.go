@@ -1,0 +1,305 @@
+package warren
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/google/btree"
+)
+
+// envelope is one published message, shared by reference by every queue it was routed to and by
+// every delivery of it. It is immutable once routed.
+type envelope struct {
+	msg        Message
+	exchange   string
+	routingKey string
+}
+
+// entry is one message's place in one queue. It moves by value between the ready set, a
+// delivery and back, so a queue allocates nothing per message beyond its rings and nodes.
+type entry struct {
+	env         *envelope
+	seq         uint64 // position in the queue, assigned at enqueue, never changed
+	returns     uint32 // times the message came back after a delivery (x-delivery-count)
+	redelivered bool   // delivered before and returned
+}
+
+// key orders the ready set: ascending key = delivery order. The priority issue will pack the
+// priority into the top byte as (255-priority)<<56 | seq; until then it is the sequence id.
+func (e entry) key() uint64 { return e.seq }
+
+func entryLess(a, b entry) bool { return a.key() < b.key() }
+
+// readySet is the ordered store of a queue's ready messages. It is unsafe for concurrent use:
+// its Queue's mu guards it.
+//
+// Fresh messages are appended to a FIFO ring; messages that come back (nack, orphan, recover)
+// go into a btree under their original key. Invariant: every entry in the tree has a smaller
+// key than every entry in the ring. It holds because an entry can only leave the ready set from
+// its minimum, so anything that comes back is older than everything still in the ring, and a
+// fresh entry is newer than everything. Hence the ready order is the tree in order, then the
+// ring, and a returned message lands exactly where it was: O(log n) instead of a merge.
+type readySet struct {
+	fresh    ring[entry]
+	returned *btree.BTreeG[entry]
+}
+
+func newReadySet() readySet {
+	return readySet{returned: btree.NewG(32, entryLess)}
+}
+
+func (r *readySet) len() int { return r.fresh.len() + r.returned.Len() }
+
+// push appends a fresh entry, newer than every entry in the set.
+func (r *readySet) push(e entry) { r.fresh.push(e) }
+
+// reinsert puts back an entry that left the set, at its original position.
+func (r *readySet) reinsert(e entry) { r.returned.ReplaceOrInsert(e) }
+
+// popMin removes and returns the first entry in delivery order.
+func (r *readySet) popMin() (entry, bool) {
+	if r.returned.Len() > 0 {
+		return r.returned.DeleteMin()
+	}
+	if r.fresh.len() > 0 {
+		return r.fresh.pop(), true
+	}
+	return entry{}, false
+}
+
+// ascend calls fn for each ready entry in delivery order until fn returns false.
+func (r *readySet) ascend(fn func(entry) bool) {
+	ok := true
+	r.returned.Ascend(func(e entry) bool {
+		ok = fn(e)
+		return ok
+	})
+	for i := 0; ok && i < r.fresh.len(); i++ {
+		ok = fn(r.fresh.at(i))
+	}
+}
+
+// clear removes every entry and returns how many there were.
+func (r *readySet) clear() int {
+	n := r.len()
+	r.fresh.clear()
+	r.returned.Clear(true)
+	return n
+}
+
+// deliverySlabSize is how many deliveries a queue allocates at once. Slots are never reused:
+// a delivery the application still holds stays valid, at the cost of keeping its chunk alive.
+const deliverySlabSize = 64
+
+// Queue is an ordered store of messages with its consumers: RabbitMQ's classic queue. Ready
+// messages are kept in order of their sequence id; a message that comes back (nack, recover, a
+// consumer that ended) returns to its original position, marked redelivered.
+//
+// Obtain a Queue from [Broker.DeclareQueue] or [Broker.Queue]; the zero Queue is not usable.
+// A Queue is safe for concurrent use. After the queue is deleted its methods return an error
+// wrapping [ErrNotFound]; after the broker closes, [ErrClosed].
+type Queue struct {
+	b    *Broker
+	name string
+	cfg  queueConfig // fixed at declare
+
+	// mu guards every field below. It is never held while user code runs, and no other queue's
+	// lock is ever taken while it is held. The broker's topology lock, when needed, is taken
+	// before it, never after.
+	mu          sync.Mutex
+	ready       readySet
+	nextSeq     uint64      // sequence id of the next enqueued message
+	consumers   []*Consumer // active push consumers, in registration order
+	feeders     []*Consumer // active AutoAck consumers, which pull through their own goroutine
+	rr          int         // round-robin cursor into consumers
+	hadConsumer bool        // for auto-delete: a consumer ever existed
+	gotTag      uint64      // last delivery tag issued to a Get
+	unacked     int         // deliveries outstanding, all consumers and Gets
+	endErr      error       // non-nil once the queue is deleted or its broker closed
+	slab        []Delivery  // the next deliveries to hand out
+}
+
+func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
+	return &Queue{b: b, name: name, cfg: cfg, ready: newReadySet(), nextSeq: 1}
+}
+
+// Name returns the queue's name; for a server-named queue, the generated "amq.gen-…" name.
+func (q *Queue) Name() string { return q.name }
+
+// Len returns the number of ready messages: those waiting for a consumer, not those delivered
+// and unacknowledged (AMQP's message_count).
+func (q *Queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ready.len()
+}
+
+// Unacked returns the number of deliveries of this queue that are outstanding: delivered (or
+// buffered for a consumer) and not yet settled.
+func (q *Queue) Unacked() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.unacked
+}
+
+// ConsumerCount returns the number of active consumers (AMQP's consumer_count).
+func (q *Queue) ConsumerCount() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.consumers) + len(q.feeders)
+}
+
+// enqueue appends a published message and dispatches. It returns the queue's end error if the
+// queue was deleted after routing chose it.
+func (q *Queue) enqueue(env *envelope) error {
+	q.mu.Lock()
+	if q.endErr != nil {
+		err := q.endErr
+		q.mu.Unlock()
+		return err
+	}
+	q.ready.push(entry{env: env, seq: q.nextSeq})
+	q.nextSeq++
+	q.dispatchLocked()
+	q.mu.Unlock()
+	return nil
+}
+
+// dispatchLocked hands ready messages to consumers with credit, round-robin, until either runs
+// out. Sends never block: a push consumer's channel has room for its whole prefetch, and a
+// consumer only receives while its outstanding deliveries are fewer than its prefetch.
+func (q *Queue) dispatchLocked() {
+	if q.ready.len() == 0 {
+		return
+	}
+	for _, c := range q.feeders {
+		c.wakeLocked()
+	}
+	n := len(q.consumers)
+	for misses := 0; misses < n && q.ready.len() > 0; {
+		if q.rr >= n {
+			q.rr = 0
+		}
+		c := q.consumers[q.rr]
+		q.rr++
+		if c.live >= c.prefetch {
+			misses++
+			continue
+		}
+		e, _ := q.ready.popMin()
+		c.ch <- c.deliverLocked(e)
+		misses = 0
+	}
+}
+
+// newDeliveryLocked returns a delivery of e with the fields common to consumers and Gets.
+func (q *Queue) newDeliveryLocked(e entry) *Delivery {
+	if len(q.slab) == 0 {
+		q.slab = make([]Delivery, deliverySlabSize)
+	}
+	d := &q.slab[0]
+	q.slab = q.slab[1:]
+	*d = Delivery{
+		Message:       &e.env.msg,
+		Exchange:      e.env.exchange,
+		RoutingKey:    e.env.routingKey,
+		Redelivered:   e.redelivered,
+		DeliveryCount: int(e.returns),
+		q:             q,
+		e:             e,
+		state:         deliveryOutstanding,
+	}
+	return d
+}
+
+// Get takes the first ready message, if any, without waiting: it returns [ErrEmpty] when the
+// queue has no ready message (AMQP's get-empty). The delivery's MessageCount says how many ready
+// messages remain.
+//
+// Unless [AutoAck] is given, the delivery must be settled. It belongs to ctx the way a consumer's
+// deliveries belong to the consumer's context: if ctx ends while the delivery is unsettled, the
+// message returns to its original position, redelivered. Get does not block; a ctx already done
+// fails the call with ctx.Err().
+func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var cfg getConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyGet(&cfg)
+		}
+	}
+	q.mu.Lock()
+	if q.endErr != nil {
+		err := q.endErr
+		q.mu.Unlock()
+		return nil, fmt.Errorf("warren: get from queue %q: %w", q.name, err)
+	}
+	e, ok := q.ready.popMin()
+	if !ok {
+		q.mu.Unlock()
+		return nil, ErrEmpty
+	}
+	d := q.newDeliveryLocked(e)
+	q.gotTag++
+	d.DeliveryTag = q.gotTag
+	d.MessageCount = q.ready.len()
+	if cfg.autoAck {
+		d.state = deliveryAutoAcked
+		d.e.env = nil
+	} else {
+		q.unacked++
+		// Registered under mu so that the owner is in place before anyone can settle d; the
+		// callback takes mu itself, on its own goroutine, after ctx ends.
+		d.stopOwner = context.AfterFunc(ctx, func() { q.orphan(d) })
+	}
+	q.mu.Unlock()
+	return d, nil
+}
+
+// orphan returns a Get delivery whose owning context ended.
+func (q *Queue) orphan(d *Delivery) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.endErr != nil || d.state != deliveryOutstanding {
+		return
+	}
+	d.state = deliveryReturned
+	q.unacked--
+	q.returnLocked(d.e)
+	q.dispatchLocked()
+}
+
+// Purge removes every ready message and returns how many there were. Deliveries outstanding
+// with consumers are not touched and may still come back (AMQP's queue.purge).
+func (q *Queue) Purge() (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.endErr != nil {
+		return 0, fmt.Errorf("warren: purge queue %q: %w", q.name, q.endErr)
+	}
+	return q.ready.clear(), nil
+}
+
+// endLocked deletes the queue's contents and ends its consumers with err, which is what every
+// later call on the queue or its deliveries returns. It returns the feeders to join after mu
+// is released.
+func (q *Queue) endLocked(err error) []*Consumer {
+	if q.endErr != nil {
+		return nil
+	}
+	q.endErr = err
+	feeders := q.feeders
+	for _, c := range q.consumers {
+		c.stopLocked(err)
+	}
+	for _, c := range q.feeders {
+		c.stopLocked(err)
+	}
+	q.consumers, q.feeders = nil, nil
+	q.ready.clear()
+	q.unacked = 0
+	return feeders
+}

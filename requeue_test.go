@@ -1,0 +1,164 @@
+package warren_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+)
+
+// newBroker returns a broker closed when the test ends.
+func newBroker(t *testing.T) *warren.Broker {
+	t.Helper()
+	b := warren.New()
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// declare declares a queue and fails the test on error.
+func declare(t *testing.T, b *warren.Broker, name string, opts ...warren.QueueOption) *warren.Queue {
+	t.Helper()
+	q, err := b.DeclareQueue(name, opts...)
+	require.NoError(t, err)
+	return q
+}
+
+// publishN publishes bodies "0".."n-1" to q through the default exchange.
+func publishN(t *testing.T, b *warren.Broker, q *warren.Queue, n int) {
+	t.Helper()
+	for i := range n {
+		require.NoError(t, b.Publish(t.Context(), "", q.Name(), warren.Message{Body: fmt.Append(nil, i)}))
+	}
+}
+
+// receive takes n deliveries from c, failing if fewer are buffered.
+func receive(t *testing.T, c *warren.Consumer, n int) []*warren.Delivery {
+	t.Helper()
+	out := make([]*warren.Delivery, 0, n)
+	for range n {
+		select {
+		case d, ok := <-c.Deliveries():
+			require.True(t, ok, "Deliveries closed after %d of %d", len(out), n)
+			out = append(out, d)
+		default:
+			t.Fatalf("only %d of %d deliveries buffered", len(out), n)
+		}
+	}
+	return out
+}
+
+// picture renders deliveries as "0* 1* 2* 3 4": the body, starred when redelivered.
+func picture(ds []*warren.Delivery) string {
+	var s []string
+	for _, d := range ds {
+		p := string(d.Message.Body)
+		if d.Redelivered {
+			p += "*"
+		}
+		s = append(s, p)
+	}
+	return strings.Join(s, " ")
+}
+
+// drain consumes everything ready in q with a fresh consumer and acks it, returning the picture.
+func drain(t *testing.T, q *warren.Queue) string {
+	t.Helper()
+	n := q.Len()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	c, err := q.Consume(ctx, warren.Prefetch(n+1))
+	require.NoError(t, err)
+	ds := receive(t, c, n)
+	for _, d := range ds {
+		require.NoError(t, d.Ack())
+	}
+	return picture(ds)
+}
+
+// TestSeedPicture is the acceptance picture: publish 0..4; a consumer takes 0,1,2 without
+// acking; whatever returns them, the queue is 0* 1* 2* 3 4 and a new consumer receives exactly
+// that.
+func TestSeedPicture(t *testing.T) {
+	cases := []struct {
+		name   string
+		settle func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery)
+	}{
+		{"context ends", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery) {
+			cancel()
+		}},
+		// Cancel first, else c (with credit again) would take the nacked messages back at once.
+		// Deliveries received before Cancel stay settle-able.
+		{"nack 2 then 0 then 1", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery) {
+			require.NoError(t, c.Cancel())
+			require.NoError(t, ds[2].Nack())
+			require.NoError(t, ds[0].Nack())
+			require.NoError(t, ds[1].Nack())
+		}},
+		{"NackUpTo", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery) {
+			require.NoError(t, c.Cancel())
+			require.NoError(t, c.NackUpTo(ds[2].DeliveryTag))
+		}},
+		{"Recover", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery) {
+			require.NoError(t, c.Cancel())
+			require.NoError(t, c.Recover())
+		}},
+		{"cancel then context ends", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery) {
+			require.NoError(t, c.Cancel())
+			cancel()
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				q := declare(t, b, "work")
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				c, err := q.Consume(ctx, warren.Prefetch(3))
+				require.NoError(t, err)
+				publishN(t, b, q, 5)
+				ds := receive(t, c, 3)
+				require.Equal(t, "0 1 2", picture(ds))
+				tc.settle(t, cancel, c, ds)
+				synctest.Wait()
+				if tc.name == "context ends" || tc.name == "cancel then context ends" {
+					for _, d := range ds {
+						require.ErrorIs(t, d.Ack(), warren.ErrAlreadySettled)
+					}
+				}
+				require.Equal(t, 5, q.Len())
+				require.Equal(t, "0* 1* 2* 3 4", drain(t, q))
+			})
+		})
+	}
+}
+
+// TestSeedPictureInterleaved: two consumers take alternate messages; both contexts end in either
+// order; the queue is back in publication order with exactly the taken ones redelivered.
+func TestSeedPictureInterleaved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "work")
+		ctx1, cancel1 := context.WithCancel(t.Context())
+		ctx2, cancel2 := context.WithCancel(t.Context())
+		defer cancel1()
+		defer cancel2()
+		c1, err := q.Consume(ctx1, warren.Prefetch(2))
+		require.NoError(t, err)
+		c2, err := q.Consume(ctx2, warren.Prefetch(2))
+		require.NoError(t, err)
+		publishN(t, b, q, 6)
+		require.Equal(t, "0 2", picture(receive(t, c1, 2)))
+		require.Equal(t, "1 3", picture(receive(t, c2, 2)))
+		cancel2()
+		synctest.Wait()
+		cancel1()
+		synctest.Wait()
+		require.Equal(t, "0* 1* 2* 3* 4 5", drain(t, q))
+	})
+}

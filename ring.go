@@ -1,0 +1,71 @@
+package warren
+
+// ring is a growable FIFO of values: push at the back, pop at the front, both amortised O(1).
+// Popped slots are zeroed so that the garbage collector can reclaim what they pointed to. The
+// zero ring is empty and ready to use. Unsafe for concurrent use.
+type ring[T any] struct {
+	buf  []T // len(buf) is zero or a power of two
+	head int // index of the front element
+	n    int // number of elements
+}
+
+func (r *ring[T]) len() int { return r.n }
+
+func (r *ring[T]) push(v T) {
+	if r.n == len(r.buf) {
+		r.grow()
+	}
+	r.buf[(r.head+r.n)&(len(r.buf)-1)] = v
+	r.n++
+}
+
+// front returns the front element; the ring must not be empty.
+func (r *ring[T]) front() T { return r.buf[r.head] }
+
+// at returns the i-th element from the front, 0 ≤ i < len.
+func (r *ring[T]) at(i int) T { return r.buf[(r.head+i)&(len(r.buf)-1)] }
+
+// pop removes and returns the front element; the ring must not be empty.
+func (r *ring[T]) pop() T {
+	var zero T
+	v := r.buf[r.head]
+	r.buf[r.head] = zero
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
+	return v
+}
+
+// filter keeps, in order, the elements for which keep returns true. O(len).
+func (r *ring[T]) filter(keep func(T) bool) {
+	var zero T
+	w := 0
+	for i := 0; i < r.n; i++ {
+		v := r.at(i)
+		if keep(v) {
+			r.buf[(r.head+w)&(len(r.buf)-1)] = v
+			w++
+		}
+	}
+	for i := w; i < r.n; i++ {
+		r.buf[(r.head+i)&(len(r.buf)-1)] = zero
+	}
+	r.n = w
+}
+
+// clear removes every element.
+func (r *ring[T]) clear() {
+	clear(r.buf)
+	r.head, r.n = 0, 0
+}
+
+func (r *ring[T]) grow() {
+	size := 2 * len(r.buf)
+	if size == 0 {
+		size = 8
+	}
+	buf := make([]T, size)
+	for i := 0; i < r.n; i++ {
+		buf[i] = r.at(i)
+	}
+	r.buf, r.head = buf, 0
+}
