@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -33,8 +34,12 @@ type Consumer struct {
 	wake       chan struct{} // capacity 1; a signal that messages may be ready
 	feederDone chan struct{} // closed when the feeder has exited and closed ch
 
+	// owner is the context given to Consume. It is the consumer's owner, AMQP's channel: kept
+	// to tell, when some context of the queue's ends, whether it was this one, and why.
+	owner context.Context
+
 	// Guarded by q.mu.
-	stopCtx func() bool     // stops watching the consumer's context
+	stopCtx func() bool     // stops watching owner
 	unacked ring[*Delivery] // outstanding deliveries in tag order, with settled holes
 	live    int             // outstanding deliveries in unacked, received or still buffered
 	nextTag uint64          // last delivery tag issued
@@ -72,6 +77,7 @@ func (q *Queue) Consume(ctx context.Context, opts ...ConsumeOption) (*Consumer, 
 		tag:      cfg.tag,
 		prefetch: cfg.prefetch,
 		autoAck:  cfg.autoAck,
+		owner:    ctx,
 		ch:       make(chan *Delivery, cfg.prefetch),
 		done:     make(chan struct{}),
 	}
@@ -88,9 +94,10 @@ func (q *Queue) Consume(ctx context.Context, opts ...ConsumeOption) (*Consumer, 
 		return nil, fmt.Errorf("warren: consume from queue %q: consumer tag %q in use: %w", q.name, c.tag, ErrPreconditionFailed)
 	}
 	q.hadConsumer = true
+	q.holders = append(q.holders, c)
 	// Watch ctx under mu, so that stopCtx is in place before anything reads it; if ctx is
 	// already done the callback runs on its own goroutine and waits for mu.
-	c.stopCtx = context.AfterFunc(ctx, func() { c.end(context.Cause(ctx)) })
+	c.stopCtx = context.AfterFunc(ctx, q.reap)
 	if c.autoAck {
 		c.wake = make(chan struct{}, 1)
 		c.feederDone = make(chan struct{})
@@ -155,6 +162,7 @@ func (c *Consumer) Cancel() error {
 		return nil
 	}
 	c.stopLocked(ErrCancelled)
+	c.closeDoneLocked()
 	q.removeConsumerLocked(c)
 	c.tidyLocked()
 	q.dispatchLocked()
@@ -164,34 +172,13 @@ func (c *Consumer) Cancel() error {
 	return nil
 }
 
-// end is called when the consumer's context ends: AMQP's channel close. Everything the consumer
-// still holds returns to its original position, redelivered.
-func (c *Consumer) end(cause error) {
-	q := c.q
-	q.mu.Lock()
-	if c.ended || q.endErr != nil {
-		q.mu.Unlock()
-		return
+// closeDoneLocked closes done, once.
+func (c *Consumer) closeDoneLocked() {
+	select {
+	case <-c.done:
+	default:
+		close(c.done)
 	}
-	if !c.stopped {
-		c.stopLocked(cause)
-		q.removeConsumerLocked(c)
-	}
-	for i := range c.unacked.len() {
-		if d := c.unacked.at(i); d.state == deliveryOutstanding {
-			d.state = deliveryReturned
-			q.unacked--
-			q.returnLocked(d.e)
-		}
-	}
-	c.unacked.clear()
-	c.live = 0
-	c.ended = true
-	q.dispatchLocked()
-	autoDelete := q.shouldAutoDeleteLocked()
-	q.mu.Unlock()
-	c.stopCtx()
-	c.afterStop(autoDelete)
 }
 
 // afterStop finishes stopping outside q.mu: it waits for the feeder to close Deliveries and
@@ -206,15 +193,14 @@ func (c *Consumer) afterStop(autoDelete bool) {
 }
 
 // stopLocked stops new deliveries: deliveries buffered and not received are put back unchanged,
-// as if never delivered, and ch is closed (by the feeder, for an AutoAck consumer). The caller
-// removes c from the queue's consumer lists.
+// as if never delivered, and ch is closed (by the feeder, for an AutoAck consumer, once done is
+// closed). The caller removes c from the queue's consumer lists and closes done.
 func (c *Consumer) stopLocked(reason error) {
 	if c.stopped {
 		return
 	}
 	c.stopped = true
 	c.err = reason
-	close(c.done)
 	if c.autoAck {
 		return // the feeder drains and closes ch
 	}
@@ -291,8 +277,19 @@ func (c *Consumer) tidyLocked() {
 		c.unacked.filter(func(d *Delivery) bool { return d.state == deliveryOutstanding })
 	}
 	if c.stopped && c.live == 0 && !c.ended {
-		c.ended = true
-		c.stopCtx()
+		c.endLocked()
+	}
+}
+
+// endLocked marks a stopped consumer ended: it holds nothing more and its context is no longer
+// watched.
+func (c *Consumer) endLocked() {
+	c.ended = true
+	c.closeDoneLocked()
+	c.stopCtx()
+	q := c.q
+	if i := slices.Index(q.holders, c); i >= 0 {
+		q.holders = slices.Delete(q.holders, i, i+1)
 	}
 }
 
@@ -353,9 +350,11 @@ func (c *Consumer) feed() {
 }
 
 // AckUpTo acknowledges every outstanding delivery of this consumer with a tag up to and
-// including tag (AMQP's basic.ack with multiple). Tag 0 means every outstanding delivery. If
-// tag is not outstanding on this consumer (never issued, or already settled) nothing is settled
-// and the error wraps [ErrUnknownDelivery].
+// including tag (AMQP's basic.ack with multiple). Tag 0 means every outstanding delivery. Only
+// deliveries the application has received from [Consumer.Deliveries] are covered; those still
+// buffered in the channel are not. If tag is not outstanding and received on this consumer
+// (never issued, already settled, still buffered) nothing is settled and the error wraps
+// [ErrUnknownDelivery].
 func (c *Consumer) AckUpTo(tag uint64) error { return c.settleUpTo(tag, settleAck) }
 
 // NackUpTo returns every outstanding delivery with a tag up to tag to its original position,
@@ -377,10 +376,13 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 	if c.autoAck {
 		return fmt.Errorf("warren: settle up to %d on an auto-ack consumer: %w", tag, ErrUnknownDelivery)
 	}
-	end := c.unacked.len()
+	// Only deliveries the application has received can be settled: the last len(ch) entries
+	// of unacked are still buffered in ch. Only mu's holder sends to ch, so len(ch) can only
+	// shrink meanwhile, and a delivery received just now is, safely, left alone.
+	end := c.unacked.len() - len(c.ch)
 	if tag != 0 {
-		i := sort.Search(c.unacked.len(), func(i int) bool { return c.unacked.at(i).DeliveryTag >= tag })
-		if i == c.unacked.len() || c.unacked.at(i).DeliveryTag != tag || c.unacked.at(i).state != deliveryOutstanding {
+		i := sort.Search(end, func(i int) bool { return c.unacked.at(i).DeliveryTag >= tag })
+		if i == end || c.unacked.at(i).DeliveryTag != tag || c.unacked.at(i).state != deliveryOutstanding {
 			return fmt.Errorf("warren: settle up to %d: tag not outstanding on consumer %q: %w", tag, c.tag, ErrUnknownDelivery)
 		}
 		end = i + 1
@@ -434,10 +436,11 @@ type Delivery struct {
 	MessageCount  int      // Get only: ready messages left in the queue after this one
 
 	q         *Queue
-	c         *Consumer   // nil for Get
-	e         entry       // the message's place in q
+	c         *Consumer // nil for Get
+	e         entry     // the message's place in q
 	state     deliveryState
-	stopOwner func() bool // Get only: stops watching the Get context
+	owner     context.Context // Get only: the context given to Get, which owns the delivery
+	stopOwner func() bool     // Get only: stops watching owner
 }
 
 // Ack acknowledges the delivery: the message is done and leaves the queue (AMQP's basic.ack).
@@ -493,6 +496,8 @@ func (q *Queue) settleLocked(d *Delivery, how settlement) {
 	q.unacked--
 	if d.c != nil {
 		d.c.live--
+	} else {
+		delete(q.gets, d)
 	}
 	switch how {
 	case settleNack:

@@ -109,19 +109,21 @@ type Queue struct {
 	// before it, never after.
 	mu          sync.Mutex
 	ready       readySet
-	nextSeq     uint64      // sequence id of the next enqueued message
-	consumers   []*Consumer // active push consumers, in registration order
-	feeders     []*Consumer // active AutoAck consumers, which pull through their own goroutine
-	rr          int         // round-robin cursor into consumers
-	hadConsumer bool        // for auto-delete: a consumer ever existed
-	gotTag      uint64      // last delivery tag issued to a Get
-	unacked     int         // deliveries outstanding, all consumers and Gets
-	endErr      error       // non-nil once the queue is deleted or its broker closed
-	slab        []Delivery  // the next deliveries to hand out
+	nextSeq     uint64                 // sequence id of the next enqueued message
+	holders     []*Consumer            // consumers not ended: active, or cancelled and holding deliveries
+	gets        map[*Delivery]struct{} // outstanding Get deliveries
+	consumers   []*Consumer            // active push consumers, in registration order
+	feeders     []*Consumer            // active AutoAck consumers, which pull through their own goroutine
+	rr          int                    // round-robin cursor into consumers
+	hadConsumer bool                   // for auto-delete: a consumer ever existed
+	gotTag      uint64                 // last delivery tag issued to a Get
+	unacked     int                    // deliveries outstanding, all consumers and Gets
+	endErr      error                  // non-nil once the queue is deleted or its broker closed
+	slab        []Delivery             // the next deliveries to hand out
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
-	return &Queue{b: b, name: name, cfg: cfg, ready: newReadySet(), nextSeq: 1}
+	return &Queue{b: b, name: name, cfg: cfg, ready: newReadySet(), nextSeq: 1, gets: make(map[*Delivery]struct{})}
 }
 
 // Name returns the queue's name; for a server-named queue, the generated "amq.gen-…" name.
@@ -251,25 +253,14 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 		d.e.env = nil
 	} else {
 		q.unacked++
-		// Registered under mu so that the owner is in place before anyone can settle d; the
+		q.gets[d] = struct{}{}
+		d.owner = ctx
+		// Registered under mu so that stopOwner is in place before anyone can settle d; the
 		// callback takes mu itself, on its own goroutine, after ctx ends.
-		d.stopOwner = context.AfterFunc(ctx, func() { q.orphan(d) })
+		d.stopOwner = context.AfterFunc(ctx, q.reap)
 	}
 	q.mu.Unlock()
 	return d, nil
-}
-
-// orphan returns a Get delivery whose owning context ended.
-func (q *Queue) orphan(d *Delivery) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.endErr != nil || d.state != deliveryOutstanding {
-		return
-	}
-	d.state = deliveryReturned
-	q.unacked--
-	q.returnLocked(d.e)
-	q.dispatchLocked()
 }
 
 // Purge removes every ready message and returns how many there were. Deliveries outstanding
@@ -292,13 +283,16 @@ func (q *Queue) endLocked(err error) []*Consumer {
 	}
 	q.endErr = err
 	feeders := q.feeders
-	for _, c := range q.consumers {
+	for _, c := range q.holders {
 		c.stopLocked(err)
+		c.ended = true
+		c.closeDoneLocked()
+		c.stopCtx()
 	}
-	for _, c := range q.feeders {
-		c.stopLocked(err)
+	for d := range q.gets {
+		d.stopOwner()
 	}
-	q.consumers, q.feeders = nil, nil
+	q.holders, q.consumers, q.feeders, q.gets = nil, nil, nil, nil
 	q.ready.clear()
 	q.unacked = 0
 	return feeders

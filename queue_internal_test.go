@@ -37,12 +37,12 @@ func TestReadySetAgainstSortedSlice(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
-	for range 50 {
+	for range 20 {
 		r := newReadySet()
 		var model []uint64 // ready keys, ascending
 		var out []entry    // popped, not yet returned
 		next := uint64(1)
-		for step := range 2000 {
+		for step := range 1000 {
 			switch op := rng.IntN(10); {
 			case op < 4:
 				r.push(entry{seq: next})

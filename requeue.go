@@ -1,6 +1,11 @@
 package warren
 
-import "fmt"
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+)
 
 // Returning a message to its original position.
 //
@@ -32,6 +37,7 @@ func (q *Queue) restoreLocked(e entry) {
 	}
 	q.ready.reinsert(e)
 }
+
 // Recover returns every delivery this consumer holds to its original position (AMQP's
 // basic.recover with requeue): received ones redelivered, buffered unread ones unchanged. They
 // are dispatched again at once, possibly to this consumer. An AutoAck consumer holds nothing to
@@ -58,4 +64,81 @@ func (c *Consumer) Recover() error {
 	c.tidyLocked()
 	q.dispatchLocked()
 	return nil
+}
+
+// returnChunk bounds how many messages a context end returns per hold of the queue lock, so
+// that returning a large holding (10k costs milliseconds) does not stall publishers.
+const returnChunk = 256
+
+// reap runs when a context that owns consumers or Get deliveries of this queue ends: AMQP's
+// channel close. Everything owned by any context that has ended — not only the one whose
+// callback runs, since one context may own several consumers and Gets, each with its own
+// callback — is claimed at once: consumers stop, and their outstanding deliveries and the
+// outstanding Get deliveries become returned, so settling them now fails with
+// [ErrAlreadySettled]. The messages then go back to their original positions, smallest
+// sequence id first, in chunks of returnChunk; dispatch waits for the last chunk, so a consumer
+// of this queue sees them in queue order. The consumers' done channels close once all is back.
+func (q *Queue) reap() {
+	q.mu.Lock()
+	if q.endErr != nil {
+		q.mu.Unlock()
+		return
+	}
+	var (
+		back  []entry
+		ended []*Consumer
+	)
+	claim := func(d *Delivery) {
+		d.state = deliveryReturned
+		q.unacked--
+		back = append(back, d.e)
+	}
+	for _, c := range slices.Clone(q.holders) {
+		if c.owner.Err() == nil {
+			continue
+		}
+		if !c.stopped {
+			c.stopLocked(context.Cause(c.owner))
+			q.removeConsumerLocked(c)
+		}
+		for i := range c.unacked.len() {
+			if d := c.unacked.at(i); d.state == deliveryOutstanding {
+				claim(d)
+			}
+		}
+		c.unacked.clear()
+		c.live = 0
+		c.ended = true
+		q.holders = slices.DeleteFunc(q.holders, func(x *Consumer) bool { return x == c })
+		ended = append(ended, c)
+	}
+	for d := range q.gets {
+		if d.owner.Err() != nil {
+			claim(d)
+			delete(q.gets, d)
+		}
+	}
+	slices.SortFunc(back, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
+	for i, e := range back {
+		if i > 0 && i%returnChunk == 0 {
+			q.mu.Unlock()
+			q.mu.Lock()
+		}
+		q.returnLocked(e) // a no-op once the queue has ended
+	}
+	for _, c := range ended {
+		c.closeDoneLocked()
+	}
+	q.dispatchLocked()
+	autoDelete := q.shouldAutoDeleteLocked()
+	q.mu.Unlock()
+	for _, c := range ended {
+		c.stopCtx()
+		if c.autoAck {
+			<-c.feederDone
+		}
+	}
+	if autoDelete {
+		q.b.autoDeleteQueue(q)
+	}
 }
