@@ -318,7 +318,13 @@ func (c *Consumer) feed() {
 			q.mu.Unlock()
 			break
 		}
-		e, ok := q.ready.popMin()
+		var (
+			e  entry
+			ok bool
+		)
+		if q.reaping == 0 { // as dispatch, wait while a context end returns messages
+			e, ok = q.ready.popMin()
+		}
 		if !ok {
 			c.waiting = true
 			q.mu.Unlock()
@@ -471,10 +477,17 @@ func (d *Delivery) settle(how settlement) error {
 		q.dispatchLocked()
 	}
 	q.mu.Unlock()
-	if err == nil && d.stopOwner != nil {
-		d.stopOwner()
+	if err == nil {
+		d.stopWatching()
 	}
 	return err
+}
+
+// stopWatching stops watching a Get delivery's owning context, if it was watched.
+func (d *Delivery) stopWatching() {
+	if d.stopOwner != nil {
+		d.stopOwner()
+	}
 }
 
 // checkSettleLocked says why d cannot be settled, if it cannot.

@@ -26,11 +26,19 @@ type Exchange struct {
 	cfg  exchangeConfig // fixed at declare
 
 	// Guarded by b.mu.
-	bindings   []*binding            // bindings with this exchange as the source, in bind order
-	direct     map[string][]*binding // direct: bindings by key
-	topic      *topicTrie[*binding]  // topic: bindings by pattern
-	hadBinding bool                  // for auto-delete: a binding ever existed
+	bindings   []*binding                 // bindings with this exchange as the source, in bind order
+	byDest     map[bindingDest][]*binding // the same, by destination and key: finds duplicates in O(1)
+	direct     map[string][]*binding      // direct: bindings by key
+	topic      *topicTrie[*binding]       // topic: bindings by pattern
+	hadBinding bool                       // for auto-delete: a binding ever existed
 	deleted    bool
+}
+
+// bindingDest is a binding's identity but for its arguments.
+type bindingDest struct {
+	queue    *Queue
+	exchange *Exchange
+	key      string
 }
 
 // binding routes from src to a queue or to an exchange.
@@ -44,7 +52,7 @@ type binding struct {
 }
 
 func newExchange(b *Broker, name, kind string, cfg exchangeConfig) *Exchange {
-	x := &Exchange{b: b, name: name, kind: kind, cfg: cfg}
+	x := &Exchange{b: b, name: name, kind: kind, cfg: cfg, byDest: make(map[bindingDest][]*binding)}
 	switch kind {
 	case ExchangeDirect:
 		x.direct = make(map[string][]*binding)
@@ -182,7 +190,7 @@ func (b *Broker) deleteExchangeLocked(x *Exchange) {
 	}
 	x.deleted = true
 	delete(b.exchanges, x.name)
-	x.bindings, x.direct, x.topic = nil, nil, nil
+	x.bindings, x.byDest, x.direct, x.topic = nil, nil, nil, nil
 	for _, src := range b.exchanges {
 		src.unbindLocked(func(bd *binding) bool { return bd.exchange == x })
 	}
@@ -237,12 +245,13 @@ func (b *Broker) bind(queue, dst, src, key string, args Table) error {
 			return err
 		}
 	}
-	for _, old := range x.bindings {
+	for _, old := range x.byDest[bd.dest()] {
 		if old.sameAs(bd) {
 			return nil
 		}
 	}
 	x.bindings = append(x.bindings, bd)
+	x.byDest[bd.dest()] = append(x.byDest[bd.dest()], bd)
 	x.hadBinding = true
 	switch x.kind {
 	case ExchangeDirect:
@@ -260,7 +269,12 @@ func (b *Broker) unbind(queue, dst, src, key string, args Table) error {
 	if err != nil {
 		return err
 	}
-	bd.src.unbindLocked(bd.sameAs)
+	for _, old := range bd.src.byDest[bd.dest()] {
+		if old.sameAs(bd) {
+			bd.src.unbindLocked(func(x *binding) bool { return x == old })
+			break
+		}
+	}
 	return nil
 }
 
@@ -287,6 +301,10 @@ func (b *Broker) bindingLocked(queue, dst, src, key string, args Table) (*bindin
 	return bd, nil
 }
 
+func (bd *binding) dest() bindingDest {
+	return bindingDest{queue: bd.queue, exchange: bd.exchange, key: bd.key}
+}
+
 // sameAs reports whether two bindings have the same source, destination, key and arguments.
 func (bd *binding) sameAs(o *binding) bool {
 	return bd.src == o.src && bd.queue == o.queue && bd.exchange == o.exchange && bd.key == o.key &&
@@ -306,20 +324,10 @@ func (x *Exchange) unbindLocked(drop func(*binding) bool) {
 			n++
 			continue
 		}
+		removeBinding(x.byDest, bd.dest(), bd)
 		switch x.kind {
 		case ExchangeDirect:
-			list := x.direct[bd.key]
-			for i, o := range list {
-				if o == bd {
-					list = append(list[:i], list[i+1:]...)
-					break
-				}
-			}
-			if len(list) == 0 {
-				delete(x.direct, bd.key)
-			} else {
-				x.direct[bd.key] = list
-			}
+			removeBinding(x.direct, bd.key, bd)
 		case ExchangeTopic:
 			x.topic.remove(bd.key, bd)
 		}
@@ -331,6 +339,19 @@ func (x *Exchange) unbindLocked(drop func(*binding) bool) {
 	x.bindings = x.bindings[:n]
 	if n == 0 && x.cfg.autoDelete && x.hadBinding {
 		x.b.deleteExchangeLocked(x)
+	}
+}
+
+// removeBinding removes bd from the list m[k], deleting the entry when it empties.
+func removeBinding[K comparable](m map[K][]*binding, k K, bd *binding) {
+	list := m[k]
+	if i := slices.Index(list, bd); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		delete(m, k)
+	} else {
+		m[k] = list
 	}
 }
 

@@ -45,8 +45,11 @@ type readySet struct {
 	returned *btree.BTreeG[entry]
 }
 
-func newReadySet() readySet {
-	return readySet{returned: btree.NewG(32, entryLess)}
+// newReadySet returns an empty ready set whose btree takes its nodes from free, a free list
+// shared by a broker's queues, so that the nodes one queue's burst of returns released serve
+// the next burst anywhere.
+func newReadySet(free *btree.FreeListG[entry]) readySet {
+	return readySet{returned: btree.NewWithFreeListG(32, entryLess, free)}
 }
 
 func (r *readySet) len() int { return r.fresh.len() + r.returned.Len() }
@@ -88,9 +91,11 @@ func (r *readySet) clear() int {
 	return n
 }
 
-// deliverySlabSize is how many deliveries a queue allocates at once. Slots are never reused:
-// a delivery the application still holds stays valid, at the cost of keeping its chunk alive.
-const deliverySlabSize = 64
+// deliverySlabSize is how many deliveries a queue allocates at once. Slots are never reused,
+// so a delivery the application still holds stays valid; the cost is that it keeps its chunk
+// alive, and with it the messages of up to deliverySlabSize-1 other deliveries. 16 keeps that
+// bound small while making the allocation per delivery negligible.
+const deliverySlabSize = 16
 
 // Queue is an ordered store of messages with its consumers: RabbitMQ's classic queue. Ready
 // messages are kept in order of their sequence id; a message that comes back (nack, recover, a
@@ -103,6 +108,8 @@ type Queue struct {
 	b    *Broker
 	name string
 	cfg  queueConfig // fixed at declare
+
+	betweenChunks func() // tests only: runs while reap has let go of mu between chunks
 
 	// mu guards every field below. It is never held while user code runs, and no other queue's
 	// lock is ever taken while it is held. The broker's topology lock, when needed, is taken
@@ -118,12 +125,13 @@ type Queue struct {
 	hadConsumer bool                   // for auto-delete: a consumer ever existed
 	gotTag      uint64                 // last delivery tag issued to a Get
 	unacked     int                    // deliveries outstanding, all consumers and Gets
+	reaping     int                    // context ends returning messages in chunks; dispatch waits for them
 	endErr      error                  // non-nil once the queue is deleted or its broker closed
 	slab        []Delivery             // the next deliveries to hand out
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
-	return &Queue{b: b, name: name, cfg: cfg, ready: newReadySet(), nextSeq: 1, gets: make(map[*Delivery]struct{})}
+	return &Queue{b: b, name: name, cfg: cfg, ready: newReadySet(b.freeNodes), nextSeq: 1, gets: make(map[*Delivery]struct{})}
 }
 
 // Name returns the queue's name; for a server-named queue, the generated "amq.gen-…" name.
@@ -171,8 +179,11 @@ func (q *Queue) enqueue(env *envelope) error {
 // dispatchLocked hands ready messages to consumers with credit, round-robin, until either runs
 // out. Sends never block: a push consumer's channel has room for its whole prefetch, and a
 // consumer only receives while its outstanding deliveries are fewer than its prefetch.
+//
+// While a context end is returning messages in chunks (reaping > 0), dispatch waits: the
+// messages still to come back belong ahead of what is ready now.
 func (q *Queue) dispatchLocked() {
-	if q.ready.len() == 0 {
+	if q.ready.len() == 0 || q.reaping > 0 {
 		return
 	}
 	for _, c := range q.feeders {
@@ -228,10 +239,8 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 		return nil, err
 	}
 	var cfg getConfig
-	for _, o := range opts {
-		if o != nil {
-			o.applyGet(&cfg)
-		}
+	if len(opts) > 0 {
+		cfg = getOptions(opts) // only here: the options' interface calls move cfg to the heap
 	}
 	q.mu.Lock()
 	if q.endErr != nil {
@@ -255,9 +264,11 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 		q.unacked++
 		q.gets[d] = struct{}{}
 		d.owner = ctx
-		// Registered under mu so that stopOwner is in place before anyone can settle d; the
-		// callback takes mu itself, on its own goroutine, after ctx ends.
-		d.stopOwner = context.AfterFunc(ctx, q.reap)
+		if ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
+			// Registered under mu so that stopOwner is in place before anyone can settle d;
+			// the callback takes mu itself, on its own goroutine, after ctx ends.
+			d.stopOwner = context.AfterFunc(ctx, q.reap)
+		}
 	}
 	q.mu.Unlock()
 	return d, nil
@@ -290,10 +301,20 @@ func (q *Queue) endLocked(err error) []*Consumer {
 		c.stopCtx()
 	}
 	for d := range q.gets {
-		d.stopOwner()
+		d.stopWatching()
 	}
 	q.holders, q.consumers, q.feeders, q.gets = nil, nil, nil, nil
 	q.ready.clear()
 	q.unacked = 0
 	return feeders
+}
+
+func getOptions(opts []GetOption) getConfig {
+	var cfg getConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyGet(&cfg)
+		}
+	}
+	return cfg
 }

@@ -1,10 +1,14 @@
 package warren
 
 import (
+	"context"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/google/btree"
 )
 
 // checkReadySet verifies the readySet invariant: every returned (tree) entry orders before every
@@ -38,7 +42,7 @@ func TestReadySetAgainstSortedSlice(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
 	for range 20 {
-		r := newReadySet()
+		r := newReadySet(btree.NewFreeListG[entry](8))
 		var model []uint64 // ready keys, ascending
 		var out []entry    // popped, not yet returned
 		next := uint64(1)
@@ -73,5 +77,57 @@ func TestReadySetAgainstSortedSlice(t *testing.T) {
 				t.Fatalf("step %d: ready = %v, want %v", step, got, model)
 			}
 		}
+	}
+}
+
+// TestReapDispatchesOnlyAtTheEnd: a consumer's context ends while it holds more than one chunk
+// of messages; between chunks, when the lock is let go, another consumer acks and so gains
+// credit. Nothing may be dispatched to it then: the messages still to come back belong ahead of
+// what is ready. Once all are back it receives the head, redelivered.
+func TestReapDispatchesOnlyAtTheEnd(t *testing.T) {
+	b := New()
+	defer b.Close()
+	q, err := b.DeclareQueue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxA, cancelA := context.WithCancel(t.Context())
+	a, err := q.Consume(ctxA, Prefetch(2*returnChunk+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2*returnChunk + 10 {
+		if err := b.Publish(t.Context(), "", "q", Message{Body: []byte(strconv.Itoa(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2*returnChunk + 1 {
+		<-a.Deliveries() // received: they come back redelivered
+	}
+	c, err := q.Consume(t.Context(), Prefetch(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := <-c.Deliveries() // the first message behind A's holding
+	chunks := 0
+	q.betweenChunks = func() {
+		chunks++
+		if chunks == 1 {
+			if err := first.Ack(); err != nil { // c has credit again
+				t.Error(err)
+			}
+		}
+		if n := len(c.Deliveries()); n != 0 {
+			t.Errorf("between chunks %d: %d deliveries dispatched before the return finished", chunks, n)
+		}
+	}
+	cancelA()
+	<-a.Done()
+	if chunks != 2 {
+		t.Fatalf("reap let go of the lock %d times, want 2", chunks)
+	}
+	d := <-c.Deliveries()
+	if string(d.Message.Body) != "0" || !d.Redelivered {
+		t.Fatalf("after the return: got %s (redelivered %t), want 0 redelivered", d.Message.Body, d.Redelivered)
 	}
 }

@@ -77,7 +77,9 @@ const returnChunk = 256
 // outstanding Get deliveries become returned, so settling them now fails with
 // [ErrAlreadySettled]. The messages then go back to their original positions, smallest
 // sequence id first, in chunks of returnChunk; dispatch waits for the last chunk, so a consumer
-// of this queue sees them in queue order. The consumers' done channels close once all is back.
+// of this queue sees them in queue order: between chunks publishers enqueue and acknowledgements
+// settle, but nothing is dispatched (see [Queue.dispatchLocked]). The consumers' done channels
+// close once all is back.
 func (q *Queue) reap() {
 	q.mu.Lock()
 	if q.endErr != nil {
@@ -119,12 +121,22 @@ func (q *Queue) reap() {
 		}
 	}
 	slices.SortFunc(back, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
+	chunked := len(back) > returnChunk
+	if chunked {
+		q.reaping++ // dispatch waits while the lock is let go between chunks
+	}
 	for i, e := range back {
 		if i > 0 && i%returnChunk == 0 {
 			q.mu.Unlock()
+			if q.betweenChunks != nil {
+				q.betweenChunks()
+			}
 			q.mu.Lock()
 		}
 		q.returnLocked(e) // a no-op once the queue has ended
+	}
+	if chunked {
+		q.reaping--
 	}
 	for _, c := range ended {
 		c.closeDoneLocked()
