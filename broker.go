@@ -26,10 +26,11 @@ const freeNodesMax = 256
 // [Broker.Close] ends it: every consumer stops, every later call returns [ErrClosed], and no
 // goroutine of the broker's is left running.
 type Broker struct {
-	cfg     brokerConfig
-	closed  atomic.Bool
-	wg      sync.WaitGroup // feeders of AutoAck consumers
-	routers sync.Pool      // *router scratch space for publishing
+	cfg       brokerConfig
+	closed    atomic.Bool    // set first thing by Close; read without locks
+	closeOnce sync.Once      // Close's work, which every Close call waits for
+	wg        sync.WaitGroup // feeders of AutoAck consumers
+	routers   sync.Pool      // *router scratch space for publishing
 	// freeNodes is the btree node free list shared by the broker's queues; safe for concurrent
 	// use. It keeps at most freeNodesMax nodes.
 	freeNodes *btree.FreeListG[entry]
@@ -42,9 +43,9 @@ type Broker struct {
 	queues    map[string]*Queue
 }
 
-// New returns a broker with the predeclared exchanges: the default exchange "" (a direct
-// exchange to which every queue is bound by its name), "amq.direct", "amq.fanout", "amq.topic",
-// "amq.headers" and "amq.match" (a headers exchange).
+// New returns a broker with the predeclared exchanges, all durable: the default exchange ""
+// (a direct exchange to which every queue is bound by its name), "amq.direct", "amq.fanout",
+// "amq.topic", "amq.headers" and "amq.match" (a headers exchange).
 func New(opts ...BrokerOption) *Broker {
 	b := &Broker{
 		cfg:       defaultBrokerConfig(),
@@ -76,16 +77,19 @@ func New(opts ...BrokerOption) *Broker {
 // broker, its exchanges, queues, consumers and deliveries returns an error wrapping [ErrClosed].
 // Close waits for the broker's goroutines to exit. It is idempotent and always returns nil.
 func (b *Broker) Close() error {
-	if b.closed.CompareAndSwap(false, true) {
+	b.closeOnce.Do(func() {
 		b.mu.Lock()
+		b.closed.Store(true)
 		for _, q := range b.queues {
 			q.mu.Lock()
 			q.endLocked(ErrClosed)
 			q.mu.Unlock()
 		}
 		b.mu.Unlock()
-	}
-	b.wg.Wait()
+		// Every feeder was started under its queue's mu before that queue ended, so none
+		// can be added from here on.
+		b.wg.Wait()
+	})
 	return nil
 }
 
@@ -97,6 +101,9 @@ func (b *Broker) Close() error {
 // Other errors: names longer than 255 bytes or not UTF-8 ([ErrInvalidArgument]), names starting
 // with "amq." ([ErrAccessRefused]), a closed broker ([ErrClosed]).
 func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
 	var cfg queueConfig
 	for _, o := range opts {
 		if o != nil {
@@ -224,6 +231,8 @@ func (b *Broker) DeleteQueue(name string, opts ...DeleteOption) error {
 			o.applyDelete(&cfg)
 		}
 	}
+	var feeders []*Consumer
+	defer joinFeeders(&feeders) // after the locks are released
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
@@ -242,15 +251,25 @@ func (b *Broker) DeleteQueue(name string, opts ...DeleteOption) error {
 		q.mu.Unlock()
 		return fmt.Errorf("warren: delete queue %q: not empty: %w", name, ErrPreconditionFailed)
 	}
-	q.endLocked(fmt.Errorf("warren: queue %q: %w", name, ErrQueueDeleted))
+	feeders = q.endLocked(fmt.Errorf("warren: queue %q: %w", name, ErrQueueDeleted))
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
 	return nil
 }
 
+// joinFeeders waits until the feeders of an ended queue have closed their consumers'
+// Deliveries channels, so that a deletion is complete when it returns.
+func joinFeeders(feeders *[]*Consumer) {
+	for _, c := range *feeders {
+		<-c.feederDone
+	}
+}
+
 // autoDeleteQueue deletes an auto-delete queue whose last consumer went, unless a consumer
 // arrived in between.
 func (b *Broker) autoDeleteQueue(q *Queue) {
+	var feeders []*Consumer
+	defer joinFeeders(&feeders)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q.mu.Lock()
@@ -258,7 +277,7 @@ func (b *Broker) autoDeleteQueue(q *Queue) {
 		q.mu.Unlock()
 		return
 	}
-	q.endLocked(fmt.Errorf("warren: queue %q auto-deleted: %w", q.name, ErrQueueDeleted))
+	feeders = q.endLocked(fmt.Errorf("warren: queue %q auto-deleted: %w", q.name, ErrQueueDeleted))
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
 }

@@ -84,7 +84,7 @@ func (q *Queue) Consume(ctx context.Context, opts ...ConsumeOption) (*Consumer, 
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.endErr != nil {
-		return nil, fmt.Errorf("warren: consume from queue %q: %w", q.name, q.endErr)
+		return nil, fmt.Errorf("warren: consume from queue %q: %w", q.name, q.endErrLocked())
 	}
 	if c.tag == "" {
 		for c.tag == "" || q.consumerLocked(c.tag) != nil {
@@ -377,7 +377,7 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.endErr != nil {
-		return fmt.Errorf("warren: settle up to %d: %w", tag, q.endErr)
+		return fmt.Errorf("warren: settle up to %d: %w", tag, q.endErrLocked())
 	}
 	if c.autoAck {
 		return fmt.Errorf("warren: settle up to %d on an auto-ack consumer: %w", tag, ErrUnknownDelivery)
@@ -494,7 +494,7 @@ func (d *Delivery) stopWatching() {
 func (q *Queue) checkSettleLocked(d *Delivery) error {
 	switch {
 	case q.endErr != nil:
-		return fmt.Errorf("warren: settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, q.endErr)
+		return fmt.Errorf("warren: settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, q.endErrLocked())
 	case d.state == deliveryAutoAcked:
 		return fmt.Errorf("warren: settle auto-acked delivery %d: %w", d.DeliveryTag, ErrUnknownDelivery)
 	case d.state != deliveryOutstanding:

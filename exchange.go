@@ -89,6 +89,9 @@ func (x *Exchange) Publish(ctx context.Context, key string, msg Message, opts ..
 // ([ErrInvalidArgument]); a non-string "alternate-exchange" argument ([ErrPreconditionFailed]);
 // a closed broker ([ErrClosed]).
 func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Exchange, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
 	var cfg exchangeConfig
 	for _, o := range opts {
 		if o != nil {
@@ -164,6 +167,9 @@ func (b *Broker) DeleteExchange(name string, opts ...DeleteOption) error {
 			o.applyDelete(&cfg)
 		}
 	}
+	if b.closed.Load() {
+		return ErrClosed
+	}
 	if name == "" || strings.HasPrefix(name, "amq.") {
 		return fmt.Errorf("warren: delete exchange %q: %w", name, ErrAccessRefused)
 	}
@@ -230,6 +236,9 @@ func (b *Broker) UnbindExchange(destination, source, key string, args Table) err
 
 // bind binds the queue named queue, or else the exchange named dst, to the exchange src.
 func (b *Broker) bind(queue, dst, src, key string, args Table) error {
+	if b.closed.Load() {
+		return ErrClosed
+	}
 	if len(key) > maxNameLen {
 		return fmt.Errorf("warren: bind: key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
@@ -481,6 +490,9 @@ func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []Publ
 	var cfg publishConfig
 	if len(opts) > 0 {
 		cfg = publishOptions(opts) // only here: the options' interface calls move cfg to the heap
+	}
+	if b.closed.Load() {
+		return ErrClosed
 	}
 	if len(key) > maxNameLen {
 		return fmt.Errorf("warren: publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)

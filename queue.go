@@ -165,7 +165,7 @@ func (q *Queue) ConsumerCount() int {
 func (q *Queue) enqueue(env *envelope) error {
 	q.mu.Lock()
 	if q.endErr != nil {
-		err := q.endErr
+		err := q.endErrLocked()
 		q.mu.Unlock()
 		return err
 	}
@@ -244,7 +244,7 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 	}
 	q.mu.Lock()
 	if q.endErr != nil {
-		err := q.endErr
+		err := q.endErrLocked()
 		q.mu.Unlock()
 		return nil, fmt.Errorf("warren: get from queue %q: %w", q.name, err)
 	}
@@ -280,9 +280,18 @@ func (q *Queue) Purge() (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.endErr != nil {
-		return 0, fmt.Errorf("warren: purge queue %q: %w", q.name, q.endErr)
+		return 0, fmt.Errorf("warren: purge queue %q: %w", q.name, q.endErrLocked())
 	}
 	return q.ready.clear(), nil
+}
+
+// endErrLocked returns why the queue can no longer be used: [ErrClosed] once its broker has
+// closed, even if the queue was deleted before; else the deletion error.
+func (q *Queue) endErrLocked() error {
+	if q.b.closed.Load() {
+		return ErrClosed
+	}
+	return q.endErr
 }
 
 // endLocked deletes the queue's contents and ends its consumers with err, which is what every

@@ -47,7 +47,7 @@ func (c *Consumer) Recover() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.endErr != nil {
-		return fmt.Errorf("warren: recover: %w", q.endErr)
+		return fmt.Errorf("warren: recover: %w", q.endErrLocked())
 	}
 	if c.autoAck || c.ended {
 		return nil

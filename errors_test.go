@@ -1,0 +1,1040 @@
+package warren_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+)
+
+// Every error path of the API: each test asserts the sentinel with errors.Is and that the failed
+// call changed nothing. Tests that start consumers run in a synctest bubble, so they also prove
+// that nothing is left running.
+
+var (
+	longName255     = strings.Repeat("n", 255)
+	longName256     = strings.Repeat("n", 256)
+	invalidUTF8Name = "bad\xff\xfename"
+)
+
+// names collects an iterator of named things into their names.
+func namesOf[T interface{ Name() string }](seq func(func(T) bool)) []string {
+	var out []string
+	for x := range seq {
+		out = append(out, x.Name())
+	}
+	return out
+}
+
+// assertNotFound asserts that err wraps ErrNotFound, naming the call.
+func assertNotFound(t *testing.T, call string, err error) {
+	t.Helper()
+	assert.ErrorIs(t, err, warren.ErrNotFound, "%s = %v, want ErrNotFound", call, err)
+}
+
+func TestDeclareQueueErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		want error
+	}{
+		{longName256, warren.ErrInvalidArgument},
+		{longName256 + "x", warren.ErrInvalidArgument},
+		{invalidUTF8Name, warren.ErrInvalidArgument},
+		{"amq.custom", warren.ErrAccessRefused},
+		{"amq.", warren.ErrAccessRefused},
+		{"amq.gen-mine", warren.ErrAccessRefused},
+	}
+	for _, tc := range cases {
+		b := newBroker(t)
+		before := namesOf(b.Queues())
+		q, err := b.DeclareQueue(tc.name)
+		assert.ErrorIs(t, err, tc.want, "DeclareQueue(%.20q…) = %v, want %v", tc.name, err, tc.want)
+		assert.Nil(t, q, "DeclareQueue(%.20q…) returned a queue with error %v", tc.name, err)
+		assert.Equal(t, before, namesOf(b.Queues()), "queues after failed DeclareQueue(%.20q…)", tc.name)
+		_, err = b.Queue(tc.name)
+		assert.ErrorIs(t, err, warren.ErrNotFound, "Queue(%.20q…) after failed declare", tc.name)
+	}
+
+	// The boundary is valid.
+	b := newBroker(t)
+	q, err := b.DeclareQueue(longName255)
+	require.NoError(t, err, "DeclareQueue(255 bytes)")
+	assert.Equal(t, longName255, q.Name())
+}
+
+func TestDeclareExchangeErrors(t *testing.T) {
+	cases := []struct {
+		desc string
+		name string
+		kind string
+		opts []warren.ExchangeOption
+		want error
+	}{
+		{"name 256 bytes", longName256, warren.ExchangeDirect, nil, warren.ErrInvalidArgument},
+		{"name not UTF-8", invalidUTF8Name, warren.ExchangeDirect, nil, warren.ErrInvalidArgument},
+		{"new amq. name", "amq.custom", warren.ExchangeDirect, nil, warren.ErrAccessRefused},
+		{"new amq. fanout", "amq.custom", warren.ExchangeFanout, nil, warren.ErrAccessRefused},
+		{"default exchange", "", warren.ExchangeDirect, nil, warren.ErrAccessRefused},
+		{"default exchange as fanout", "", warren.ExchangeFanout, nil, warren.ErrAccessRefused},
+		{"unknown kind", "x", "x-consistent-hash", nil, warren.ErrInvalidArgument},
+		{"empty kind", "x", "", nil, warren.ErrInvalidArgument},
+		{"kind in upper case", "x", "DIRECT", nil, warren.ErrInvalidArgument},
+		{"alternate-exchange int", "x", warren.ExchangeDirect,
+			[]warren.ExchangeOption{warren.Arguments(warren.Table{"alternate-exchange": 42})}, warren.ErrPreconditionFailed},
+		{"alternate-exchange bytes", "x", warren.ExchangeDirect,
+			[]warren.ExchangeOption{warren.Arguments(warren.Table{"alternate-exchange": []byte("ae")})}, warren.ErrPreconditionFailed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.desc, func(t *testing.T) {
+			b := newBroker(t)
+			before := namesOf(b.Exchanges())
+			x, err := b.DeclareExchange(tc.name, tc.kind, tc.opts...)
+			assert.ErrorIs(t, err, tc.want, "DeclareExchange(%.20q…, %q) = %v, want %v", tc.name, tc.kind, err, tc.want)
+			assert.Nil(t, x)
+			assert.Equal(t, before, namesOf(b.Exchanges()), "exchanges after failed declare")
+			if tc.name == "" {
+				// The default exchange is untouched and still routes by queue name.
+				d, err := b.Exchange("")
+				require.NoError(t, err)
+				assert.Equal(t, warren.ExchangeDirect, d.Kind())
+				q := declare(t, b, "q")
+				require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{}, warren.Mandatory()))
+				assert.Equal(t, 1, q.Len())
+			} else {
+				_, err = b.Exchange(tc.name)
+				assert.ErrorIs(t, err, warren.ErrNotFound, "Exchange(%.20q…) after failed declare", tc.name)
+			}
+		})
+	}
+}
+
+// TestDeclarePredeclaredExchange: an existing "amq." exchange is compared, not refused. The
+// predeclared exchanges are durable, as in RabbitMQ, so only a durable redeclaration of the
+// same kind is equivalent.
+func TestDeclarePredeclaredExchange(t *testing.T) {
+	b := newBroker(t)
+	want, err := b.Exchange("amq.direct")
+	require.NoError(t, err)
+
+	x, err := b.DeclareExchange("amq.direct", warren.ExchangeDirect, warren.Durable())
+	require.NoError(t, err, `DeclareExchange("amq.direct", direct, Durable())`)
+	assert.Same(t, want, x, "redeclare returns the predeclared exchange")
+
+	x, err = b.DeclareExchange("amq.direct", warren.ExchangeFanout, warren.Durable())
+	assert.ErrorIs(t, err, warren.ErrPreconditionFailed, `DeclareExchange("amq.direct", fanout) = %v, want ErrPreconditionFailed`, err)
+	assert.Nil(t, x)
+
+	x, err = b.DeclareExchange("amq.direct", warren.ExchangeDirect)
+	assert.ErrorIs(t, err, warren.ErrPreconditionFailed, `DeclareExchange("amq.direct", direct) non-durable = %v, want ErrPreconditionFailed`, err)
+	assert.Nil(t, x)
+
+	got, err := b.Exchange("amq.direct")
+	require.NoError(t, err)
+	assert.Same(t, want, got)
+	assert.Equal(t, warren.ExchangeDirect, got.Kind())
+
+	x, err = b.DeclareExchange("amq.fanout", warren.ExchangeFanout, warren.Durable())
+	require.NoError(t, err, `DeclareExchange("amq.fanout", fanout, Durable())`)
+	assert.Equal(t, "amq.fanout", x.Name())
+}
+
+func TestRedeclareQueue(t *testing.T) {
+	args := func(t warren.Table) []warren.QueueOption { return []warren.QueueOption{warren.Arguments(t)} }
+	cases := []struct {
+		desc          string
+		first, second []warren.QueueOption
+		want          error // nil: equivalent
+	}{
+		{"same", nil, nil, nil},
+		{"durable then transient", []warren.QueueOption{warren.Durable()}, nil, warren.ErrPreconditionFailed},
+		{"transient then durable", nil, []warren.QueueOption{warren.Durable()}, warren.ErrPreconditionFailed},
+		{"auto-delete then not", []warren.QueueOption{warren.AutoDelete()}, nil, warren.ErrPreconditionFailed},
+		{"not then auto-delete", nil, []warren.QueueOption{warren.AutoDelete()}, warren.ErrPreconditionFailed},
+		{"x-max-length differs", args(warren.Table{"x-max-length": 10}), args(warren.Table{"x-max-length": 20}), warren.ErrPreconditionFailed},
+		{"x-max-length dropped", args(warren.Table{"x-max-length": 10}), nil, warren.ErrPreconditionFailed},
+		{"x-max-length added", nil, args(warren.Table{"x-max-length": 10}), warren.ErrPreconditionFailed},
+		{"x-message-ttl differs", args(warren.Table{"x-message-ttl": 1000}), args(warren.Table{"x-message-ttl": 2000}), warren.ErrPreconditionFailed},
+		{"x-dead-letter-exchange differs", args(warren.Table{"x-dead-letter-exchange": "a"}), args(warren.Table{"x-dead-letter-exchange": "b"}), warren.ErrPreconditionFailed},
+		{"x-max-length same", args(warren.Table{"x-max-length": 10}), args(warren.Table{"x-max-length": 10}), nil},
+		{"unrecognised argument differs", args(warren.Table{"x-custom": 1}), args(warren.Table{"x-custom": 2}), nil},
+		{"unrecognised argument added", nil, args(warren.Table{"x-custom": "v", "app": true}), nil},
+		{"unrecognised argument dropped", args(warren.Table{"x-custom": "v"}), nil, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.desc, func(t *testing.T) {
+			b := newBroker(t)
+			q := declare(t, b, "q", tc.first...)
+			publishN(t, b, q, 2)
+
+			got, err := b.DeclareQueue("q", tc.second...)
+			if tc.want == nil {
+				require.NoError(t, err, "DeclareQueue(q, second)")
+				assert.Same(t, q, got)
+			} else {
+				assert.ErrorIs(t, err, tc.want, "DeclareQueue(q, second) = %v, want %v", err, tc.want)
+				assert.Nil(t, got)
+			}
+			// The queue is unchanged: same handle, same messages, and the first declaration is
+			// still equivalent.
+			again, err := b.DeclareQueue("q", tc.first...)
+			require.NoError(t, err, "DeclareQueue(q, first) after the redeclaration")
+			assert.Same(t, q, again)
+			assert.Equal(t, 2, q.Len())
+		})
+	}
+}
+
+func TestRedeclareExchange(t *testing.T) {
+	type decl struct {
+		kind string
+		opts []warren.ExchangeOption
+	}
+	direct := func(opts ...warren.ExchangeOption) decl { return decl{warren.ExchangeDirect, opts} }
+	cases := []struct {
+		desc          string
+		first, second decl
+		want          error // nil: equivalent
+	}{
+		{"same", direct(), direct(), nil},
+		{"kind", direct(), decl{warren.ExchangeFanout, nil}, warren.ErrPreconditionFailed},
+		{"kind topic", direct(), decl{warren.ExchangeTopic, nil}, warren.ErrPreconditionFailed},
+		{"durable then transient", direct(warren.Durable()), direct(), warren.ErrPreconditionFailed},
+		{"transient then durable", direct(), direct(warren.Durable()), warren.ErrPreconditionFailed},
+		{"auto-delete", direct(warren.AutoDelete()), direct(), warren.ErrPreconditionFailed},
+		{"auto-delete added", direct(), direct(warren.AutoDelete()), warren.ErrPreconditionFailed},
+		{"internal", direct(warren.Internal()), direct(), warren.ErrPreconditionFailed},
+		{"internal added", direct(), direct(warren.Internal()), warren.ErrPreconditionFailed},
+		{"alternate dropped", direct(warren.AlternateExchange("ae")), direct(), warren.ErrPreconditionFailed},
+		{"alternate added", direct(), direct(warren.AlternateExchange("ae")), warren.ErrPreconditionFailed},
+		{"alternate differs", direct(warren.AlternateExchange("ae")), direct(warren.AlternateExchange("other")), warren.ErrPreconditionFailed},
+		{"alternate as argument differs", direct(warren.AlternateExchange("ae")),
+			direct(warren.Arguments(warren.Table{"alternate-exchange": "other"})), warren.ErrPreconditionFailed},
+		{"alternate non-string", direct(warren.AlternateExchange("ae")),
+			direct(warren.Arguments(warren.Table{"alternate-exchange": 7})), warren.ErrPreconditionFailed},
+		{"alternate as option and as argument", direct(warren.AlternateExchange("ae")),
+			direct(warren.Arguments(warren.Table{"alternate-exchange": "ae"})), nil},
+		{"unknown argument differs", direct(warren.Arguments(warren.Table{"x-custom": 1})),
+			direct(warren.Arguments(warren.Table{"x-custom": 2})), nil},
+		{"unknown argument added", direct(), direct(warren.Arguments(warren.Table{"x-custom": "v"})), nil},
+		{"unknown argument dropped", direct(warren.Arguments(warren.Table{"x-custom": "v"})), direct(), nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.desc, func(t *testing.T) {
+			b := newBroker(t)
+			x, err := b.DeclareExchange("x", tc.first.kind, tc.first.opts...)
+			require.NoError(t, err)
+
+			got, err := b.DeclareExchange("x", tc.second.kind, tc.second.opts...)
+			if tc.want == nil {
+				require.NoError(t, err, "DeclareExchange(x, second)")
+				assert.Same(t, x, got)
+			} else {
+				assert.ErrorIs(t, err, tc.want, "DeclareExchange(x, %s, second) = %v, want %v", tc.second.kind, err, tc.want)
+				assert.Nil(t, got)
+			}
+			cur, err := b.Exchange("x")
+			require.NoError(t, err)
+			assert.Same(t, x, cur)
+			assert.Equal(t, tc.first.kind, cur.Kind())
+			again, err := b.DeclareExchange("x", tc.first.kind, tc.first.opts...)
+			require.NoError(t, err, "DeclareExchange(x, first) after the redeclaration")
+			assert.Same(t, x, again)
+		})
+	}
+}
+
+func TestBindErrors(t *testing.T) {
+	key256 := strings.Repeat("k", 256)
+	cases := []struct {
+		desc string
+		call func(b *warren.Broker) error
+		want error
+	}{
+		{"Bind missing queue", func(b *warren.Broker) error { return b.Bind("missing", "fan", "", nil) }, warren.ErrNotFound},
+		{"Bind missing exchange", func(b *warren.Broker) error { return b.Bind("q", "missing", "", nil) }, warren.ErrNotFound},
+		{"Unbind missing queue", func(b *warren.Broker) error { return b.Unbind("missing", "fan", "", nil) }, warren.ErrNotFound},
+		{"Unbind missing exchange", func(b *warren.Broker) error { return b.Unbind("q", "missing", "", nil) }, warren.ErrNotFound},
+		{"BindExchange missing destination", func(b *warren.Broker) error { return b.BindExchange("missing", "fan", "", nil) }, warren.ErrNotFound},
+		{"BindExchange missing source", func(b *warren.Broker) error { return b.BindExchange("fan", "missing", "", nil) }, warren.ErrNotFound},
+		{"UnbindExchange missing source", func(b *warren.Broker) error { return b.UnbindExchange("fan", "missing", "", nil) }, warren.ErrNotFound},
+		{"Bind default exchange", func(b *warren.Broker) error { return b.Bind("q", "", "q", nil) }, warren.ErrAccessRefused},
+		{"Unbind default exchange", func(b *warren.Broker) error { return b.Unbind("q", "", "q", nil) }, warren.ErrAccessRefused},
+		{"BindExchange default source", func(b *warren.Broker) error { return b.BindExchange("fan", "", "", nil) }, warren.ErrAccessRefused},
+		{"Bind key 256 bytes", func(b *warren.Broker) error { return b.Bind("q", "fan", key256, nil) }, warren.ErrInvalidArgument},
+		{"BindExchange key 256 bytes", func(b *warren.Broker) error { return b.BindExchange("other", "fan", key256, nil) }, warren.ErrInvalidArgument},
+	}
+	for _, tc := range cases {
+		t.Run(tc.desc, func(t *testing.T) {
+			b := newBroker(t)
+			q := declare(t, b, "q")
+			_, err := b.DeclareExchange("fan", warren.ExchangeFanout)
+			require.NoError(t, err)
+			_, err = b.DeclareExchange("other", warren.ExchangeFanout)
+			require.NoError(t, err)
+
+			err = tc.call(b)
+			assert.ErrorIs(t, err, tc.want, "%s = %v, want %v", tc.desc, err, tc.want)
+
+			// No binding was made: "fan" routes nowhere, and the default exchange still routes
+			// to q by name only.
+			err = b.Publish(t.Context(), "fan", "", warren.Message{}, warren.Mandatory())
+			assert.ErrorIs(t, err, warren.ErrUnroutable, "Publish(fan) after %s = %v, want ErrUnroutable", tc.desc, err)
+			assert.Equal(t, 0, q.Len())
+			require.NoError(t, b.DeleteExchange("fan", warren.IfUnused()), "fan has no bindings")
+		})
+	}
+
+	// The boundary is valid.
+	b := newBroker(t)
+	declare(t, b, "q")
+	_, err := b.DeclareExchange("d", warren.ExchangeDirect)
+	require.NoError(t, err)
+	require.NoError(t, b.Bind("q", "d", longName255, nil), "Bind with a 255-byte key")
+	require.NoError(t, b.Publish(t.Context(), "d", longName255, warren.Message{}, warren.Mandatory()))
+}
+
+func TestPublishErrors(t *testing.T) {
+	cases := []struct {
+		desc     string
+		exchange string
+		key      string
+		opts     []warren.PublishOption
+		want     error // nil: accepted, and dropped
+	}{
+		{"missing exchange", "missing", "q", nil, warren.ErrNotFound},
+		{"missing exchange mandatory", "missing", "q", []warren.PublishOption{warren.Mandatory()}, warren.ErrNotFound},
+		{"internal exchange", "internal", "", nil, warren.ErrAccessRefused},
+		{"routing key 256 bytes", "", longName256, nil, warren.ErrInvalidArgument},
+		{"routing key 256 bytes to fanout", "fan", longName256, nil, warren.ErrInvalidArgument},
+		{"mandatory, no route", "", "nosuchqueue", []warren.PublishOption{warren.Mandatory()}, warren.ErrUnroutable},
+		{"mandatory, no binding", "direct", "other", []warren.PublishOption{warren.Mandatory()}, warren.ErrUnroutable},
+		{"not mandatory, no route", "", "nosuchqueue", nil, nil},
+		{"not mandatory, no binding", "direct", "other", nil, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.desc, func(t *testing.T) {
+			b := newBroker(t)
+			q := declare(t, b, "q")
+			for _, x := range []struct{ name, kind string }{{"internal", warren.ExchangeFanout}, {"fan", warren.ExchangeFanout}, {"direct", warren.ExchangeDirect}} {
+				var opts []warren.ExchangeOption
+				if x.name == "internal" {
+					opts = append(opts, warren.Internal())
+				}
+				_, err := b.DeclareExchange(x.name, x.kind, opts...)
+				require.NoError(t, err)
+				require.NoError(t, b.Bind("q", x.name, "q", nil))
+			}
+
+			err := b.Publish(t.Context(), tc.exchange, tc.key, warren.Message{Body: []byte("m")}, tc.opts...)
+			if tc.want == nil {
+				assert.NoError(t, err, "Publish(%q, %.20q…)", tc.exchange, tc.key)
+			} else {
+				assert.ErrorIs(t, err, tc.want, "Publish(%q, %.20q…) = %v, want %v", tc.exchange, tc.key, err, tc.want)
+			}
+			assert.Equal(t, 0, q.Len(), "nothing enqueued")
+
+			if x, err := b.Exchange(tc.exchange); err == nil {
+				err := x.Publish(t.Context(), tc.key, warren.Message{Body: []byte("m")}, tc.opts...)
+				if tc.want == nil {
+					assert.NoError(t, err, "(*Exchange %q).Publish(%.20q…)", tc.exchange, tc.key)
+				} else {
+					assert.ErrorIs(t, err, tc.want, "(*Exchange %q).Publish(%.20q…) = %v, want %v", tc.exchange, tc.key, err, tc.want)
+				}
+				assert.Equal(t, 0, q.Len(), "nothing enqueued")
+			}
+		})
+	}
+
+	// The boundaries are valid.
+	b := newBroker(t)
+	q := declare(t, b, longName255)
+	require.NoError(t, b.Publish(t.Context(), "", longName255, warren.Message{}, warren.Mandatory()), "Publish with a 255-byte key")
+	assert.Equal(t, 1, q.Len())
+}
+
+func TestCancelledContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 1)
+		x, err := b.Exchange("")
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+
+		err = b.Publish(ctx, "", "q", warren.Message{})
+		assert.True(t, err == context.Canceled, "Publish(cancelled ctx) = %v, want context.Canceled", err)
+		assert.ErrorIs(t, err, context.Canceled)
+		err = x.Publish(ctx, "q", warren.Message{})
+		assert.True(t, err == context.Canceled, "(*Exchange).Publish(cancelled ctx) = %v, want context.Canceled", err)
+		err = b.Publish(ctx, "missing", "q", warren.Message{})
+		assert.True(t, err == context.Canceled, "Publish(cancelled ctx, missing exchange) = %v, want context.Canceled", err)
+
+		d, err := q.Get(ctx)
+		assert.True(t, err == context.Canceled, "Get(cancelled ctx) = %v, want context.Canceled", err)
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Nil(t, d)
+		d, err = q.Get(ctx, warren.AutoAck())
+		assert.True(t, err == context.Canceled, "Get(cancelled ctx, AutoAck) = %v, want context.Canceled", err)
+		assert.Nil(t, d)
+
+		for _, opts := range [][]warren.ConsumeOption{nil, {warren.AutoAck()}} {
+			c, err := q.Consume(ctx, opts...)
+			assert.True(t, err == context.Canceled, "Consume(cancelled ctx, %d opts) = %v, want context.Canceled", len(opts), err)
+			assert.ErrorIs(t, err, context.Canceled)
+			assert.Nil(t, c)
+		}
+
+		// A deadline is reported as itself.
+		dctx, dcancel := context.WithTimeout(t.Context(), 0)
+		defer dcancel()
+		err = b.Publish(dctx, "", "q", warren.Message{})
+		assert.True(t, err == context.DeadlineExceeded, "Publish(expired ctx) = %v, want context.DeadlineExceeded", err)
+
+		synctest.Wait()
+		assert.Equal(t, 1, q.Len(), "nothing published, nothing taken")
+		assert.Equal(t, 0, q.Unacked())
+		assert.Equal(t, 0, q.ConsumerCount())
+	})
+}
+
+func TestGetEmpty(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q")
+	for _, opts := range [][]warren.GetOption{nil, {warren.AutoAck()}} {
+		d, err := q.Get(t.Context(), opts...)
+		assert.True(t, err == warren.ErrEmpty, "Get(empty, %d opts) = %v, want ErrEmpty", len(opts), err)
+		assert.Nil(t, d)
+	}
+	// Empty again once the only message is out.
+	publishN(t, b, q, 1)
+	d, err := q.Get(t.Context())
+	require.NoError(t, err)
+	_, err = q.Get(t.Context())
+	assert.ErrorIs(t, err, warren.ErrEmpty, "Get with the only message unacked")
+	assert.Equal(t, 1, q.Unacked())
+	require.NoError(t, d.Ack())
+}
+
+func TestConsumeInvalidOptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		cases := []struct {
+			desc string
+			opts []warren.ConsumeOption
+			want error
+		}{
+			{"Prefetch(0)", []warren.ConsumeOption{warren.Prefetch(0)}, warren.ErrInvalidArgument},
+			{"Prefetch(-1)", []warren.ConsumeOption{warren.Prefetch(-1)}, warren.ErrInvalidArgument},
+			{"Prefetch(65536)", []warren.ConsumeOption{warren.Prefetch(65536)}, warren.ErrInvalidArgument},
+			{"Prefetch(0), AutoAck", []warren.ConsumeOption{warren.Prefetch(0), warren.AutoAck()}, warren.ErrInvalidArgument},
+			{"ConsumerTag(256 bytes)", []warren.ConsumeOption{warren.ConsumerTag(longName256)}, warren.ErrInvalidArgument},
+			{"Prefetch(1)", []warren.ConsumeOption{warren.Prefetch(1)}, nil},
+			{"Prefetch(65535)", []warren.ConsumeOption{warren.Prefetch(65535)}, nil},
+		}
+		for _, tc := range cases {
+			c, err := q.Consume(t.Context(), tc.opts...)
+			if tc.want == nil {
+				require.NoError(t, err, "Consume(%s)", tc.desc)
+				require.NoError(t, c.Cancel())
+				continue
+			}
+			assert.ErrorIs(t, err, tc.want, "Consume(%s) = %v, want %v", tc.desc, err, tc.want)
+			assert.Nil(t, c)
+			assert.Equal(t, 0, q.ConsumerCount(), "after Consume(%s)", tc.desc)
+		}
+	})
+}
+
+func TestDuplicateConsumerTag(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		other := declare(t, b, "other")
+		for _, first := range [][]warren.ConsumeOption{nil, {warren.AutoAck()}} {
+			c1, err := q.Consume(t.Context(), append(first, warren.ConsumerTag("t"))...)
+			require.NoError(t, err)
+			for _, second := range [][]warren.ConsumeOption{nil, {warren.AutoAck()}} {
+				c2, err := q.Consume(t.Context(), append(second, warren.ConsumerTag("t"))...)
+				assert.ErrorIs(t, err, warren.ErrPreconditionFailed, "Consume(tag t) while t is active = %v, want ErrPreconditionFailed", err)
+				assert.Nil(t, c2)
+				assert.Equal(t, 1, q.ConsumerCount())
+			}
+			assert.NoError(t, c1.Err(), "the first consumer is still active")
+
+			// The tag is per queue.
+			c3, err := other.Consume(t.Context(), warren.ConsumerTag("t"))
+			require.NoError(t, err, "Consume(tag t) on another queue")
+			require.NoError(t, c3.Cancel())
+
+			// A cancelled consumer's tag is free again.
+			require.NoError(t, c1.Cancel())
+			c4, err := q.Consume(t.Context(), warren.ConsumerTag("t"))
+			require.NoError(t, err, "Consume(tag t) after Cancel")
+			assert.Equal(t, "t", c4.Tag())
+			require.NoError(t, c4.Cancel())
+		}
+
+		// So is the tag of a consumer whose context ended.
+		ctx, cancel := context.WithCancel(t.Context())
+		_, err := q.Consume(ctx, warren.ConsumerTag("t"))
+		require.NoError(t, err)
+		cancel()
+		synctest.Wait()
+		c, err := q.Consume(t.Context(), warren.ConsumerTag("t"))
+		require.NoError(t, err, "Consume(tag t) after the context of the first ended")
+		require.NoError(t, c.Cancel())
+	})
+}
+
+func TestDoubleSettle(t *testing.T) {
+	type settle struct {
+		name string
+		f    func(*warren.Delivery) error
+	}
+	settles := []settle{
+		{"Ack", (*warren.Delivery).Ack},
+		{"Nack", (*warren.Delivery).Nack},
+		{"Reject", (*warren.Delivery).Reject},
+	}
+	for _, first := range settles {
+		for _, second := range settles {
+			t.Run(first.name+"/"+second.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					b := newBroker(t)
+					q := declare(t, b, "q")
+					publishN(t, b, q, 2)
+
+					// A Get delivery.
+					d, err := q.Get(t.Context())
+					require.NoError(t, err)
+					require.NoError(t, first.f(d), "first %s", first.name)
+					wantLen := q.Len()
+					err = second.f(d)
+					assert.ErrorIs(t, err, warren.ErrAlreadySettled, "Get delivery: %s after %s = %v, want ErrAlreadySettled", second.name, first.name, err)
+					assert.Equal(t, wantLen, q.Len())
+					assert.Equal(t, 0, q.Unacked())
+					_, err = q.Purge()
+					require.NoError(t, err)
+
+					// A consumer's delivery. Cancel first, so that a nacked message stays ready.
+					publishN(t, b, q, 1)
+					c, err := q.Consume(t.Context(), warren.Prefetch(1))
+					require.NoError(t, err)
+					d = receive(t, c, 1)[0]
+					require.NoError(t, c.Cancel())
+					require.NoError(t, first.f(d), "first %s", first.name)
+					wantLen = q.Len()
+					err = second.f(d)
+					assert.ErrorIs(t, err, warren.ErrAlreadySettled, "consumer delivery: %s after %s = %v, want ErrAlreadySettled", second.name, first.name, err)
+					assert.Equal(t, wantLen, q.Len())
+					assert.Equal(t, 0, q.Unacked())
+				})
+			})
+		}
+	}
+}
+
+// TestSettleReturnedDelivery: a delivery that went back because its owner ended is settled.
+func TestSettleReturnedDelivery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 2)
+
+		gctx, gcancel := context.WithCancel(t.Context())
+		g, err := q.Get(gctx)
+		require.NoError(t, err)
+		cctx, ccancel := context.WithCancel(t.Context())
+		c, err := q.Consume(cctx, warren.Prefetch(1))
+		require.NoError(t, err)
+		d := receive(t, c, 1)[0]
+		gcancel()
+		ccancel()
+		synctest.Wait()
+		require.Equal(t, 2, q.Len())
+		for _, f := range []func() error{g.Ack, g.Nack, g.Reject, d.Ack, d.Nack, d.Reject} {
+			assert.ErrorIs(t, f(), warren.ErrAlreadySettled)
+		}
+		assert.Equal(t, 2, q.Len())
+		assert.Equal(t, 0, q.Unacked())
+		assert.Equal(t, "0* 1*", drain(t, q))
+	})
+}
+
+func TestSettleUnknownDelivery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var zero warren.Delivery
+		var nilD *warren.Delivery
+		for _, f := range []func() error{zero.Ack, zero.Nack, zero.Reject, nilD.Ack, nilD.Nack, nilD.Reject} {
+			assert.ErrorIs(t, f(), warren.ErrUnknownDelivery)
+		}
+
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 3)
+
+		d, err := q.Get(t.Context(), warren.AutoAck())
+		require.NoError(t, err)
+		for _, f := range []func() error{d.Ack, d.Nack, d.Reject} {
+			assert.ErrorIs(t, f(), warren.ErrUnknownDelivery, "settling an AutoAck Get delivery")
+		}
+		assert.Equal(t, 2, q.Len(), "the auto-acked message did not come back")
+		assert.Equal(t, 0, q.Unacked())
+
+		c, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(1))
+		require.NoError(t, err)
+		synctest.Wait()
+		d = <-c.Deliveries()
+		for _, f := range []func() error{d.Ack, d.Nack, d.Reject} {
+			assert.ErrorIs(t, f(), warren.ErrUnknownDelivery, "settling an AutoAck consumer delivery")
+		}
+		for _, f := range []func(uint64) error{c.AckUpTo, c.NackUpTo, c.RejectUpTo} {
+			assert.ErrorIs(t, f(0), warren.ErrUnknownDelivery, "UpTo(0) on an AutoAck consumer")
+			assert.ErrorIs(t, f(d.DeliveryTag), warren.ErrUnknownDelivery, "UpTo(tag) on an AutoAck consumer")
+		}
+		synctest.Wait()
+		require.NoError(t, c.Cancel())
+		assert.Equal(t, 1, q.Len(), "one buffered and unread message went back")
+		assert.Equal(t, 0, q.Unacked())
+	})
+}
+
+func TestUpToUnknownTag(t *testing.T) {
+	ops := []struct {
+		name string
+		f    func(*warren.Consumer, uint64) error
+	}{
+		{"AckUpTo", (*warren.Consumer).AckUpTo},
+		{"NackUpTo", (*warren.Consumer).NackUpTo},
+		{"RejectUpTo", (*warren.Consumer).RejectUpTo},
+	}
+	for _, op := range ops {
+		t.Run(op.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				q := declare(t, b, "q")
+				c, err := q.Consume(t.Context(), warren.Prefetch(4))
+				require.NoError(t, err)
+				other, err := q.Consume(t.Context(), warren.Prefetch(4))
+				require.NoError(t, err)
+				publishN(t, b, q, 6)
+				ds := receive(t, c, 3)                  // tags 1, 2, 3: messages 0, 2, 4
+				require.Len(t, receive(t, other, 3), 3) // tags 1, 2, 3 of the other consumer
+				require.NoError(t, ds[1].Ack())
+
+				for _, tag := range []uint64{ds[1].DeliveryTag, 4, 99} {
+					err := op.f(c, tag)
+					assert.ErrorIs(t, err, warren.ErrUnknownDelivery, "%s(%d) = %v, want ErrUnknownDelivery", op.name, tag, err)
+					assert.Equal(t, 5, q.Unacked(), "nothing settled by %s(%d)", op.name, tag)
+					assert.Equal(t, 0, q.Len())
+				}
+				// Still outstanding, in particular the one below the settled tag.
+				require.NoError(t, ds[0].Ack())
+				require.NoError(t, ds[2].Ack())
+			})
+		})
+	}
+}
+
+// TestUpToBufferedDeliveries: the UpTo methods cover only deliveries the application has
+// received; those still buffered in the channel are not settled by tag 0 and are unknown by
+// their own tag. Settling must not block (dispatch refills the channel) nor let anything acked
+// come back.
+func TestUpToBufferedDeliveries(t *testing.T) {
+	ops := []struct {
+		name string
+		f    func(*warren.Consumer, uint64) error
+	}{
+		{"AckUpTo", (*warren.Consumer).AckUpTo},
+		{"NackUpTo", (*warren.Consumer).NackUpTo},
+		{"RejectUpTo", (*warren.Consumer).RejectUpTo},
+	}
+	for _, op := range ops {
+		t.Run(op.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				q := declare(t, b, "q")
+				c, err := q.Consume(t.Context(), warren.Prefetch(3))
+				require.NoError(t, err)
+				publishN(t, b, q, 5) // 0 1 2 buffered; 3 4 ready
+				receive(t, c, 1)     // 0 received (tag 1); 1 2 buffered (tags 2, 3)
+
+				for _, tag := range []uint64{2, 3} {
+					err := op.f(c, tag)
+					assert.ErrorIs(t, err, warren.ErrUnknownDelivery, "%s(%d) of a buffered delivery = %v, want ErrUnknownDelivery", op.name, tag, err)
+				}
+				assert.Equal(t, 3, q.Unacked(), "nothing settled")
+
+				done := make(chan error, 1)
+				go func() { done <- op.f(c, 0) }()
+				synctest.Wait()
+				select {
+				case err := <-done:
+					require.NoError(t, err, "%s(0)", op.name)
+				default:
+					// Dispatch is sending into the full channel under the queue lock. Read to
+					// let it finish, so that the test can end.
+					t.Errorf("%s(0) with buffered deliveries and more ready blocks", op.name)
+					for range 3 {
+						<-c.Deliveries()
+					}
+					require.NoError(t, <-done)
+					return
+				}
+				// Only 0 was settled; the credit it freed took 3 (or, after a Nack, 0 again
+				// goes back ahead of 3 and is redelivered).
+				rest := picture(receive(t, c, 3))
+				switch op.name {
+				case "NackUpTo":
+					assert.Equal(t, "1 2 0*", rest, "deliveries after %s(0)", op.name)
+				default:
+					assert.Equal(t, "1 2 3", rest, "deliveries after %s(0)", op.name)
+				}
+				require.NoError(t, op.f(c, 0))
+				require.NoError(t, c.Cancel())
+				// After a Nack everything came straight back to c, buffered; Cancel returns what is buffered.
+				want := map[string]int{"AckUpTo": 1, "NackUpTo": 5, "RejectUpTo": 1}[op.name]
+				assert.Equal(t, want, q.Len(), "Len() after %s(0), Cancel", op.name)
+				assert.Equal(t, 0, q.Unacked(), "Unacked() after %s(0), Cancel", op.name)
+			})
+		})
+	}
+}
+
+func TestDeleteQueuePreconditions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+
+		// IfUnused with a push consumer, and with an AutoAck one.
+		for _, opts := range [][]warren.ConsumeOption{nil, {warren.AutoAck()}} {
+			q := declare(t, b, "q")
+			c, err := q.Consume(t.Context(), opts...)
+			require.NoError(t, err)
+			err = b.DeleteQueue("q", warren.IfUnused())
+			assert.ErrorIs(t, err, warren.ErrPreconditionFailed, "DeleteQueue(q, IfUnused) with a consumer = %v, want ErrPreconditionFailed", err)
+			got, err := b.Queue("q")
+			require.NoError(t, err, "the queue still exists")
+			assert.Same(t, q, got)
+			assert.NoError(t, c.Err(), "the consumer is still active")
+			publishN(t, b, q, 1)
+			synctest.Wait()
+			d := <-c.Deliveries()
+			if len(opts) == 0 {
+				require.NoError(t, d.Ack())
+			}
+			require.NoError(t, c.Cancel())
+			require.NoError(t, b.DeleteQueue("q", warren.IfUnused()), "DeleteQueue(q, IfUnused) after Cancel")
+		}
+
+		// IfEmpty with ready messages.
+		q := declare(t, b, "q")
+		publishN(t, b, q, 2)
+		err := b.DeleteQueue("q", warren.IfEmpty())
+		assert.ErrorIs(t, err, warren.ErrPreconditionFailed, "DeleteQueue(q, IfEmpty) with ready messages = %v, want ErrPreconditionFailed", err)
+		err = b.DeleteQueue("q", warren.IfEmpty(), warren.IfUnused())
+		assert.ErrorIs(t, err, warren.ErrPreconditionFailed, "DeleteQueue(q, IfEmpty, IfUnused) with ready messages = %v, want ErrPreconditionFailed", err)
+		assert.Equal(t, 2, q.Len())
+
+		// IfEmpty with only unacknowledged messages succeeds (R6.13).
+		d1, err := q.Get(t.Context())
+		require.NoError(t, err)
+		d2, err := q.Get(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, b.DeleteQueue("q", warren.IfEmpty()), "DeleteQueue(q, IfEmpty) with only unacked messages")
+		_, err = b.Queue("q")
+		assertNotFound(t, "Queue(q) after delete", err)
+		assertNotFound(t, "Ack after delete", d1.Ack())
+		assertNotFound(t, "Nack after delete", d2.Nack())
+
+		// Deleting what does not exist succeeds.
+		assert.NoError(t, b.DeleteQueue("q"), "DeleteQueue(q) again")
+		assert.NoError(t, b.DeleteQueue("never", warren.IfUnused(), warren.IfEmpty()))
+	})
+}
+
+func TestDeleteExchangeErrors(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q")
+	_, err := b.DeclareExchange("x", warren.ExchangeFanout)
+	require.NoError(t, err)
+	require.NoError(t, b.Bind("q", "x", "", nil))
+
+	err = b.DeleteExchange("x", warren.IfUnused())
+	assert.ErrorIs(t, err, warren.ErrPreconditionFailed, "DeleteExchange(x, IfUnused) with a binding = %v, want ErrPreconditionFailed", err)
+	require.NoError(t, b.Publish(t.Context(), "x", "", warren.Message{}, warren.Mandatory()), "the binding still routes")
+	assert.Equal(t, 1, q.Len())
+
+	for _, name := range []string{"", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match", "amq.missing"} {
+		for _, opts := range [][]warren.DeleteOption{nil, {warren.IfUnused()}} {
+			err := b.DeleteExchange(name, opts...)
+			assert.ErrorIs(t, err, warren.ErrAccessRefused, "DeleteExchange(%q) = %v, want ErrAccessRefused", name, err)
+		}
+	}
+	for _, name := range []string{"", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"} {
+		_, err := b.Exchange(name)
+		assert.NoError(t, err, "Exchange(%q) after refused delete", name)
+	}
+	require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{}, warren.Mandatory()), "default exchange still routes")
+
+	assert.NoError(t, b.DeleteExchange("missing"), "DeleteExchange(missing)")
+	assert.NoError(t, b.DeleteExchange("missing", warren.IfUnused()), "DeleteExchange(missing, IfUnused)")
+
+	// Being the destination of an exchange-to-exchange binding does not count as used.
+	_, err = b.DeclareExchange("src", warren.ExchangeFanout)
+	require.NoError(t, err)
+	_, err = b.DeclareExchange("dst", warren.ExchangeFanout)
+	require.NoError(t, err)
+	require.NoError(t, b.BindExchange("dst", "src", "", nil))
+	assert.NoError(t, b.DeleteExchange("dst", warren.IfUnused()), "DeleteExchange(destination only, IfUnused)")
+}
+
+func TestAfterDeleteQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		_, err := b.DeclareExchange("x", warren.ExchangeFanout)
+		require.NoError(t, err)
+		require.NoError(t, b.Bind("q", "x", "", nil))
+		c, err := q.Consume(t.Context(), warren.Prefetch(2))
+		require.NoError(t, err)
+		auto, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(1))
+		require.NoError(t, err)
+		publishN(t, b, q, 6)
+		synctest.Wait()
+		d := receive(t, c, 1)[0] // one received, one buffered
+		g, err := q.Get(t.Context())
+		require.NoError(t, err)
+
+		require.NoError(t, b.DeleteQueue("q"))
+		synctest.Wait()
+
+		_, err = q.Get(t.Context())
+		assertNotFound(t, "Get", err)
+		assert.ErrorIs(t, err, warren.ErrQueueDeleted)
+		_, err = q.Get(t.Context(), warren.AutoAck())
+		assertNotFound(t, "Get(AutoAck)", err)
+		c2, err := q.Consume(t.Context())
+		assertNotFound(t, "Consume", err)
+		assert.Nil(t, c2)
+		_, err = q.Consume(t.Context(), warren.AutoAck())
+		assertNotFound(t, "Consume(AutoAck)", err)
+		n, err := q.Purge()
+		assertNotFound(t, "Purge", err)
+		assert.Equal(t, 0, n)
+		_, err = b.Purge("q")
+		assertNotFound(t, "Broker.Purge", err)
+		_, err = b.Queue("q")
+		assertNotFound(t, "Queue", err)
+		assertNotFound(t, "d.Ack", d.Ack())
+		assertNotFound(t, "d.Nack", d.Nack())
+		assertNotFound(t, "d.Reject", d.Reject())
+		assertNotFound(t, "g.Ack", g.Ack())
+		assertNotFound(t, "g.Nack", g.Nack())
+		assertNotFound(t, "AckUpTo", c.AckUpTo(0))
+		assertNotFound(t, "NackUpTo", c.NackUpTo(d.DeliveryTag))
+		assertNotFound(t, "RejectUpTo", c.RejectUpTo(0))
+		assertNotFound(t, "Recover", c.Recover())
+		err = b.Bind("q", "x", "", nil)
+		assertNotFound(t, "Bind(deleted queue)", err)
+
+		for _, cons := range []*warren.Consumer{c, auto} {
+			err := cons.Err()
+			assert.ErrorIs(t, err, warren.ErrQueueDeleted, "Err() = %v, want ErrQueueDeleted", err)
+			assert.ErrorIs(t, err, warren.ErrNotFound, "Err() = %v, want it to wrap ErrNotFound", err)
+			select {
+			case <-cons.Done():
+			default:
+				t.Errorf("Done() not closed after DeleteQueue")
+			}
+			// Nothing buffered remains; the channel is closed.
+			select {
+			case d, ok := <-cons.Deliveries():
+				assert.False(t, ok, "Deliveries() yielded %v after DeleteQueue, want closed", d)
+			default:
+				t.Errorf("Deliveries() not closed after DeleteQueue")
+			}
+			assert.NoError(t, cons.Cancel(), "Cancel after DeleteQueue")
+			assert.ErrorIs(t, cons.Err(), warren.ErrQueueDeleted, "Err() after Cancel still says why it stopped")
+		}
+		assert.Equal(t, 0, q.Len())
+		assert.Equal(t, 0, q.Unacked())
+		assert.Equal(t, 0, q.ConsumerCount())
+
+		// The binding went with the queue; a new queue of the same name is a different queue.
+		err = b.Publish(t.Context(), "x", "", warren.Message{}, warren.Mandatory())
+		assert.ErrorIs(t, err, warren.ErrUnroutable, "Publish(x) after its only queue was deleted = %v", err)
+		q2 := declare(t, b, "q")
+		assert.NotSame(t, q, q2)
+		publishN(t, b, q2, 1)
+		_, err = q.Get(t.Context())
+		assertNotFound(t, "old handle Get after redeclare", err)
+		assert.Equal(t, 1, q2.Len())
+	})
+}
+
+func TestExchangePublishAfterDelete(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q")
+	x, err := b.DeclareExchange("x", warren.ExchangeFanout)
+	require.NoError(t, err)
+	require.NoError(t, b.Bind("q", "x", "", nil))
+	require.NoError(t, b.DeleteExchange("x"))
+
+	err = x.Publish(t.Context(), "", warren.Message{})
+	assertNotFound(t, "(*Exchange).Publish after delete", err)
+	err = b.Publish(t.Context(), "x", "", warren.Message{})
+	assertNotFound(t, "Publish(x) after delete", err)
+	_, err = b.Exchange("x")
+	assertNotFound(t, "Exchange(x) after delete", err)
+
+	// Redeclared under the same name, the old handle still refers to the deleted exchange.
+	x2, err := b.DeclareExchange("x", warren.ExchangeFanout)
+	require.NoError(t, err)
+	require.NoError(t, b.Bind("q", "x", "", nil))
+	err = x.Publish(t.Context(), "", warren.Message{})
+	assertNotFound(t, "old (*Exchange).Publish after redeclare", err)
+	assert.Equal(t, 0, q.Len())
+	require.NoError(t, x2.Publish(t.Context(), "", warren.Message{}, warren.Mandatory()))
+	assert.Equal(t, 1, q.Len())
+}
+
+func TestAfterClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := warren.New()
+		q := declare(t, b, "q")
+		x, err := b.DeclareExchange("x", warren.ExchangeFanout)
+		require.NoError(t, err)
+		require.NoError(t, b.Bind("q", "x", "", nil))
+		_, err = b.DeclareExchange("y", warren.ExchangeFanout)
+		require.NoError(t, err)
+		c, err := q.Consume(t.Context(), warren.Prefetch(2))
+		require.NoError(t, err)
+		auto, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(1))
+		require.NoError(t, err)
+		publishN(t, b, q, 8)
+		synctest.Wait()
+		d := receive(t, c, 1)[0]
+		g, err := q.Get(t.Context())
+		require.NoError(t, err)
+
+		require.NoError(t, b.Close())
+		require.NoError(t, b.Close(), "second Close")
+
+		calls := []struct {
+			call string
+			f    func() error
+		}{
+			{"DeclareQueue(q)", func() error { _, err := b.DeclareQueue("q"); return err }},
+			{"DeclareQueue(new)", func() error { _, err := b.DeclareQueue("new"); return err }},
+			{`DeclareQueue("")`, func() error { _, err := b.DeclareQueue(""); return err }},
+			{"DeclareExchange(x)", func() error { _, err := b.DeclareExchange("x", warren.ExchangeFanout); return err }},
+			{"DeclareExchange(new)", func() error { _, err := b.DeclareExchange("new", warren.ExchangeDirect); return err }},
+			{"Bind", func() error { return b.Bind("q", "y", "", nil) }},
+			{"Unbind", func() error { return b.Unbind("q", "x", "", nil) }},
+			{"BindExchange", func() error { return b.BindExchange("y", "x", "", nil) }},
+			{"UnbindExchange", func() error { return b.UnbindExchange("y", "x", "", nil) }},
+			{"Publish", func() error { return b.Publish(t.Context(), "", "q", warren.Message{}) }},
+			{"Publish(x)", func() error { return b.Publish(t.Context(), "x", "", warren.Message{}) }},
+			{"Publish(missing)", func() error { return b.Publish(t.Context(), "missing", "", warren.Message{}) }},
+			{"(*Exchange).Publish", func() error { return x.Publish(t.Context(), "", warren.Message{}) }},
+			{"Get", func() error { _, err := q.Get(t.Context()); return err }},
+			{"Get(AutoAck)", func() error { _, err := q.Get(t.Context(), warren.AutoAck()); return err }},
+			{"Consume", func() error { _, err := q.Consume(t.Context()); return err }},
+			{"Consume(AutoAck)", func() error { _, err := q.Consume(t.Context(), warren.AutoAck()); return err }},
+			{"Purge", func() error { _, err := q.Purge(); return err }},
+			{"Broker.Purge", func() error { _, err := b.Purge("q"); return err }},
+			{"DeleteQueue(q)", func() error { return b.DeleteQueue("q") }},
+			{"DeleteQueue(missing)", func() error { return b.DeleteQueue("missing") }},
+			{"DeleteExchange(x)", func() error { return b.DeleteExchange("x") }},
+			{"DeleteExchange(missing)", func() error { return b.DeleteExchange("missing") }},
+			{"Queue(q)", func() error { _, err := b.Queue("q"); return err }},
+			{"Exchange(x)", func() error { _, err := b.Exchange("x"); return err }},
+			{"Exchange(\"\")", func() error { _, err := b.Exchange(""); return err }},
+			{"d.Ack", d.Ack},
+			{"d.Nack", d.Nack},
+			{"d.Reject", d.Reject},
+			{"g.Ack", g.Ack},
+			{"g.Nack", g.Nack},
+			{"g.Reject", g.Reject},
+			{"AckUpTo(0)", func() error { return c.AckUpTo(0) }},
+			{"AckUpTo(tag)", func() error { return c.AckUpTo(d.DeliveryTag) }},
+			{"NackUpTo", func() error { return c.NackUpTo(0) }},
+			{"RejectUpTo", func() error { return c.RejectUpTo(0) }},
+			{"Recover", c.Recover},
+			{"auto.AckUpTo", func() error { return auto.AckUpTo(0) }},
+			{"auto.Recover", auto.Recover},
+		}
+		for _, tc := range calls {
+			err := tc.f()
+			assert.ErrorIs(t, err, warren.ErrClosed, "%s after Close = %v, want ErrClosed", tc.call, err)
+		}
+		for _, tc := range calls {
+			if err := tc.f(); !errors.Is(err, warren.ErrClosed) {
+				t.Errorf("%s after Close, twice = %v, want ErrClosed", tc.call, err)
+			}
+		}
+
+		for _, cons := range []*warren.Consumer{c, auto} {
+			assert.True(t, cons.Err() == warren.ErrClosed, "Err() after Close = %v, want ErrClosed", cons.Err())
+			select {
+			case d, ok := <-cons.Deliveries():
+				assert.False(t, ok, "Deliveries() yielded %v after Close, want closed", d)
+			default:
+				t.Errorf("Deliveries() not closed after Close")
+			}
+			select {
+			case <-cons.Done():
+			default:
+				t.Errorf("Done() not closed after Close")
+			}
+			assert.NoError(t, cons.Cancel(), "Cancel after Close")
+			assert.True(t, cons.Err() == warren.ErrClosed, "Err() after Close and Cancel = %v, want ErrClosed", cons.Err())
+		}
+		require.NoError(t, b.Close(), "third Close")
+	})
+}
+
+// TestDeleteQueueStopsAutoAckConsumers: when DeleteQueue returns, an AutoAck consumer has
+// stopped as a push consumer has (and as after Cancel or Close): Deliveries closed, nothing of
+// the deleted queue left in it. The queue's end returns the feeders to join; DeleteQueue must
+// join them. The feeder's exit races with the caller, so the test repeats.
+func TestDeleteQueueStopsAutoAckConsumers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		const rounds = 100
+		open := 0
+		for range rounds {
+			q := declare(t, b, "q")
+			push, err := q.Consume(t.Context(), warren.Prefetch(1))
+			require.NoError(t, err)
+			auto, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(1))
+			require.NoError(t, err)
+			publishN(t, b, q, 4)
+			synctest.Wait()
+
+			require.NoError(t, b.DeleteQueue("q"))
+			assertStopped(t, push, warren.ErrQueueDeleted)
+			assert.ErrorIs(t, auto.Err(), warren.ErrQueueDeleted)
+			select {
+			case _, ok := <-auto.Deliveries():
+				if ok {
+					open++
+				}
+			default:
+				open++
+			}
+			synctest.Wait()
+		}
+		if open > 0 {
+			t.Errorf("in %d of %d rounds an AutoAck consumer's Deliveries() was not closed when DeleteQueue returned (still buffering a message of the deleted queue, or feeder not yet exited)", open, rounds)
+		}
+	})
+}
