@@ -382,7 +382,7 @@ func closeRacingCalls(t *testing.T, rng *rand.Rand) {
 			}
 			for i := 0; ; i++ {
 				tick()
-				msg := warren.Message{Body: []byte(fmt.Sprint(i))}
+				msg := warren.Message{Body: fmt.Append(nil, i)}
 				if p == 0 {
 					err = x.Publish(t.Context(), "", msg)
 				} else {

@@ -682,8 +682,7 @@ const getDepth = 1 << 16
 //   - chan: a non-blocking receive from a buffered channel refilled the same way.
 func BenchmarkGetAck(b *testing.B) {
 	b.Run("ctx=cancel", func(b *testing.B) {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
+		ctx := b.Context()
 		benchGetAck(b, ctx)
 	})
 	b.Run("ctx=background", func(b *testing.B) { benchGetAck(b, context.Background()) })
