@@ -441,12 +441,11 @@ type Delivery struct {
 	ConsumerTag   string   // the consumer's tag; empty for Get
 	MessageCount  int      // Get only: ready messages left in the queue after this one
 
-	q         *Queue
-	c         *Consumer // nil for Get
-	e         entry     // the message's place in q
-	state     deliveryState
-	owner     context.Context // Get only: the context given to Get, which owns the delivery
-	stopOwner func() bool     // Get only: stops watching owner
+	q     *Queue
+	c     *Consumer // nil for Get
+	e     entry     // the message's place in q
+	state deliveryState
+	get   *getOwner // Get only, and only when the Get's context can end
 }
 
 // Ack acknowledges the delivery: the message is done and leaves the queue (AMQP's basic.ack).
@@ -483,10 +482,17 @@ func (d *Delivery) settle(how settlement) error {
 	return err
 }
 
+// getOwner is the owner of a Get delivery: the context given to Get. Kept apart from Delivery,
+// which every delivery allocates, because only Gets whose context can end need it.
+type getOwner struct {
+	ctx  context.Context // to tell, when a context of the queue's ends, whether it was this one
+	stop func() bool     // stops watching ctx
+}
+
 // stopWatching stops watching a Get delivery's owning context, if it was watched.
 func (d *Delivery) stopWatching() {
-	if d.stopOwner != nil {
-		d.stopOwner()
+	if d.get != nil {
+		d.get.stop()
 	}
 }
 

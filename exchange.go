@@ -497,6 +497,9 @@ func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []Publ
 	if len(key) > maxNameLen {
 		return fmt.Errorf("warren: publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
+	if name == "" && x == nil && msg.Headers == nil {
+		return b.publishDefault(key, msg, cfg)
+	}
 	r := b.routers.Get().(*router)
 	defer func() {
 		r.reset()
@@ -541,6 +544,24 @@ func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []Publ
 	}
 	if routed == 0 && cfg.mandatory {
 		return fmt.Errorf("warren: publish to exchange %q with key %q: %w", name, key, ErrUnroutable)
+	}
+	return nil
+}
+
+// publishDefault is publish's fast path for the commonest case: the default exchange, which
+// routes to the one queue named by the key, with no headers, so no CC or BCC keys.
+func (b *Broker) publishDefault(key string, msg Message, cfg publishConfig) error {
+	b.mu.RLock()
+	q := b.queues[key]
+	closed := b.closed.Load()
+	b.mu.RUnlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case q != nil && q.enqueue(&envelope{msg: msg, routingKey: key}) == nil:
+		return nil
+	case cfg.mandatory:
+		return fmt.Errorf("warren: publish to exchange \"\" with key %q: %w", key, ErrUnroutable)
 	}
 	return nil
 }

@@ -213,16 +213,16 @@ func (q *Queue) newDeliveryLocked(e entry) *Delivery {
 	}
 	d := &q.slab[0]
 	q.slab = q.slab[1:]
-	*d = Delivery{
-		Message:       &e.env.msg,
-		Exchange:      e.env.exchange,
-		RoutingKey:    e.env.routingKey,
-		Redelivered:   e.redelivered,
-		DeliveryCount: int(e.returns),
-		q:             q,
-		e:             e,
-		state:         deliveryOutstanding,
-	}
+	// Field by field rather than *d = Delivery{…}: the slot is fresh zeroed memory, and the
+	// whole-struct copy costs a bulk write barrier over every pointer field during GC.
+	d.Message = &e.env.msg
+	d.Exchange = e.env.exchange
+	d.RoutingKey = e.env.routingKey
+	d.Redelivered = e.redelivered
+	d.DeliveryCount = int(e.returns)
+	d.q = q
+	d.e = e
+	d.state = deliveryOutstanding
 	return d
 }
 
@@ -262,12 +262,11 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 		d.e.env = nil
 	} else {
 		q.unacked++
-		q.gets[d] = struct{}{}
-		d.owner = ctx
 		if ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
-			// Registered under mu so that stopOwner is in place before anyone can settle d;
-			// the callback takes mu itself, on its own goroutine, after ctx ends.
-			d.stopOwner = context.AfterFunc(ctx, q.reap)
+			q.gets[d] = struct{}{}
+			// Registered under mu so that d.get is in place before anyone can settle d; the
+			// callback takes mu itself, on its own goroutine, after ctx ends.
+			d.get = &getOwner{ctx: ctx, stop: context.AfterFunc(ctx, q.reap)}
 		}
 	}
 	q.mu.Unlock()

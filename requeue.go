@@ -115,7 +115,7 @@ func (q *Queue) reap() {
 		ended = append(ended, c)
 	}
 	for d := range q.gets {
-		if d.owner.Err() != nil {
+		if d.get.ctx.Err() != nil {
 			claim(d)
 			delete(q.gets, d)
 		}
