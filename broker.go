@@ -261,7 +261,7 @@ func (b *Broker) DeleteQueue(name string, opts ...DeleteOption) error {
 // Deliveries channels, so that a deletion is complete when it returns.
 func joinFeeders(feeders *[]*Consumer) {
 	for _, c := range *feeders {
-		<-c.feederDone
+		<-c.done
 	}
 }
 

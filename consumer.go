@@ -28,11 +28,12 @@ type Consumer struct {
 	prefetch int
 	autoAck  bool
 	ch       chan *Delivery // capacity = prefetch; push consumers: sent to and closed under q.mu
-	done     chan struct{}  // closed when the consumer stops receiving
+	done     chan struct{}  // closed when the consumer has stopped and its messages are back (see Done)
 
-	// AutoAck consumers only: their feeder goroutine pulls from the queue and sends to ch.
-	wake       chan struct{} // capacity 1; a signal that messages may be ready
-	feederDone chan struct{} // closed when the feeder has exited and closed ch
+	// AutoAck consumers only: their feeder goroutine pulls from the queue and sends to ch. When
+	// halt is closed it puts back what it holds, closes ch and then done, and exits.
+	wake chan struct{} // capacity 1; a signal that messages may be ready
+	halt chan struct{} // closed when the consumer stops
 
 	// owner is the context given to Consume. It is the consumer's owner, AMQP's channel: kept
 	// to tell, when some context of the queue's ends, whether it was this one, and why.
@@ -100,7 +101,7 @@ func (q *Queue) Consume(ctx context.Context, opts ...ConsumeOption) (*Consumer, 
 	c.stopCtx = context.AfterFunc(ctx, q.reap)
 	if c.autoAck {
 		c.wake = make(chan struct{}, 1)
-		c.feederDone = make(chan struct{})
+		c.halt = make(chan struct{})
 		q.feeders = append(q.feeders, c)
 		// Started under mu: Broker.Close ends this queue under mu before it waits for
 		// feeders, so the goroutine is either counted before that wait or never started.
@@ -172,12 +173,17 @@ func (c *Consumer) Cancel() error {
 	return nil
 }
 
-// closeDoneLocked closes done, once.
+// closeDoneLocked closes done, once; for an AutoAck consumer it tells the feeder to stop, and
+// the feeder closes done once it has put its messages back.
 func (c *Consumer) closeDoneLocked() {
+	ch := c.done
+	if c.autoAck {
+		ch = c.halt
+	}
 	select {
-	case <-c.done:
+	case <-ch:
 	default:
-		close(c.done)
+		close(ch)
 	}
 }
 
@@ -185,7 +191,7 @@ func (c *Consumer) closeDoneLocked() {
 // deletes an auto-delete queue whose last consumer this was.
 func (c *Consumer) afterStop(autoDelete bool) {
 	if c.autoAck {
-		<-c.feederDone
+		<-c.done // the feeder has put its messages back and closed Deliveries
 	}
 	if autoDelete {
 		c.q.b.autoDeleteQueue(c.q)
@@ -311,8 +317,8 @@ func (c *Consumer) wakeLocked() {
 // consumer stops goes back to its place unchanged.
 func (c *Consumer) feed() {
 	q := c.q
-	defer close(c.feederDone)
-	for {
+	var held *Delivery // taken from the queue when halt came, never sent
+	for held == nil {
 		q.mu.Lock()
 		if c.stopped {
 			q.mu.Unlock()
@@ -330,7 +336,7 @@ func (c *Consumer) feed() {
 			q.mu.Unlock()
 			select {
 			case <-c.wake:
-			case <-c.done:
+			case <-c.halt:
 			}
 			continue
 		}
@@ -342,17 +348,21 @@ func (c *Consumer) feed() {
 		q.mu.Unlock()
 		select {
 		case c.ch <- d:
-		case <-c.done:
-			q.mu.Lock()
-			q.restoreLocked(d.e)
-			q.mu.Unlock()
+		case <-c.halt:
+			held = d
 		}
 	}
+	// One critical section: what the feeder held and what is buffered go back together,
+	// before anything is dispatched.
 	q.mu.Lock()
+	if held != nil {
+		q.restoreLocked(held.e)
+	}
 	c.drainLocked()
 	q.dispatchLocked()
 	q.mu.Unlock()
 	close(c.ch)
+	close(c.done)
 }
 
 // AckUpTo acknowledges every outstanding delivery of this consumer with a tag up to and

@@ -4,21 +4,28 @@ package warren_test
 // dispatch and requeue semantics of one warren queue, and a driver runs the same operation
 // sequence against both, comparing after every step. TestModel draws the sequences from a seeded
 // math/rand/v2 source; FuzzModel decodes them from the fuzzer's bytes. Each sequence runs in its
-// own synctest bubble, so that the asynchronous context-end handling is settled with
-// synctest.Wait after every step.
+// own synctest bubble, so that the asynchronous parts — context-end handling, an AutoAck
+// consumer's feeder — are settled with synctest.Wait after every step.
 //
-// Not modelled: AutoAck consumers (their feeder goroutines race each other for messages, so
-// several of them make the outcome scheduling-dependent), queue deletion and broker Close.
+// Contexts are first-class: the driver keeps a pool of them, and a Consume or Get takes a fresh
+// one, a live one already owning consumers and Gets (several consumers, and Gets, then share
+// it), or an ended one (the call fails with its error). Ending a context returns everything it
+// owns at once, smallest sequence id first, followed by a single dispatch; ending one that owns
+// nothing on the queue changes nothing.
 //
-// Two restrictions keep every sequence deterministic or inside the documented semantics; both
-// are noted in the op history when they apply:
-//   - An UpTo never covers a delivery that is still buffered unread in the consumer's channel
-//     (tag 0 becomes the highest received tag): the library mishandles that case, see
-//     TestBugUpToSettlesBuffered.
-//   - The long-lived Get context is ended only when at most one Get it owns is outstanding or no
-//     consumer has credit: each Get delivery returns through its own AfterFunc goroutine, so with
-//     several returns and a consumer with credit the dispatch order is up to the scheduler, see
-//     TestGetContextEndOrder.
+// AutoAck consumers are modelled one at a time and never together with an active push
+// consumer: the feeder takes one message at a time outside the queue lock, so after
+// synctest.Wait it is parked either waiting for a wake-up (nothing ready) or on a send into its
+// full channel while holding one more message taken from the queue (refConsumer.feeding). With
+// push consumers beside it, the stop of a feeder returns its messages in two steps (what it
+// holds, then what is buffered, each possibly followed by another goroutine's dispatch), so the
+// outcome would depend on the scheduler; a Consume that would break this rule is skipped and
+// noted in the history.
+//
+// Some sequences end with DeleteQueue (possibly IfUnused/IfEmpty, which may fail and let the
+// sequence go on) or Broker.Close, followed by more operations: every later call must fail with
+// the queue's end error (ErrQueueDeleted, which wraps ErrNotFound, or ErrClosed), consumers
+// stop with it, and Deliveries channels close.
 
 import (
 	"context"
@@ -66,7 +73,8 @@ const (
 	refOutstanding refState = iota // buffered or received, not settled
 	refSettled                     // acked, nacked or rejected
 	refReturned                    // went back to the queue (owner ended, Recover, Cancel)
-	refAutoAcked                   // Get with AutoAck
+	refAutoAcked                   // Get with AutoAck, or a delivery of an AutoAck consumer
+	refDiscarded                   // outstanding when the queue was deleted or the broker closed
 )
 
 // refDelivery is one delivery in the reference queue.
@@ -84,29 +92,52 @@ type refConsumer struct {
 	idx      int
 	tag      string
 	prefetch int
-	active   bool           // in the dispatch list: neither cancelled nor context-ended
+	autoAck  bool
+	ctx      int            // index of the owning context
+	active   bool           // receiving: not cancelled, its context not ended, the queue not ended
 	ended    bool           // its context ended
 	stopErr  error          // what Err reports once it is not active
 	buffered []*refDelivery // in the channel, not received, in tag order
-	held     []*refDelivery // received and outstanding, in tag order
+	held     []*refDelivery // push only: received and outstanding, in tag order
+	feeding  *refDelivery   // AutoAck only: taken from the queue, waiting for room in the channel
 	nextTag  uint64         // last tag issued
 }
 
-func (c *refConsumer) outstanding() int { return len(c.buffered) + len(c.held) }
+// outstanding is what counts against the consumer's prefetch and towards Unacked.
+func (c *refConsumer) outstanding() int {
+	if c.autoAck {
+		return 0
+	}
+	return len(c.buffered) + len(c.held)
+}
 
 // refQueue is the reference queue: a slice of ready messages sorted by seq with linear scans,
-// consumers in registration order with a round-robin cursor, and the outstanding Gets.
+// push consumers in registration order with a round-robin cursor, at most one AutoAck consumer,
+// and the outstanding Gets.
 type refQueue struct {
 	ready   []refMsg
 	nextSeq uint64
 	all     []*refConsumer // every consumer ever registered, by index
-	active  []*refConsumer // registration order
+	active  []*refConsumer // active push consumers, registration order
+	feeder  *refConsumer   // the active AutoAck consumer, if any
 	cursor  int
 	getTag  uint64
 	gets    []*refDelivery // outstanding Gets
+	endErr  error          // the queue ended: warren.ErrQueueDeleted or warren.ErrClosed
+	closed  bool           // the broker closed: calls fail with ErrClosed, even if deleted before
+	pushed  int            // deliveries dispatched to push consumers, for the statistics
 }
 
 func newRefQueue() *refQueue { return &refQueue{nextSeq: 1} }
+
+// err is what calls on the ended queue, its consumers and its deliveries fail with: ErrClosed
+// once the broker closed, even if the queue was deleted before; else the deletion error.
+func (r *refQueue) err() error {
+	if r.closed {
+		return warren.ErrClosed
+	}
+	return r.endErr
+}
 
 // insert puts m back at its seq's position.
 func (r *refQueue) insert(m refMsg) {
@@ -141,6 +172,8 @@ func (r *refQueue) popHead() refMsg {
 	return m
 }
 
+// dispatch hands ready messages to push consumers with credit, round-robin. An AutoAck
+// consumer's feeder takes its messages in feed, after the step.
 func (r *refQueue) dispatch() {
 	misses := 0
 	for len(r.ready) > 0 && misses < len(r.active) {
@@ -156,30 +189,75 @@ func (r *refQueue) dispatch() {
 		c.nextTag++
 		c.buffered = append(c.buffered, &refDelivery{msg: r.popHead(), tag: c.nextTag, consumer: c.idx, owner: -1})
 		misses = 0
+		r.pushed++
 	}
 }
 
+// feed runs the AutoAck consumer's feeder until it parks: it takes the head of the queue (and
+// a tag) whenever it holds nothing, and moves what it holds into the channel while there is
+// room.
+func (r *refQueue) feed() {
+	c := r.feeder
+	if c == nil {
+		return
+	}
+	for {
+		switch {
+		case c.feeding != nil && len(c.buffered) < c.prefetch:
+			c.buffered = append(c.buffered, c.feeding)
+			c.feeding = nil
+		case c.feeding == nil && len(r.ready) > 0:
+			c.nextTag++
+			c.feeding = &refDelivery{msg: r.popHead(), tag: c.nextTag, consumer: c.idx, owner: -1, state: refAutoAcked}
+		default:
+			return
+		}
+	}
+}
+
+// deactivate stops c receiving: what is buffered in its channel or held by its feeder goes back
+// unchanged. The caller dispatches.
 func (r *refQueue) deactivate(c *refConsumer, reason error) {
 	for _, d := range c.buffered {
 		r.restore(d)
 	}
 	c.buffered = nil
-	i := slices.Index(r.active, c)
-	if i < r.cursor {
-		r.cursor--
+	if c.feeding != nil {
+		r.restore(c.feeding)
+		c.feeding = nil
 	}
-	r.active = slices.Delete(r.active, i, i+1)
+	if c.autoAck {
+		r.feeder = nil
+	} else {
+		i := slices.Index(r.active, c)
+		if i < r.cursor {
+			r.cursor--
+		}
+		r.active = slices.Delete(r.active, i, i+1)
+	}
 	c.active = false
 	c.stopErr = reason
 }
 
-func (r *refQueue) publish(id int) {
+// publish is Publish to the queue through the default exchange.
+func (r *refQueue) publish(id int) error {
+	switch {
+	case r.closed:
+		return warren.ErrClosed
+	case r.endErr != nil:
+		return nil // the queue is gone: routed nowhere, dropped
+	}
 	r.ready = append(r.ready, refMsg{id: id, seq: r.nextSeq})
 	r.nextSeq++
 	r.dispatch()
+	return nil
 }
 
+// get is Get with a live owner context.
 func (r *refQueue) get(owner int, autoAck bool) (*refDelivery, error) {
+	if r.endErr != nil {
+		return nil, r.err()
+	}
 	if len(r.ready) == 0 {
 		return nil, warren.ErrEmpty
 	}
@@ -194,20 +272,38 @@ func (r *refQueue) get(owner int, autoAck bool) (*refDelivery, error) {
 	return d, nil
 }
 
-func (r *refQueue) consume(prefetch int, tag string) (*refConsumer, error) {
-	if prefetch < 1 {
-		return nil, warren.ErrInvalidArgument
+// consumeErr is what Consume with a live context fails with, if it fails.
+func (r *refQueue) consumeErr(prefetch int, tag string) error {
+	switch {
+	case prefetch < 1:
+		return warren.ErrInvalidArgument
+	case r.endErr != nil:
+		return r.err()
+	case r.feeder != nil && r.feeder.tag == tag:
+		return warren.ErrPreconditionFailed
+	case slices.ContainsFunc(r.active, func(c *refConsumer) bool { return c.tag == tag }):
+		return warren.ErrPreconditionFailed
 	}
-	for _, c := range r.active {
-		if c.tag == tag {
-			return nil, warren.ErrPreconditionFailed
-		}
-	}
-	c := &refConsumer{idx: len(r.all), tag: tag, prefetch: prefetch, active: true}
+	return nil
+}
+
+// consume registers a consumer; consumeErr must have said yes.
+func (r *refQueue) consume(prefetch int, tag string, autoAck bool, ctx int) *refConsumer {
+	c := &refConsumer{idx: len(r.all), tag: tag, prefetch: prefetch, autoAck: autoAck, ctx: ctx, active: true}
 	r.all = append(r.all, c)
+	if autoAck {
+		if r.feeder != nil || len(r.active) > 0 {
+			panic("refQueue: an AutoAck consumer beside another active consumer is not modelled")
+		}
+		r.feeder = c
+		return c
+	}
+	if r.feeder != nil {
+		panic("refQueue: a push consumer beside an AutoAck consumer is not modelled")
+	}
 	r.active = append(r.active, c)
 	r.dispatch()
-	return c, nil
+	return c
 }
 
 // receive takes the next buffered delivery of c; with none, open says whether the channel is
@@ -218,7 +314,9 @@ func (r *refQueue) receive(c *refConsumer) (d *refDelivery, open bool) {
 	}
 	d = c.buffered[0]
 	c.buffered = c.buffered[1:]
-	c.held = append(c.held, d)
+	if !c.autoAck {
+		c.held = append(c.held, d)
+	}
 	return d, true
 }
 
@@ -250,6 +348,9 @@ func (r *refQueue) settleOne(d *refDelivery, how refHow) {
 }
 
 func (r *refQueue) settle(d *refDelivery, how refHow) error {
+	if r.endErr != nil {
+		return r.err()
+	}
 	switch d.state {
 	case refAutoAcked:
 		return warren.ErrUnknownDelivery
@@ -261,18 +362,17 @@ func (r *refQueue) settle(d *refDelivery, how refHow) error {
 	return nil
 }
 
-// upTo settles c's received deliveries with a tag up to tag (0: all). The driver never names
-// a tag that would cover a buffered delivery (see TestBugUpToSettlesBuffered), so this model
-// only settles received ones and panics if asked otherwise.
+// upTo settles c's received deliveries with a tag up to tag (0: all received). A tag that is
+// not received and outstanding — never issued, settled, returned, or still buffered unread —
+// settles nothing and fails with ErrUnknownDelivery.
 func (r *refQueue) upTo(c *refConsumer, tag uint64, how refHow) error {
-	if tag != 0 && !slices.ContainsFunc(c.held, func(d *refDelivery) bool { return d.tag == tag }) {
-		if slices.ContainsFunc(c.buffered, func(d *refDelivery) bool { return d.tag == tag }) {
-			panic("refQueue: UpTo naming a buffered delivery is not modelled")
-		}
+	switch {
+	case r.endErr != nil:
+		return r.err()
+	case c.autoAck:
 		return warren.ErrUnknownDelivery
-	}
-	if tag == 0 && len(c.buffered) > 0 {
-		panic("refQueue: UpTo(0) with buffered deliveries is not modelled")
+	case tag != 0 && !slices.ContainsFunc(c.held, func(d *refDelivery) bool { return d.tag == tag }):
+		return warren.ErrUnknownDelivery
 	}
 	for _, d := range slices.Clone(c.held) {
 		if tag == 0 || d.tag <= tag {
@@ -291,24 +391,46 @@ func (r *refQueue) cancel(c *refConsumer) {
 	r.dispatch()
 }
 
-func (r *refQueue) endConsumer(c *refConsumer) {
-	if c.ended {
-		return
+// endContext is the end of context i: every consumer it owns stops (buffered and feeder-held
+// messages back unchanged) and every delivery it owns, received from one of those consumers or
+// got, comes back redelivered; then one dispatch. It returns how many deliveries came back
+// redelivered and how many consumers stopped.
+func (r *refQueue) endContext(i int) (returned, stopped int) {
+	if r.endErr != nil {
+		return 0, 0
 	}
-	c.ended = true
-	if c.active {
-		r.deactivate(c, context.Canceled)
+	for _, c := range r.all {
+		if c.ctx != i || c.ended {
+			continue
+		}
+		c.ended = true
+		if c.active {
+			r.deactivate(c, context.Canceled)
+			stopped++
+		}
+		for _, d := range c.held {
+			r.giveBack(d)
+			returned++
+		}
+		c.held = nil
 	}
-	for _, d := range c.held {
-		r.giveBack(d)
+	for _, d := range slices.Clone(r.gets) {
+		if d.owner == i {
+			r.gets = slices.DeleteFunc(r.gets, func(x *refDelivery) bool { return x == d })
+			r.giveBack(d)
+			returned++
+		}
 	}
-	c.held = nil
 	r.dispatch()
+	return returned, stopped
 }
 
-func (r *refQueue) recover(c *refConsumer) {
-	if c.ended {
-		return
+func (r *refQueue) recover(c *refConsumer) error {
+	if r.endErr != nil {
+		return r.err()
+	}
+	if c.autoAck || c.ended {
+		return nil
 	}
 	for _, d := range c.buffered {
 		r.restore(d)
@@ -319,24 +441,65 @@ func (r *refQueue) recover(c *refConsumer) {
 	}
 	c.held = nil
 	r.dispatch()
+	return nil
 }
 
-// endOwner returns the outstanding Gets owned by owner, one after another, each followed by a
-// dispatch, as the library's per-delivery AfterFuncs do.
-func (r *refQueue) endOwner(owner int) {
-	for _, d := range slices.Clone(r.gets) {
-		if d.owner == owner {
-			r.gets = slices.DeleteFunc(r.gets, func(x *refDelivery) bool { return x == d })
-			r.giveBack(d)
-			r.dispatch()
-		}
+func (r *refQueue) purge() (int, error) {
+	if r.endErr != nil {
+		return 0, r.err()
 	}
-}
-
-func (r *refQueue) purge() int {
 	n := len(r.ready)
 	r.ready = nil
-	return n
+	return n, nil
+}
+
+// deleteQueue is Broker.DeleteQueue of the queue.
+func (r *refQueue) deleteQueue(ifUnused, ifEmpty bool) error {
+	switch {
+	case r.closed:
+		return warren.ErrClosed
+	case r.endErr != nil:
+		return nil // deleting a queue that does not exist succeeds
+	case ifUnused && (len(r.active) > 0 || r.feeder != nil):
+		return warren.ErrPreconditionFailed
+	case ifEmpty && len(r.ready) > 0:
+		return warren.ErrPreconditionFailed
+	}
+	r.end(warren.ErrQueueDeleted)
+	return nil
+}
+
+// closeBroker is Broker.Close.
+func (r *refQueue) closeBroker() {
+	r.closed = true
+	r.end(warren.ErrClosed)
+}
+
+// end ends the queue: active consumers stop with err, everything is discarded, and every later
+// call on the queue, its consumers and its deliveries fails with err.
+func (r *refQueue) end(err error) {
+	if r.endErr != nil {
+		return
+	}
+	r.endErr = err
+	discard := func(ds []*refDelivery) {
+		for _, d := range ds {
+			d.state = refDiscarded
+		}
+	}
+	for _, c := range r.all {
+		if c.active {
+			c.active = false
+			c.stopErr = err
+		}
+		if !c.autoAck {
+			discard(c.buffered)
+			discard(c.held)
+		}
+		c.buffered, c.held, c.feeding = nil, nil, nil
+	}
+	discard(r.gets)
+	r.ready, r.active, r.feeder, r.gets = nil, nil, nil, nil
 }
 
 func (r *refQueue) unacked() int {
@@ -347,10 +510,10 @@ func (r *refQueue) unacked() int {
 	return n
 }
 
-func (r *refQueue) freeCredit() int {
-	n := 0
-	for _, c := range r.active {
-		n += c.prefetch - c.outstanding()
+func (r *refQueue) consumerCount() int {
+	n := len(r.active)
+	if r.feeder != nil {
+		n++
 	}
 	return n
 }
@@ -360,7 +523,11 @@ func (r *refQueue) picture() string {
 	for i, m := range r.ready {
 		s[i] = m.String()
 	}
-	return "[" + strings.Join(s, " ") + "]"
+	p := "[" + strings.Join(s, " ") + "]"
+	if c := r.feeder; c != nil && c.feeding != nil {
+		p += fmt.Sprintf(" (feeder of %s holds #%d %v)", consName(c), c.feeding.tag, c.feeding.msg)
+	}
+	return p
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -368,24 +535,34 @@ func (r *refQueue) picture() string {
 
 type modelOpKind uint8
 
+// Context choices (ctxFor): x%8 < 4 a fresh context; 4, 5 a live one owning an active consumer
+// (if any), 6 any live one, the sel-th newest (shared with whatever it owns); 7 an ended one
+// (the call fails).
 const (
 	mopPublish     modelOpKind = iota
-	mopGet                     // a%4: 0,1 per-op owner (b%32 == 1: already done); 2 long-lived owner; 3 AutoAck
-	mopConsume                 // a: prefetch (a%16 == 0: invalid 0); b%8 == 0: reuse an earlier tag; b%32 == 1: ctx done
+	mopGet                     // a%4 == 3: AutoAck; b%8: context choice, b/8: which
+	mopConsume                 // a: prefetch 1+a%4 (a%16 == 0: invalid 0), a/16%4 == 3 AutoAck; b%8: context choice; b/8%4: tag (0 an inactive consumer's, 1 any earlier one, else fresh); b/32: which
 	mopReceive                 // a: consumer; b: 1+b%4 receives
 	mopSettle                  // a%4 == 0: the newest held delivery but a consumer's oldest, else a,b: any; b%3: how
-	mopUpTo                    // a: consumer; b%3: how; b/3%8: 0,1 tag 0, 7 not outstanding, else held
+	mopUpTo                    // a: consumer; b%3: how; b/3%8: 0 tag 0, 1 a buffered tag, 7 not outstanding, else a received tag; b/24: which
 	mopSettleAgain             // a,b: a delivery no longer outstanding (a%16 == 0: zero Delivery)
 	mopCancel                  // a: consumer
-	mopEndConsumer             // a: consumer
-	mopEndOwner                // a: a Get context
+	mopEndConsumer             // a: consumer; ends its context, with all else that context owns
+	mopEndContext              // a%8 == 0: a fresh context, owning nothing; else a live one, the a/8-th newest
 	mopRecover                 // a: consumer
 	mopPurge
-	numModelOps
+	numRegularOps
+)
+
+// Terminal operations: generated at the end of some random sequences; in fuzz input, the kind
+// bytes 252..255. Later operations check that everything fails as it should.
+const (
+	mopDeleteQueue = numRegularOps + iota // a%4: 1 IfUnused, 2 IfEmpty, 3 both
+	mopClose
 )
 
 var modelOpNames = [...]string{"publish", "get", "consume", "receive", "settle", "upto", "settle-again",
-	"cancel", "end-consumer", "end-owner", "recover", "purge"}
+	"cancel", "end-consumer", "end-context", "recover", "purge", "delete-queue", "close"}
 
 func (k modelOpKind) String() string { return modelOpNames[k] }
 
@@ -395,29 +572,40 @@ type modelOp struct {
 	a, b uint8
 }
 
-// randomModelOps returns n operations with per-sequence jittered weights. One sequence in sixteen
-// hoards: three times as long, two consumers that do not end, and it settles the newest
-// delivery, so that each consumer's oldest delivery stays outstanding while many later ones are
-// settled (a consumer's bookkeeping compacts after 64).
+// randomModelOps returns n operations with per-sequence jittered weights, and in one sequence
+// in four a terminal operation (DeleteQueue or Close) followed by a tail of n/16 more, possibly
+// repeated (Close after DeleteQueue, a DeleteQueue that failed its condition). One
+// sequence in four may create AutoAck consumers (in the others, Consume is always push); one in
+// three publishes less than it settles, so that consumers wait with credit. One
+// sequence in sixteen hoards: three times as long, two consumers that do not end, and it
+// settles the newest delivery, so that each consumer's oldest delivery stays outstanding while
+// many later ones are settled (a consumer's bookkeeping compacts after 64).
 func randomModelOps(rng *rand.Rand, n int) []modelOp {
-	base := [numModelOps]int{
-		mopPublish: 20, mopGet: 6, mopConsume: 4, mopReceive: 18, mopSettle: 16, mopUpTo: 6,
-		mopSettleAgain: 3, mopCancel: 3, mopEndConsumer: 3, mopEndOwner: 3, mopRecover: 3, mopPurge: 1,
+	base := [numRegularOps]int{
+		mopPublish: 20, mopGet: 6, mopConsume: 8, mopReceive: 18, mopSettle: 16, mopUpTo: 6,
+		mopSettleAgain: 3, mopCancel: 3, mopEndConsumer: 3, mopEndContext: 3, mopRecover: 3, mopPurge: 1,
 	}
 	var ops []modelOp
 	hoard := rng.IntN(16) == 0
+	autoAck := !hoard && rng.IntN(4) == 0
+	if rng.IntN(3) == 0 {
+		// Starved: the queue is mostly empty and consumers have credit, so that what comes
+		// back (a Nack, a context end) is dispatched at once.
+		base[mopPublish] = 8
+	}
 	if hoard {
 		n *= 3
-		base = [numModelOps]int{mopPublish: 10, mopGet: 1, mopReceive: 10, mopSettle: 10, mopSettleAgain: 1}
-		ops = []modelOp{{kind: mopConsume, a: 3, b: 2}, {kind: mopConsume, a: 2, b: 2}} // prefetch 4 and 3
+		base = [numRegularOps]int{mopPublish: 10, mopGet: 1, mopReceive: 10, mopSettle: 10, mopSettleAgain: 1}
+		// Prefetch 4 and 3, push, fresh contexts and tags.
+		ops = []modelOp{{kind: mopConsume, a: 3, b: 16}, {kind: mopConsume, a: 2, b: 16}}
 	}
-	var w [numModelOps]int
+	var w [numRegularOps]int
 	total := 0
 	for k := range w {
 		w[k] = base[k] * (1 + rng.IntN(3))
 		total += w[k]
 	}
-	for len(ops) < n {
+	draw := func() modelOp {
 		x := rng.IntN(total)
 		k := modelOpKind(0)
 		for x >= w[k] {
@@ -425,20 +613,43 @@ func randomModelOps(rng *rand.Rand, n int) []modelOp {
 			k++
 		}
 		o := modelOp{kind: k, a: uint8(rng.Uint32()), b: uint8(rng.Uint32())}
-		if hoard && k == mopSettle {
+		switch {
+		case hoard && k == mopSettle:
 			o.a &^= 3 // the newest delivery
+		case k == mopConsume && autoAck && rng.IntN(2) == 0:
+			o.a |= 0x30
+		case k == mopConsume && !autoAck && o.a/16%4 == 3:
+			o.a &^= 0x10
 		}
-		ops = append(ops, o)
+		return o
+	}
+	for len(ops) < n {
+		ops = append(ops, draw())
+	}
+	for terminal := rng.IntN(4) == 0; terminal; terminal = rng.IntN(3) == 0 {
+		ops = append(ops, modelOp{kind: mopDeleteQueue + modelOpKind(rng.IntN(2)), a: uint8(rng.Uint32())})
+		for range n / 16 {
+			ops = append(ops, draw())
+		}
 	}
 	return ops
 }
 
-// decodeModelOps reads three bytes per operation: kind, a, b.
+// decodeModelOps reads three bytes per operation: kind, a, b. Kind bytes 252 and 253 are
+// DeleteQueue, 254 and 255 Close, the others regular operations, evenly.
 func decodeModelOps(data []byte) []modelOp {
 	const maxOps = 1000
 	var ops []modelOp
 	for i := 0; i < len(data) && len(ops) < maxOps; i += 3 {
-		o := modelOp{kind: modelOpKind(data[i] % byte(numModelOps))}
+		var o modelOp
+		switch k := data[i]; {
+		case k >= 254:
+			o.kind = mopClose
+		case k >= 252:
+			o.kind = mopDeleteQueue
+		default:
+			o.kind = modelOpKind(k % byte(numRegularOps))
+		}
 		if i+1 < len(data) {
 			o.a = data[i+1]
 		}
@@ -450,19 +661,54 @@ func decodeModelOps(data []byte) []modelOp {
 	return ops
 }
 
+// encodeModelOps is the inverse of decodeModelOps.
+func encodeModelOps(ops ...modelOp) []byte {
+	var b []byte
+	for _, o := range ops {
+		k := byte(o.kind)
+		switch o.kind {
+		case mopDeleteQueue:
+			k = 252
+		case mopClose:
+			k = 254
+		}
+		b = append(b, k, o.a, o.b)
+	}
+	return b
+}
+
 // ---------------------------------------------------------------------------------------------
 // The driver.
 
-type modelRealConsumer struct {
-	c      *warren.Consumer
-	cancel context.CancelFunc
-}
-
-type modelGetOwner struct {
+// modelCtx is one context of the pool: consumers and Gets own their deliveries through it.
+type modelCtx struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	long   bool
 	ended  bool
+}
+
+// modelStats counts, over TestModel's sequences, how often the cases that are easy to miss
+// came up, so that a change to the generator that stops reaching them shows in the log.
+type modelStats struct {
+	upToBuffered   int // UpTo naming a buffered, unread tag
+	upTo0Buffered  int // UpTo(0) with both received and buffered deliveries
+	sharedEnds     int // a context end that returned the holdings of several owners
+	sharedDispatch int // ... and then dispatched some of them
+	emptyEnds      int // a context end that owned nothing
+	tagReuse       int // Consume reusing the tag of a stopped consumer
+	autoAckRecv    int // deliveries received from an AutoAck consumer
+	feederHolds    int // steps after which a feeder held a message beside its full channel
+	skipped        int // Consumes skipped: AutoAck beside another consumer
+	deletes        int // DeleteQueue that deleted the queue
+	closes         int // Close
+	failedDeletes  int // DeleteQueue IfUnused/IfEmpty that failed
+}
+
+func (s *modelStats) String() string {
+	return fmt.Sprintf("UpTo buffered tag %d, UpTo(0) beside buffered %d, shared context ends %d (dispatching %d), "+
+		"empty context ends %d, tag reuses %d, AutoAck receives %d, feeder holding %d, skipped consumes %d, "+
+		"deletes %d (failed %d), closes %d", s.upToBuffered, s.upTo0Buffered, s.sharedEnds, s.sharedDispatch,
+		s.emptyEnds, s.tagReuse, s.autoAckRecv, s.feederHolds, s.skipped, s.deletes, s.failedDeletes, s.closes)
 }
 
 type seenDelivery struct {
@@ -476,18 +722,21 @@ type modelHarness struct {
 	b       *warren.Broker
 	q       *warren.Queue
 	m       *refQueue
-	cons    []modelRealConsumer // by refConsumer.idx
-	owners  []*modelGetOwner    // by refDelivery.owner
-	long    int                 // index of the live long-lived owner, or -1
-	seen    []seenDelivery      // every delivery received or got, in order
+	stats   *modelStats
+	cons    []*warren.Consumer // by refConsumer.idx
+	ctxs    []*modelCtx        // by refConsumer.ctx and refDelivery.owner
+	seen    []seenDelivery     // every delivery received or got, in order
 	nextID  int
 	step    int
 	cur     string   // the current op
 	history []string // one line per op, with what it returned
 }
 
-func newModelHarness(t *testing.T, label string) *modelHarness {
-	h := &modelHarness{t: t, label: label, b: newBroker(t), m: newRefQueue(), long: -1}
+func newModelHarness(t *testing.T, label string, stats *modelStats) *modelHarness {
+	if stats == nil {
+		stats = new(modelStats)
+	}
+	h := &modelHarness{t: t, label: label, b: newBroker(t), m: newRefQueue(), stats: stats}
 	h.q = declare(t, h.b, "q")
 	return h
 }
@@ -559,13 +808,30 @@ func (h *modelHarness) check() {
 	if got, want := h.q.Unacked(), h.m.unacked(); got != want {
 		h.fail("q.Unacked() = %d, want %d", got, want)
 	}
-	if got, want := h.q.ConsumerCount(), len(h.m.active); got != want {
+	if got, want := h.q.ConsumerCount(), h.m.consumerCount(); got != want {
 		h.fail("q.ConsumerCount() = %d, want %d", got, want)
 	}
 	for i, rc := range h.m.all {
-		c := h.cons[i].c
+		c := h.cons[i]
 		if got, want := len(c.Deliveries()), len(rc.buffered); got != want {
 			h.fail("consumer %s: len(Deliveries()) = %d, want %d", consName(rc), got, want)
+		}
+		if len(rc.buffered) == 0 {
+			// Nothing to take: an active consumer's channel is open and empty (the feeder of an
+			// AutoAck one is parked), a stopped one's closed.
+			select {
+			case d, ok := <-c.Deliveries():
+				switch {
+				case ok:
+					h.fail("consumer %s: received %s #%d, want nothing buffered", consName(rc), d.Message.Body, d.DeliveryTag)
+				case rc.active:
+					h.fail("consumer %s: Deliveries() closed, want it open", consName(rc))
+				}
+			default:
+				if !rc.active {
+					h.fail("consumer %s: Deliveries() open, want it closed", consName(rc))
+				}
+			}
 		}
 		var wantErr error
 		if !rc.active {
@@ -606,6 +872,129 @@ func (h *modelHarness) pickConsumer(a uint8) *refConsumer {
 	return h.m.all[int(a)%len(h.m.all)]
 }
 
+// newCtx adds a fresh context to the pool.
+func (h *modelHarness) newCtx() int {
+	ctx, cancel := context.WithCancel(h.t.Context())
+	h.ctxs = append(h.ctxs, &modelCtx{ctx: ctx, cancel: cancel})
+	return len(h.ctxs) - 1
+}
+
+// ctxFor resolves a context choice (see the op kinds) to an index into the pool.
+func (h *modelHarness) ctxFor(choice, sel uint8) int {
+	var pick []int
+	for i, w := range h.ctxs {
+		if w.ended == (choice%8 == 7) {
+			pick = append(pick, i)
+		}
+	}
+	if choice%8 == 4 || choice%8 == 5 {
+		// Prefer a context that owns an active consumer.
+		var cs []int
+		for _, c := range h.m.all {
+			if c.active && !slices.Contains(cs, c.ctx) {
+				cs = append(cs, c.ctx)
+			}
+		}
+		if len(cs) > 0 {
+			pick = cs
+		}
+	}
+	switch {
+	case choice%8 >= 4 && len(pick) > 0:
+		return pick[len(pick)-1-int(sel)%len(pick)] // the newest first
+	case choice%8 == 7:
+		i := h.newCtx()
+		h.ctxs[i].cancel()
+		h.ctxs[i].ended = true
+		return i
+	}
+	return h.newCtx()
+}
+
+// owns describes what context i owns on the queue.
+func (h *modelHarness) owns(i int) string {
+	var s []string
+	for _, c := range h.m.all {
+		if c.ctx == i && !c.ended && (c.active || len(c.held) > 0) {
+			s = append(s, fmt.Sprintf("%s (%d held, active %v)", consName(c), len(c.held), c.active))
+		}
+	}
+	gets := 0
+	for _, d := range h.m.gets {
+		if d.owner == i {
+			gets++
+		}
+	}
+	if gets > 0 {
+		s = append(s, fmt.Sprintf("%d Gets", gets))
+	}
+	if len(s) == 0 {
+		return "nothing"
+	}
+	return strings.Join(s, ", ")
+}
+
+// endContext ends context i and waits for the queue to take back what it owned.
+func (h *modelHarness) endContext(i int, why string) {
+	w := h.ctxs[i]
+	h.logf("end context x%d%s, owning %s", i, why, h.owns(i))
+	owners := 0
+	for _, c := range h.m.all {
+		if c.ctx == i && !c.ended && (c.active || len(c.held) > 0) {
+			owners++
+		}
+	}
+	if slices.ContainsFunc(h.m.gets, func(d *refDelivery) bool { return d.owner == i }) {
+		owners++
+	}
+	// Done of a consumer the context stops closes once everything the context owned is back
+	// and dispatched: with push consumers only, look at the queue right then, before
+	// synctest.Wait. (An AutoAck consumer's feeder puts back what it holds after Done closes:
+	// TestBugAutoAckDoneBeforeReturn.)
+	var stopping []*refConsumer
+	for _, c := range h.m.all {
+		if c.ctx == i && c.active {
+			stopping = append(stopping, c)
+		}
+	}
+	early := len(stopping) > 0 && h.m.feeder == nil
+	w.cancel()
+	w.ended = true
+	if !early {
+		synctest.Wait()
+	}
+	for _, c := range stopping {
+		select {
+		case <-h.cons[c.idx].Done():
+		case <-time.After(time.Hour): // fake time: passes only once the bubble is idle
+			h.fail("consumer %s: Done() not closed after its context ended", consName(c))
+		}
+	}
+	before := h.m.pushed
+	returned, stopped := h.m.endContext(i)
+	dispatched := h.m.pushed - before
+	if early {
+		if got, want := h.q.Len(), len(h.m.ready); got != want {
+			h.fail("q.Len() = %d right after Done closed, want %d", got, want)
+		}
+		if got, want := h.q.Unacked(), h.m.unacked(); got != want {
+			h.fail("q.Unacked() = %d right after Done closed, want %d", got, want)
+		}
+		synctest.Wait()
+	}
+	h.note(" → %d back redelivered, %d consumers stopped, %d dispatched, ready %s", returned, stopped, dispatched, h.m.picture())
+	switch {
+	case h.m.endErr != nil:
+	case owners == 0:
+		h.stats.emptyEnds++
+	case owners > 1:
+		h.stats.sharedEnds++
+		if dispatched > 0 {
+			h.stats.sharedDispatch++
+		}
+	}
+}
+
 func (h *modelHarness) realOf(d *refDelivery) *warren.Delivery {
 	for _, p := range h.seen {
 		if p.ref == d {
@@ -637,29 +1026,41 @@ func modelUpTo(c *warren.Consumer, tag uint64, how refHow) error {
 	}
 }
 
-// consName names a consumer in messages: c<index>, with its tag when that was reused.
+// consName names a consumer in messages: c<index>, with its tag when that was reused, and
+// "auto" for AutoAck.
 func consName(c *refConsumer) string {
 	n := "c" + strconv.Itoa(c.idx)
 	if c.tag != n {
 		n += "[tag " + c.tag + "]"
+	}
+	if c.autoAck {
+		n += "(auto)"
 	}
 	return n
 }
 
 func (h *modelHarness) describe(d *refDelivery) string {
 	if d.consumer < 0 {
-		return fmt.Sprintf("get#%d %v (owner o%d)", d.tag, d.msg, d.owner)
+		s := fmt.Sprintf("get#%d %v", d.tag, d.msg)
+		if d.state == refAutoAcked {
+			return s + " (AutoAck)"
+		}
+		return s + fmt.Sprintf(" (owner x%d)", d.owner)
 	}
 	return fmt.Sprintf("%s#%d %v", consName(h.m.all[d.consumer]), d.tag, d.msg)
 }
 
-// run executes ops, then ends every consumer and Get context and drains the queue.
+// run executes ops, then ends every context and drains the queue.
 func (h *modelHarness) run(ops []modelOp) {
 	h.t.Helper()
 	for _, o := range ops {
 		h.step++
 		h.do(o)
 		synctest.Wait()
+		h.m.feed()
+		if c := h.m.feeder; c != nil && c.feeding != nil {
+			h.stats.feederHolds++
+		}
 		h.check()
 	}
 	h.finish()
@@ -667,59 +1068,38 @@ func (h *modelHarness) run(ops []modelOp) {
 
 func (h *modelHarness) do(o modelOp) {
 	h.t.Helper()
-	ctx := h.t.Context()
 	switch o.kind {
 	case mopPublish:
 		id := h.nextID
 		h.nextID++
 		h.logf("publish m%d", id)
-		h.checkErr("Publish", h.b.Publish(ctx, "", "q", warren.Message{Body: []byte("m" + strconv.Itoa(id))}), nil)
-		h.m.publish(id)
+		err := h.b.Publish(h.t.Context(), "", "q", warren.Message{Body: []byte("m" + strconv.Itoa(id))})
+		h.checkErr("Publish", err, h.m.publish(id))
 
 	case mopGet:
-		mode := o.a % 4
-		owner, autoAck := -1, mode == 3
+		autoAck := o.a%4 == 3
 		var opts []warren.GetOption
-		switch mode {
-		case 0, 1:
-			gctx, cancel := context.WithCancel(ctx)
-			if o.b%32 == 1 {
-				cancel()
-				h.logf("get with a done context")
-				d, err := h.q.Get(gctx)
-				h.checkErr("Get", err, context.Canceled)
-				if d != nil {
-					h.fail("Get with a done context returned a delivery")
-				}
-				return
-			}
-			owner = len(h.owners)
-			h.owners = append(h.owners, &modelGetOwner{ctx: gctx, cancel: cancel})
-			h.logf("get (owner o%d)", owner)
-		case 2:
-			if h.long < 0 {
-				gctx, cancel := context.WithCancel(ctx)
-				h.long = len(h.owners)
-				h.owners = append(h.owners, &modelGetOwner{ctx: gctx, cancel: cancel, long: true})
-			}
-			owner = h.long
-			h.logf("get (long-lived owner o%d)", owner)
-		case 3:
+		if autoAck {
 			opts = append(opts, warren.AutoAck())
-			h.logf("get AutoAck")
 		}
-		gctx := ctx
-		if owner >= 0 {
-			gctx = h.owners[owner].ctx
+		i := h.ctxFor(o.b, o.b/8)
+		h.logf("get (autoAck %v, context x%d, owning %s)", autoAck, i, h.owns(i))
+		got, err := h.q.Get(h.ctxs[i].ctx, opts...)
+		if h.ctxs[i].ended {
+			h.checkErr("Get with a done context", err, context.Canceled)
+			if got != nil {
+				h.fail("Get with a done context returned a delivery")
+			}
+			h.note(" → %v", err)
+			return
 		}
-		got, err := h.q.Get(gctx, opts...)
-		want, wantErr := h.m.get(owner, autoAck)
+		want, wantErr := h.m.get(i, autoAck)
 		h.checkErr("Get", err, wantErr)
 		if wantErr != nil {
 			if got != nil {
 				h.fail("Get returned a delivery with error %v", err)
 			}
-			h.note(" → empty")
+			h.note(" → %v", err)
 			return
 		}
 		h.checkDelivery("Get", got, want)
@@ -731,34 +1111,55 @@ func (h *modelHarness) do(o modelOp) {
 		if o.a%16 != 0 {
 			prefetch = 1 + int(o.a)%4
 		}
+		autoAck := o.a/16%4 == 3
 		tag := "c" + strconv.Itoa(len(h.m.all))
-		if o.b%8 == 0 && len(h.m.all) > 0 {
-			tag = h.m.all[int(o.b/8)%len(h.m.all)].tag
-		}
-		cctx, cancel := context.WithCancel(ctx)
-		if o.b%32 == 1 {
-			cancel()
-			h.logf("consume %s prefetch %d with a done context", tag, prefetch)
-			c, err := h.q.Consume(cctx, warren.Prefetch(prefetch), warren.ConsumerTag(tag))
-			h.checkErr("Consume", err, context.Canceled)
-			if c != nil {
-				h.fail("Consume with a done context returned a consumer")
+		switch o.b / 8 % 4 {
+		case 0:
+			var stopped []*refConsumer
+			for _, c := range h.m.all {
+				if !c.active {
+					stopped = append(stopped, c)
+				}
 			}
+			if len(stopped) > 0 {
+				tag = stopped[len(stopped)-1-int(o.b/32)%len(stopped)].tag
+			}
+		case 1:
+			if len(h.m.all) > 0 {
+				tag = h.m.all[int(o.b/32)%len(h.m.all)].tag
+			}
+		}
+		i := h.ctxFor(o.b, o.b/32)
+		h.logf("consume tag %s prefetch %d autoAck %v, context x%d owning %s", tag, prefetch, autoAck, i, h.owns(i))
+		opts := []warren.ConsumeOption{warren.Prefetch(prefetch), warren.ConsumerTag(tag)}
+		if autoAck {
+			opts = append(opts, warren.AutoAck())
+		}
+		wantErr := h.m.consumeErr(prefetch, tag)
+		if h.ctxs[i].ended {
+			wantErr = context.Canceled
+		} else if wantErr == nil && (h.m.feeder != nil || autoAck && len(h.m.active) > 0) {
+			h.note(": skipped, an AutoAck consumer would be active beside another consumer")
+			h.stats.skipped++
 			return
 		}
-		h.logf("consume tag %s prefetch %d", tag, prefetch)
-		c, err := h.q.Consume(cctx, warren.Prefetch(prefetch), warren.ConsumerTag(tag))
-		rc, wantErr := h.m.consume(prefetch, tag)
+		c, err := h.q.Consume(h.ctxs[i].ctx, opts...)
 		h.checkErr("Consume", err, wantErr)
 		if wantErr != nil {
-			cancel()
+			if c != nil {
+				h.fail("Consume returned a consumer with error %v", err)
+			}
 			h.note(" → %v", err)
 			return
+		}
+		rc := h.m.consume(prefetch, tag, autoAck, i)
+		if rc.idx > 0 && tag != "c"+strconv.Itoa(rc.idx) {
+			h.stats.tagReuse++
 		}
 		if c.Tag() != tag {
 			h.fail("Consumer.Tag() = %q, want %q", c.Tag(), tag)
 		}
-		h.cons = append(h.cons, modelRealConsumer{c: c, cancel: cancel})
+		h.cons = append(h.cons, c)
 		h.note(" → %s, buffered %d", consName(rc), len(rc.buffered))
 
 	case mopReceive:
@@ -769,8 +1170,13 @@ func (h *modelHarness) do(o modelOp) {
 		}
 		k := 1 + int(o.b)%4
 		h.logf("receive %d from %s", k, consName(rc))
-		c := h.cons[rc.idx].c
+		c := h.cons[rc.idx]
 		for i := range k {
+			if i > 0 && rc.autoAck {
+				// Receiving made room in the channel: let the feeder refill it.
+				synctest.Wait()
+				h.m.feed()
+			}
 			want, open := h.m.receive(rc)
 			call := fmt.Sprintf("receive %d of %d from %s", i+1, k, consName(rc))
 			select {
@@ -785,6 +1191,9 @@ func (h *modelHarness) do(o modelOp) {
 				case ok:
 					h.checkDelivery(call, d, want)
 					h.seen = append(h.seen, seenDelivery{want, d})
+					if rc.autoAck {
+						h.stats.autoAckRecv++
+					}
 					h.note(" %s", h.describe(want))
 				}
 			default:
@@ -851,19 +1260,21 @@ func (h *modelHarness) do(o modelOp) {
 			}
 			tag = cands[x%len(cands)]
 			note = " (not outstanding)"
+		case mode == 1 && len(rc.buffered) > 0:
+			tag = rc.buffered[x%len(rc.buffered)].tag
+			note = " (buffered, unread)"
 		case mode >= 2 && len(rc.held) > 0:
 			tag = rc.held[x%len(rc.held)].tag
-		case len(rc.buffered) > 0:
-			// Tag 0 would settle buffered, unread deliveries: TestBugUpToSettlesBuffered.
-			if len(rc.held) == 0 {
-				h.logf("%vUpTo on %s: skipped, tag 0 would cover buffered deliveries", how, consName(rc))
-				return
-			}
-			tag = rc.held[len(rc.held)-1].tag
-			note = " (tag 0 avoided: buffered deliveries)"
 		}
-		h.logf("%vUpTo(%d) on %s%s", how, tag, consName(rc), note)
-		err := modelUpTo(h.cons[rc.idx].c, tag, how)
+		h.logf("%vUpTo(%d) on %s%s: %d received, %d buffered", how, tag, consName(rc), note, len(rc.held), len(rc.buffered))
+		switch {
+		case rc.autoAck || h.m.endErr != nil:
+		case mode == 1 && len(rc.buffered) > 0:
+			h.stats.upToBuffered++
+		case tag == 0 && len(rc.buffered) > 0 && len(rc.held) > 0:
+			h.stats.upTo0Buffered++
+		}
+		err := modelUpTo(h.cons[rc.idx], tag, how)
 		h.checkErr(fmt.Sprintf("%vUpTo(%d)", how, tag), err, h.m.upTo(rc, tag, how))
 
 	case mopSettleAgain:
@@ -891,8 +1302,19 @@ func (h *modelHarness) do(o modelOp) {
 			return
 		}
 		h.logf("Cancel %s", consName(rc))
-		h.checkErr("Cancel", h.cons[rc.idx].c.Cancel(), nil)
+		h.checkErr("Cancel", h.cons[rc.idx].Cancel(), nil)
 		h.m.cancel(rc)
+		// Cancel returns once Deliveries is closed, the feeder of an AutoAck consumer included.
+		if c := h.cons[rc.idx]; len(c.Deliveries()) == 0 {
+			select {
+			case _, ok := <-c.Deliveries():
+				if ok {
+					h.fail("a delivery after Cancel returned")
+				}
+			default:
+				h.fail("Deliveries() open after Cancel returned")
+			}
+		}
 
 	case mopEndConsumer:
 		rc := h.pickConsumer(o.a)
@@ -900,35 +1322,22 @@ func (h *modelHarness) do(o modelOp) {
 			h.logf("end-consumer: no consumer")
 			return
 		}
-		h.logf("end context of %s", consName(rc))
-		h.cons[rc.idx].cancel()
-		synctest.Wait()
-		h.m.endConsumer(rc)
+		h.endContext(rc.ctx, " (of "+consName(rc)+")")
 
-	case mopEndOwner:
+	case mopEndContext:
 		var live []int
-		for i, w := range h.owners {
+		for i, w := range h.ctxs {
 			if !w.ended {
 				live = append(live, i)
 			}
 		}
-		if len(live) == 0 {
-			h.logf("end-owner: no Get context")
-			return
+		i := 0
+		if o.a%8 == 0 || len(live) == 0 {
+			i = h.newCtx()
+		} else {
+			i = live[len(live)-1-int(o.a/8)%len(live)]
 		}
-		i := live[int(o.a)%len(live)]
-		n := 0
-		for _, d := range h.m.gets {
-			if d.owner == i {
-				n++
-			}
-		}
-		if n > 1 && h.m.freeCredit() > 0 {
-			h.logf("end context o%d: skipped, %d Gets would return in scheduler order to consumers with credit", i, n)
-			return
-		}
-		h.logf("end context o%d (%d outstanding)", i, n)
-		h.endOwner(i)
+		h.endContext(i, "")
 
 	case mopRecover:
 		rc := h.pickConsumer(o.a)
@@ -937,52 +1346,110 @@ func (h *modelHarness) do(o modelOp) {
 			return
 		}
 		h.logf("Recover %s", consName(rc))
-		h.checkErr("Recover", h.cons[rc.idx].c.Recover(), nil)
-		h.m.recover(rc)
+		h.checkErr("Recover", h.cons[rc.idx].Recover(), h.m.recover(rc))
 
 	case mopPurge:
 		h.logf("Purge")
 		n, err := h.q.Purge()
-		h.checkErr("Purge", err, nil)
-		if want := h.m.purge(); n != want {
+		want, wantErr := h.m.purge()
+		h.checkErr("Purge", err, wantErr)
+		if n != want {
 			h.fail("Purge() = %d, want %d", n, want)
 		}
 		h.note(" → %d", n)
+
+	case mopDeleteQueue:
+		var opts []warren.DeleteOption
+		ifUnused, ifEmpty := o.a%4&1 != 0, o.a%4&2 != 0
+		if ifUnused {
+			opts = append(opts, warren.IfUnused())
+		}
+		if ifEmpty {
+			opts = append(opts, warren.IfEmpty())
+		}
+		h.logf("DeleteQueue (IfUnused %v, IfEmpty %v)", ifUnused, ifEmpty)
+		err := h.b.DeleteQueue("q", opts...)
+		wasAlive := h.m.endErr == nil
+		h.checkErr("DeleteQueue", err, h.m.deleteQueue(ifUnused, ifEmpty))
+		h.note(" → %v", err)
+		if err != nil {
+			h.stats.failedDeletes++
+		}
+		if err == nil && wasAlive {
+			h.stats.deletes++
+			h.checkEnded() // no synctest.Wait: DeleteQueue returns once a feeder has exited
+		}
+
+	case mopClose:
+		h.logf("Close")
+		h.checkErr("Close", h.b.Close(), nil)
+		h.m.closeBroker()
+		h.stats.closes++
+		h.checkEnded() // also after DeleteQueue: ErrClosed wins
 	}
 }
 
-func (h *modelHarness) endOwner(i int) {
-	w := h.owners[i]
-	w.cancel()
-	w.ended = true
-	if w.long {
-		h.long = -1
+// checkEnded checks, right after the queue was deleted or its broker closed, that every call
+// on it, its consumers and every delivery seen fails with the end error.
+func (h *modelHarness) checkEnded() {
+	h.t.Helper()
+	endErr := h.m.err()
+	h.check()
+	for _, p := range h.seen {
+		if err := modelSettle(p.real, refAck); !errors.Is(err, endErr) {
+			h.fail("Ack %s after the queue ended: error %v, want %v", h.describe(p.ref), err, endErr)
+		}
+		if errors.Is(endErr, warren.ErrQueueDeleted) {
+			h.checkErr("Nack after DeleteQueue", modelSettle(p.real, refNack), warren.ErrNotFound)
+		}
 	}
-	synctest.Wait()
-	h.m.endOwner(i)
+	for i, rc := range h.m.all {
+		c := h.cons[i]
+		for _, tag := range []uint64{0, 1, rc.nextTag} {
+			h.checkErr(fmt.Sprintf("%s.AckUpTo(%d) after the queue ended", consName(rc), tag), c.AckUpTo(tag), endErr)
+		}
+		h.checkErr(consName(rc)+".Recover() after the queue ended", c.Recover(), endErr)
+		h.checkErr(consName(rc)+".Cancel() after the queue ended", c.Cancel(), nil)
+		if !modelClosed(c.Done()) {
+			h.fail("consumer %s: Done() open after the queue ended", consName(rc))
+		}
+	}
+	_, err := h.q.Get(h.t.Context())
+	h.checkErr("Get after the queue ended", err, endErr)
+	_, err = h.q.Consume(h.t.Context())
+	h.checkErr("Consume after the queue ended", err, endErr)
+	_, err = h.q.Purge()
+	h.checkErr("Purge after the queue ended", err, endErr)
+	wantPublish := error(nil) // routed nowhere once the queue is gone
+	if h.m.closed {
+		wantPublish = warren.ErrClosed
+	}
+	h.checkErr("Publish after the queue ended", h.b.Publish(h.t.Context(), "", "q", warren.Message{Body: []byte("late")}), wantPublish)
+	if h.m.closed {
+		_, err = h.b.DeclareQueue("q")
+		h.checkErr("DeclareQueue after Close", err, warren.ErrClosed)
+		h.checkErr("DeleteQueue after Close", h.b.DeleteQueue("q"), warren.ErrClosed)
+	} else {
+		err = h.b.Publish(h.t.Context(), "", "q", warren.Message{Body: []byte("late")}, warren.Mandatory())
+		h.checkErr("mandatory Publish after DeleteQueue", err, warren.ErrUnroutable)
+		_, err = h.b.Queue("q")
+		h.checkErr("Queue after DeleteQueue", err, warren.ErrNotFound)
+	}
 }
 
-// finish ends every consumer context (one at a time: each may dispatch to the others), then
-// every Get context (no consumer is left, so their order does not matter), and drains the
-// queue with Get, comparing the final order.
+// finish ends every context (one at a time: each may dispatch to the consumers of others) and
+// drains the queue with Get, comparing the final order. After the queue ended there is nothing
+// to drain, and ending the contexts must change nothing.
 func (h *modelHarness) finish() {
 	h.t.Helper()
-	h.step++
-	h.logf("finish: end every context")
-	for _, rc := range h.m.all {
-		if !rc.ended {
-			h.cons[rc.idx].cancel()
-			synctest.Wait()
-			h.m.endConsumer(rc)
+	for i, w := range h.ctxs {
+		if !w.ended {
+			h.step++
+			h.endContext(i, " (finish)")
+			h.m.feed()
 			h.check()
 		}
 	}
-	for i, w := range h.owners {
-		if !w.ended {
-			h.endOwner(i)
-		}
-	}
-	h.check()
 	h.step++
 	h.logf("finish: drain %s", h.m.picture())
 	for len(h.m.ready) > 0 {
@@ -993,10 +1460,17 @@ func (h *modelHarness) finish() {
 		h.checkErr("drain Ack", got.Ack(), nil)
 		h.checkErr("model Ack", h.m.settle(want, refAck), nil)
 	}
-	if _, err := h.q.Get(h.t.Context()); !errors.Is(err, warren.ErrEmpty) {
-		h.fail("Get on a drained queue: error %v, want %v", err, warren.ErrEmpty)
+	wantErr := warren.ErrEmpty
+	if h.m.endErr != nil {
+		wantErr = h.m.err()
+	}
+	if _, err := h.q.Get(h.t.Context()); !errors.Is(err, wantErr) {
+		h.fail("Get on a drained queue: error %v, want %v", err, wantErr)
 	}
 	h.check()
+	if h.m.unacked() != 0 {
+		h.fail("model: %d unacked after every context ended", h.m.unacked())
+	}
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1023,6 +1497,7 @@ func TestModel(t *testing.T) {
 	}
 	t.Logf("seeds %d..%d (%d sequences of %d ops; WARREN_MODEL_SEED=%d reproduces)", seed, seed+uint64(seqs)-1, seqs, nops, seed)
 	start := time.Now()
+	var stats modelStats
 	for i := range uint64(seqs) {
 		s := seed + i
 		synctest.Test(t, func(t *testing.T) {
@@ -1030,42 +1505,54 @@ func TestModel(t *testing.T) {
 				t.Logf("sequence seed %d", s)
 			}
 			label := fmt.Sprintf("seed %d: rerun with WARREN_MODEL_SEED=%d WARREN_MODEL_SEQS=1", s, s)
-			newModelHarness(t, label).run(randomModelOps(rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), nops))
+			newModelHarness(t, label, &stats).run(randomModelOps(rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), nops))
 		})
 		if t.Failed() {
 			return
 		}
 	}
-	t.Logf("%d sequences in %v", seqs, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d sequences in %v; %v", seqs, time.Since(start).Round(time.Millisecond), &stats)
 }
 
-// FuzzModel decodes the fuzz input into an operation sequence (three bytes per op: kind, a, b)
-// and compares the queue with the reference queue.
+// FuzzModel decodes the fuzz input into an operation sequence (three bytes per op: kind, a, b;
+// see decodeModelOps) and compares the queue with the reference queue.
 func FuzzModel(f *testing.F) {
-	enc := func(ops ...modelOp) []byte {
-		var b []byte
-		for _, o := range ops {
-			b = append(b, byte(o.kind), o.a, o.b)
-		}
-		return b
-	}
+	type op = modelOp
+	pub := op{mopPublish, 0, 0}
 	// Two consumers take alternate messages, one receives and nacks, the other's context ends.
-	f.Add(enc(modelOp{mopConsume, 2, 1}, modelOp{mopConsume, 2, 1}, modelOp{mopPublish, 0, 0}, modelOp{mopPublish, 0, 0},
-		modelOp{mopPublish, 0, 0}, modelOp{mopPublish, 0, 0}, modelOp{mopReceive, 1, 1}, modelOp{mopReceive, 9, 1},
-		modelOp{mopSettle, 0, 1}, modelOp{mopEndConsumer, 9, 0}, modelOp{mopRecover, 1, 0}, modelOp{mopReceive, 1, 3}))
-	// Gets owned by per-op and long-lived contexts, their contexts end, a consumer arrives.
-	f.Add(enc(modelOp{mopPublish, 0, 0}, modelOp{mopPublish, 0, 0}, modelOp{mopPublish, 0, 0}, modelOp{mopGet, 0, 0},
-		modelOp{mopGet, 2, 0}, modelOp{mopGet, 2, 0}, modelOp{mopEndOwner, 1, 0}, modelOp{mopEndOwner, 0, 0},
-		modelOp{mopConsume, 3, 1}, modelOp{mopReceive, 1, 3}, modelOp{mopUpTo, 1, 0}, modelOp{mopSettleAgain, 1, 2}))
-	// Cancel with buffered and received deliveries, settle after Cancel, purge.
-	f.Add(enc(modelOp{mopConsume, 3, 1}, modelOp{mopPublish, 0, 0}, modelOp{mopPublish, 0, 0}, modelOp{mopPublish, 0, 0},
-		modelOp{mopPublish, 0, 0}, modelOp{mopReceive, 1, 0}, modelOp{mopCancel, 1, 0}, modelOp{mopPurge, 0, 0},
-		modelOp{mopSettle, 0, 1}, modelOp{mopConsume, 1, 1}, modelOp{mopReceive, 9, 3}, modelOp{mopUpTo, 9, 21}))
+	f.Add(encodeModelOps(op{mopConsume, 2, 16}, op{mopConsume, 2, 16}, pub, pub, pub, pub, op{mopReceive, 1, 1},
+		op{mopReceive, 9, 1}, op{mopSettle, 0, 1}, op{mopEndConsumer, 9, 0}, op{mopRecover, 1, 0}, op{mopReceive, 1, 3}))
+	// Gets owned by fresh and shared contexts, their contexts end, a consumer arrives.
+	f.Add(encodeModelOps(pub, pub, pub, op{mopGet, 0, 0}, op{mopGet, 0, 4}, op{mopGet, 0, 4}, op{mopEndContext, 9, 0},
+		op{mopEndContext, 1, 0}, op{mopConsume, 3, 16}, op{mopReceive, 1, 3}, op{mopUpTo, 1, 0}, op{mopSettleAgain, 1, 2}))
+	// Cancel with buffered and received deliveries, settle after Cancel, purge, a buffered UpTo tag.
+	f.Add(encodeModelOps(op{mopConsume, 3, 16}, pub, pub, pub, pub, op{mopReceive, 1, 0}, op{mopCancel, 1, 0},
+		op{mopPurge, 0, 0}, op{mopSettle, 0, 1}, op{mopConsume, 1, 16}, op{mopReceive, 9, 0}, op{mopUpTo, 9, 3},
+		op{mopUpTo, 9, 21}))
+	// Three consumers and a Get share one context, which ends: one dispatch to a fourth.
+	f.Add(encodeModelOps(op{mopConsume, 1, 16}, op{mopConsume, 2, 4}, op{mopConsume, 2, 4}, pub, pub, pub, pub, pub,
+		pub, pub, op{mopGet, 0, 4}, op{mopReceive, 9, 3}, op{mopReceive, 17, 3}, op{mopReceive, 25, 1},
+		op{mopConsume, 3, 16}, op{mopEndConsumer, 9, 0}, op{mopReceive, 25, 3}, op{mopCancel, 1, 0},
+		op{mopConsume, 3, 0}))
+	// An AutoAck consumer: its feeder fills the channel and holds one more; receive, Get, nack,
+	// cancel, then a push consumer reusing its tag.
+	f.Add(encodeModelOps(pub, pub, pub, pub, pub, op{mopConsume, 0x31, 16}, op{mopReceive, 1, 0}, op{mopGet, 0, 0},
+		op{mopSettle, 1, 1}, pub, op{mopUpTo, 1, 0}, op{mopRecover, 1, 0}, op{mopCancel, 1, 0}, op{mopConsume, 2, 0},
+		op{mopReceive, 9, 3}))
+	// Delete the queue under consumers and Gets, then keep going.
+	f.Add(encodeModelOps(op{mopConsume, 2, 16}, pub, pub, pub, op{mopGet, 0, 0}, op{mopReceive, 1, 0},
+		op{mopDeleteQueue, 0, 0}, op{mopSettleAgain, 1, 0}, op{mopReceive, 1, 0}, pub, op{mopEndContext, 1, 0}))
+	// Close the broker under an AutoAck consumer.
+	f.Add(encodeModelOps(pub, pub, op{mopConsume, 0x33, 16}, op{mopReceive, 1, 0}, op{mopClose, 0, 0},
+		op{mopReceive, 1, 0}, op{mopConsume, 1, 16}, op{mopSettleAgain, 1, 0}))
+	// Delete, then Close: ErrClosed wins.
+	f.Add(encodeModelOps(op{mopConsume, 1, 16}, pub, op{mopReceive, 1, 0}, op{mopDeleteQueue, 0, 0}, op{mopClose, 0, 0},
+		op{mopSettleAgain, 1, 0}, op{mopUpTo, 1, 0}))
 	f.Add([]byte("the quick brown fox jumps over the lazy dog, twice: the quick brown fox"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ops := decodeModelOps(data)
 		synctest.Test(t, func(t *testing.T) {
-			newModelHarness(t, "fuzz input").run(ops)
+			newModelHarness(t, "fuzz input", nil).run(ops)
 		})
 	})
 }
@@ -1153,6 +1640,29 @@ func TestGetContextEndOrder(t *testing.T) {
 			synctest.Wait()
 			require.Equal(t, "0*", picture(receive(t, c, 1)), "run %d: the consumer's delivery after the Get context ended", i)
 			require.Equal(t, "1*", drain(t, q), "run %d: ready after", i)
+		})
+	}
+}
+
+// TestAutoAckDoneAfterReturn: when the context of an AutoAck consumer ends, everything it held
+// — the delivery waiting unread in its channel and the message its feeder took for the next
+// send — is back in the queue by the time Done is closed. (A regression test: Done used to close
+// before the feeder put them back, so Len right after <-Done could be 1 instead of 3; with -race
+// on about the first run, hence the repetition.)
+func TestAutoAckDoneAfterReturn(t *testing.T) {
+	for i := 0; i < 500 && !t.Failed(); i++ {
+		synctest.Test(t, func(t *testing.T) {
+			b := newBroker(t)
+			q := declare(t, b, "q")
+			publishN(t, b, q, 3)
+			ctx, cancel := context.WithCancel(t.Context())
+			c, err := q.Consume(ctx, warren.Prefetch(1), warren.AutoAck())
+			require.NoError(t, err)
+			synctest.Wait() // "0" buffered in the channel, "1" held by the feeder, "2" ready
+			require.Equal(t, 1, q.Len())
+			cancel()
+			<-c.Done()
+			require.Equal(t, 3, q.Len(), "run %d: ready right after Done closed", i)
 		})
 	}
 }

@@ -147,7 +147,7 @@ func (q *Queue) reap() {
 	for _, c := range ended {
 		c.stopCtx()
 		if c.autoAck {
-			<-c.feederDone
+			<-c.done // the feeder has put its messages back
 		}
 	}
 	if autoDelete {
