@@ -85,6 +85,8 @@ func (b *Broker) Close() error {
 			q.endLocked(ErrClosed)
 			q.mu.Unlock()
 		}
+		clear(b.queues)
+		clear(b.exchanges)
 		b.mu.Unlock()
 		// Every feeder was started under its queue's mu before that queue ended, so none
 		// can be added from here on.
@@ -114,6 +116,12 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 		if err := checkName("queue", name); err != nil {
 			return nil, err
 		}
+		if err := checkReserved("queue", name); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkTable(cfg.args); err != nil {
+		return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -161,14 +169,20 @@ var comparedQueueArgs = []string{
 	"x-queue-type", "x-single-active-consumer",
 }
 
-// checkName validates a queue or exchange name given by the user (R6.14).
+// checkName validates the form of a queue or exchange name given by the user (R6.14).
 func checkName(what, name string) error {
 	switch {
 	case len(name) > maxNameLen:
 		return fmt.Errorf("warren: %s name longer than %d bytes: %w", what, maxNameLen, ErrInvalidArgument)
 	case !utf8.ValidString(name):
 		return fmt.Errorf("warren: %s name %q is not UTF-8: %w", what, name, ErrInvalidArgument)
-	case strings.HasPrefix(name, "amq."):
+	}
+	return nil
+}
+
+// checkReserved refuses a new name with the reserved prefix "amq." (R6.14).
+func checkReserved(what, name string) error {
+	if strings.HasPrefix(name, "amq.") {
 		return fmt.Errorf("warren: %s name %q: prefix \"amq.\" is reserved: %w", what, name, ErrAccessRefused)
 	}
 	return nil

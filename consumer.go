@@ -79,7 +79,7 @@ func (q *Queue) Consume(ctx context.Context, opts ...ConsumeOption) (*Consumer, 
 		prefetch: cfg.prefetch,
 		autoAck:  cfg.autoAck,
 		owner:    ctx,
-		ch:       make(chan *Delivery, cfg.prefetch),
+		ch:       make(chan *Delivery, bufferSize(cfg)),
 		done:     make(chan struct{}),
 	}
 	q.mu.Lock()
@@ -111,6 +111,16 @@ func (q *Queue) Consume(ctx context.Context, opts ...ConsumeOption) (*Consumer, 
 	q.consumers = append(q.consumers, c)
 	q.dispatchLocked()
 	return c, nil
+}
+
+// bufferSize is the capacity of a consumer's channel: its prefetch, so that dispatch never blocks
+// on it. An AutoAck consumer's feeder holds one more message while it waits to send it, so its
+// channel has one slot less, and the consumer holds at most its prefetch either way.
+func bufferSize(cfg consumeConfig) int {
+	if cfg.autoAck {
+		return cfg.prefetch - 1
+	}
+	return cfg.prefetch
 }
 
 // consumerLocked returns the active consumer with tag, or nil.
@@ -160,10 +170,13 @@ func (c *Consumer) Cancel() error {
 	q.mu.Lock()
 	if c.stopped {
 		q.mu.Unlock()
+		if c.autoAck {
+			<-c.done // stopped by someone else: wait as they do for the feeder to finish
+		}
 		return nil
 	}
-	c.stopLocked(ErrCancelled)
-	c.closeDoneLocked()
+	q.restoreAllLocked(c.stopLocked(ErrCancelled, nil))
+	c.signalStopLocked()
 	q.removeConsumerLocked(c)
 	c.tidyLocked()
 	q.dispatchLocked()
@@ -173,9 +186,9 @@ func (c *Consumer) Cancel() error {
 	return nil
 }
 
-// closeDoneLocked closes done, once; for an AutoAck consumer it tells the feeder to stop, and
-// the feeder closes done once it has put its messages back.
-func (c *Consumer) closeDoneLocked() {
+// signalStopLocked closes done, once; for an AutoAck consumer it closes halt instead, telling
+// the feeder to stop, and the feeder closes done once it has put its messages back.
+func (c *Consumer) signalStopLocked() {
 	ch := c.done
 	if c.autoAck {
 		ch = c.halt
@@ -198,39 +211,38 @@ func (c *Consumer) afterStop(autoDelete bool) {
 	}
 }
 
-// stopLocked stops new deliveries: deliveries buffered and not received are put back unchanged,
-// as if never delivered, and ch is closed (by the feeder, for an AutoAck consumer, once done is
-// closed). The caller removes c from the queue's consumer lists and closes done.
-func (c *Consumer) stopLocked(reason error) {
+// stopLocked stops new deliveries and closes ch (the feeder does, for an AutoAck consumer,
+// once told by signalStopLocked). It appends to back the entries of deliveries that were
+// buffered and never received, unchanged, for the caller to put back; the caller also removes
+// c from the queue's consumer lists and calls signalStopLocked.
+func (c *Consumer) stopLocked(reason error, back []entry) []entry {
 	if c.stopped {
-		return
+		return back
 	}
 	c.stopped = true
 	c.err = reason
 	if c.autoAck {
-		return // the feeder drains and closes ch
+		return back // the feeder drains and closes ch
 	}
-	c.drainLocked()
+	back = c.drainLocked(back)
 	close(c.ch)
+	return back
 }
 
-// drainLocked puts the deliveries buffered in ch and not yet received back in their places
-// unchanged, as if they had never been delivered. Only ch's sender may call it: under q.mu for
-// a push consumer, the feeder for an AutoAck one. The application may be receiving at the same
-// time; what it receives first is its own.
-func (c *Consumer) drainLocked() {
-	q := c.q
+// drainLocked takes the deliveries buffered in ch and not yet received, and appends their
+// entries to back, unchanged, as if they had never been delivered. Only ch's sender may call
+// it: under q.mu for a push consumer, the feeder for an AutoAck one. The application may be
+// receiving at the same time; what it receives first is its own.
+func (c *Consumer) drainLocked(back []entry) []entry {
 	for {
 		select {
 		case d := <-c.ch:
 			if !c.autoAck {
-				d.state = deliveryReturned
-				c.live--
-				q.unacked--
+				c.q.releaseLocked(d, deliveryReturned)
 			}
-			q.restoreLocked(d.e)
+			back = append(back, d.e)
 		default:
-			return
+			return back
 		}
 	}
 }
@@ -259,12 +271,18 @@ func (q *Queue) shouldAutoDeleteLocked() bool {
 	return q.cfg.autoDelete && q.hadConsumer && q.endErr == nil && len(q.consumers)+len(q.feeders) == 0
 }
 
-// deliverLocked records a delivery of e to a push consumer and returns it for sending.
-func (c *Consumer) deliverLocked(e entry) *Delivery {
+// newDeliveryLocked returns a delivery of e to this consumer, with the consumer's next tag.
+func (c *Consumer) newDeliveryLocked(e entry) *Delivery {
 	d := c.q.newDeliveryLocked(e)
 	c.nextTag++
 	d.DeliveryTag = c.nextTag
 	d.ConsumerTag = c.tag
+	return d
+}
+
+// deliverLocked records a delivery of e to a push consumer and returns it for sending.
+func (c *Consumer) deliverLocked(e entry) *Delivery {
+	d := c.newDeliveryLocked(e)
 	d.c = c
 	c.unacked.push(d)
 	c.live++
@@ -283,15 +301,15 @@ func (c *Consumer) tidyLocked() {
 		c.unacked.filter(func(d *Delivery) bool { return d.state == deliveryOutstanding })
 	}
 	if c.stopped && c.live == 0 && !c.ended {
-		c.endLocked()
+		c.finishLocked()
 	}
 }
 
-// endLocked marks a stopped consumer ended: it holds nothing more and its context is no longer
-// watched.
-func (c *Consumer) endLocked() {
+// finishLocked marks a stopped consumer ended: it holds nothing more and its context is no
+// longer watched.
+func (c *Consumer) finishLocked() {
 	c.ended = true
-	c.closeDoneLocked()
+	c.signalStopLocked()
 	c.stopCtx()
 	q := c.q
 	if i := slices.Index(q.holders, c); i >= 0 {
@@ -324,13 +342,7 @@ func (c *Consumer) feed() {
 			q.mu.Unlock()
 			break
 		}
-		var (
-			e  entry
-			ok bool
-		)
-		if q.reaping == 0 { // as dispatch, wait while a context end returns messages
-			e, ok = q.ready.popMin()
-		}
+		e, ok := q.ready.popMin()
 		if !ok {
 			c.waiting = true
 			q.mu.Unlock()
@@ -340,10 +352,7 @@ func (c *Consumer) feed() {
 			}
 			continue
 		}
-		d := q.newDeliveryLocked(e)
-		c.nextTag++
-		d.DeliveryTag = c.nextTag
-		d.ConsumerTag = c.tag
+		d := c.newDeliveryLocked(e)
 		d.state = deliveryAutoAcked
 		q.mu.Unlock()
 		select {
@@ -355,10 +364,11 @@ func (c *Consumer) feed() {
 	// One critical section: what the feeder held and what is buffered go back together,
 	// before anything is dispatched.
 	q.mu.Lock()
+	var back []entry
 	if held != nil {
-		q.restoreLocked(held.e)
+		back = append(back, held.e)
 	}
-	c.drainLocked()
+	q.restoreAllLocked(c.drainLocked(back))
 	q.dispatchLocked()
 	q.mu.Unlock()
 	close(c.ch)
@@ -403,11 +413,20 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 		}
 		end = i + 1
 	}
+	var back []entry // nacked: they go back together
 	for i := range end {
-		if d := c.unacked.at(i); d.state == deliveryOutstanding {
+		d := c.unacked.at(i)
+		if d.state != deliveryOutstanding {
+			continue
+		}
+		if how == settleNack {
+			q.releaseLocked(d, deliverySettled)
+			back = append(back, redelivered(d.e))
+		} else {
 			q.settleLocked(d, how)
 		}
 	}
+	q.restoreAllLocked(back)
 	c.tidyLocked()
 	q.dispatchLocked()
 	return nil
@@ -439,8 +458,11 @@ const (
 // Settle a delivery exactly once, with [Delivery.Ack], [Delivery.Nack] or [Delivery.Reject], or
 // with one of the consumer's UpTo methods. A second settlement returns an error wrapping
 // [ErrAlreadySettled]; so does settling a delivery that already went back to the queue because
-// its owner ended. The methods are safe for concurrent use; the zero Delivery settles nothing
-// and returns [ErrUnknownDelivery].
+// its owner ended. The methods are safe for concurrent use; the zero Delivery, and a copy of a
+// Delivery, settle nothing and return [ErrUnknownDelivery]: use the *Delivery as received.
+//
+// Deliveries are allocated in small chunks: holding one keeps the messages of up to 15 others
+// of its queue reachable until it is dropped.
 type Delivery struct {
 	Message       *Message // the message; shared and immutable
 	Exchange      string   // the exchange it was published to
@@ -451,6 +473,8 @@ type Delivery struct {
 	ConsumerTag   string   // the consumer's tag; empty for Get
 	MessageCount  int      // Get only: ready messages left in the queue after this one
 
+	_     noCopy    // a copy would be a second handle on one delivery: go vet flags it
+	self  *Delivery // d.self == d, so that settling a copy is refused
 	q     *Queue
 	c     *Consumer // nil for Get
 	e     entry     // the message's place in q
@@ -472,7 +496,7 @@ func (d *Delivery) Nack() error { return d.settle(settleNack) }
 func (d *Delivery) Reject() error { return d.settle(settleReject) }
 
 func (d *Delivery) settle(how settlement) error {
-	if d == nil || d.q == nil {
+	if d == nil || d.q == nil || d.self != d {
 		return ErrUnknownDelivery
 	}
 	q := d.q
@@ -491,6 +515,12 @@ func (d *Delivery) settle(how settlement) error {
 	}
 	return err
 }
+
+// noCopy makes go vet's copylocks check report copies of the struct that contains it.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
 
 // getOwner is the owner of a Get delivery: the context given to Get. Kept apart from Delivery,
 // which every delivery allocates, because only Gets whose context can end need it.
@@ -519,15 +549,21 @@ func (q *Queue) checkSettleLocked(d *Delivery) error {
 	return nil
 }
 
-// settleLocked settles an outstanding delivery. The caller tidies the consumer and dispatches.
-func (q *Queue) settleLocked(d *Delivery, how settlement) {
-	d.state = deliverySettled
+// releaseLocked moves an outstanding delivery to state, settled or returned, and releases
+// what it held: the queue's unacked count, and its consumer's credit or its Get owner.
+func (q *Queue) releaseLocked(d *Delivery, state deliveryState) {
+	d.state = state
 	q.unacked--
 	if d.c != nil {
 		d.c.live--
 	} else {
 		delete(q.gets, d)
 	}
+}
+
+// settleLocked settles an outstanding delivery. The caller tidies the consumer and dispatches.
+func (q *Queue) settleLocked(d *Delivery, how settlement) {
+	q.releaseLocked(d, deliverySettled)
 	switch how {
 	case settleNack:
 		q.returnLocked(d.e)

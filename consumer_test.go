@@ -165,10 +165,11 @@ func TestAutoAckConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
-		c, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(2))
+		c, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(3))
 		require.NoError(t, err)
 		publishN(t, b, q, 5)
-		synctest.Wait() // the feeder goroutine fills the channel
+		synctest.Wait() // the feeder goroutine fills the channel (2) and holds one more
+		require.Equal(t, 2, q.Len(), "an AutoAck consumer takes at most its prefetch")
 		ds := receive(t, c, 2)
 		require.Equal(t, "0 1", bodies(ds))
 		require.ErrorIs(t, ds[0].Ack(), warren.ErrUnknownDelivery, "auto-acked: nothing to settle")

@@ -49,9 +49,11 @@
 // Lifetimes mirror AMQP's channel through [context.Context]:
 //   - [Consumer.Cancel] stops new deliveries and closes the channel; deliveries buffered in it
 //     and never received go back unchanged; deliveries already received stay settle-able.
-//   - When the context given to Consume ends, every delivery the consumer still holds goes back
-//     to its original position, redelivered. The same holds for a Get delivery and the context
-//     given to Get.
+//   - When the context given to Consume ends, every delivery the consumer received and has not
+//     settled goes back to its original position, redelivered; deliveries still buffered in its
+//     channel, never received, go back unchanged. The same holds for a Get delivery and the
+//     context given to Get. Everything one context owns goes back together, before anything is
+//     dispatched again.
 //   - Settling twice returns [ErrAlreadySettled]; settling a delivery that already went back
 //     returns it too; settling one the consumer never issued returns [ErrUnknownDelivery].
 //
@@ -59,8 +61,11 @@
 //
 //   - There are no connections or channels, only contexts; delivery tags are per consumer (per
 //     queue for Get), and multiple-acknowledgement is per consumer.
-//   - Cancel puts deliveries that were buffered but never received back in their places at once,
-//     unchanged; in AMQP they were already on the wire and stay unacked until the channel closes.
+//   - Deliveries buffered in a consumer's channel but never received are not "delivered": when
+//     the consumer stops (Cancel, its context ends, Recover) they go back to their places
+//     unchanged, not marked redelivered. In AMQP they were already on the wire: they stay unacked
+//     until the channel closes and then come back redelivered.
+//   - Multiple-acknowledgement ([Consumer.AckUpTo] and the like) covers received deliveries only.
 //   - Prefetch 0 (unlimited) is not offered; see [Prefetch].
 //
 // # Concurrency

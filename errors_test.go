@@ -3,9 +3,12 @@ package warren_test
 import (
 	"context"
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -1037,4 +1040,67 @@ func TestDeleteQueueStopsAutoAckConsumers(t *testing.T) {
 			t.Errorf("in %d of %d rounds an AutoAck consumer's Deliveries() was not closed when DeleteQueue returned (still buffering a message of the deleted queue, or feeder not yet exited)", open, rounds)
 		}
 	})
+}
+
+// TestSettleCopiedDelivery: a copy of a Delivery is not a second handle on it. Settling the copy
+// is refused, and the original settles normally once. (Settling both used to succeed, drive the
+// consumer's credit negative and then block dispatch on a full channel.) go vet reports such a
+// copy; reflection makes one here.
+func TestSettleCopiedDelivery(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q")
+	c, err := q.Consume(t.Context(), warren.Prefetch(1))
+	require.NoError(t, err)
+	publishN(t, b, q, 2)
+	d := receive(t, c, 1)[0]
+	v := reflect.New(reflect.TypeFor[warren.Delivery]()).Elem()
+	v.Set(reflect.ValueOf(d).Elem())
+	cp := v.Addr().Interface().(*warren.Delivery)
+	require.ErrorIs(t, cp.Ack(), warren.ErrUnknownDelivery)
+	require.NoError(t, d.Ack())
+	require.Equal(t, 0, q.Len(), "the second message went to the consumer, whose credit is intact")
+	require.Equal(t, 1, q.Unacked())
+	require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{}), "dispatch does not block")
+}
+
+func TestBindDefaultExchangeAsDestination(t *testing.T) {
+	b := newBroker(t)
+	_, err := b.DeclareExchange("x", warren.ExchangeFanout)
+	require.NoError(t, err)
+	require.ErrorIs(t, b.BindExchange("", "x", "", nil), warren.ErrAccessRefused)
+	require.ErrorIs(t, b.UnbindExchange("", "x", "", nil), warren.ErrAccessRefused)
+}
+
+// TestArgumentsMustBeAMQPTypes: declaration and binding arguments hold AMQP field values, as a
+// RabbitMQ client would send them; anything else is refused (RabbitMQ answers 406), rather than
+// kept and never equal to itself on redeclaration.
+func TestArgumentsMustBeAMQPTypes(t *testing.T) {
+	b := newBroker(t)
+	_, err := b.DeclareExchange("x", warren.ExchangeHeaders)
+	require.NoError(t, err)
+	declare(t, b, "q")
+	for _, v := range []any{time.Second, []string{"a"}, struct{}{}, uint64(1), warren.Table{"nested": []int{1}}} {
+		_, err := b.DeclareQueue("q2", warren.Arguments(warren.Table{"k": v}))
+		require.ErrorIs(t, err, warren.ErrPreconditionFailed, "DeclareQueue with %T", v)
+		_, err = b.DeclareExchange("x2", warren.ExchangeDirect, warren.Arguments(warren.Table{"k": v}))
+		require.ErrorIs(t, err, warren.ErrPreconditionFailed, "DeclareExchange with %T", v)
+		require.ErrorIs(t, b.Bind("q", "x", "", warren.Table{"k": v}), warren.ErrPreconditionFailed, "Bind with %T", v)
+	}
+	_, err = b.Queue("q2")
+	require.ErrorIs(t, err, warren.ErrNotFound, "nothing was declared")
+	ok := warren.Table{"i": int32(1), "s": "a", "t": time.Unix(0, 0), "l": []any{int64(1), "b"},
+		"n": warren.Table{"f": 1.5}, "d": warren.Decimal{Scale: 1, Value: 5}, "nil": nil, "b": []byte("x")}
+	_, err = b.DeclareQueue("q3", warren.Arguments(ok))
+	require.NoError(t, err)
+	_, err = b.DeclareQueue("q3", warren.Arguments(ok))
+	require.NoError(t, err, "an equivalent redeclaration")
+	require.NoError(t, b.Bind("q", "x", "", ok))
+}
+
+func TestLookupsAfterClose(t *testing.T) {
+	b := warren.New()
+	declare(t, b, "q")
+	require.NoError(t, b.Close())
+	require.Empty(t, slices.Collect(b.Queues()))
+	require.Empty(t, slices.Collect(b.Exchanges()))
 }

@@ -2,10 +2,10 @@ package warren
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 )
 
 // Exchange kinds (AMQP exchange types).
@@ -105,13 +105,14 @@ func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Ex
 		}
 		cfg.alternate = s
 	}
-	switch {
-	case name == "":
+	if name == "" {
 		return nil, fmt.Errorf("warren: declare the default exchange: %w", ErrAccessRefused)
-	case len(name) > maxNameLen:
-		return nil, fmt.Errorf("warren: exchange name longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
-	case !utf8.ValidString(name):
-		return nil, fmt.Errorf("warren: exchange name %q is not UTF-8: %w", name, ErrInvalidArgument)
+	}
+	if err := checkName("exchange", name); err != nil {
+		return nil, err
+	}
+	if err := checkTable(cfg.args); err != nil {
+		return nil, fmt.Errorf("warren: declare exchange %q: %w", name, err)
 	}
 	switch kind {
 	case ExchangeDirect, ExchangeFanout, ExchangeTopic, ExchangeHeaders:
@@ -131,8 +132,8 @@ func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Ex
 		}
 		return x, nil
 	}
-	if strings.HasPrefix(name, "amq.") {
-		return nil, fmt.Errorf("warren: declare exchange %q: prefix \"amq.\" is reserved: %w", name, ErrAccessRefused)
+	if err := checkReserved("exchange", name); err != nil {
+		return nil, err
 	}
 	x := newExchange(b, name, kind, cfg)
 	b.exchanges[name] = x
@@ -211,31 +212,37 @@ func (b *Broker) deleteExchangeLocked(x *Exchange) {
 // ([ErrAccessRefused]), a key over 255 bytes ([ErrInvalidArgument]), an invalid x-match
 // ([ErrPreconditionFailed]), a closed broker ([ErrClosed]).
 func (b *Broker) Bind(queue, exchange, key string, args Table) error {
-	return b.bind(queue, "", exchange, key, args)
+	return b.bind(destination{name: queue}, exchange, key, args)
 }
 
 // Unbind removes a binding made by [Broker.Bind]; the key and arguments must be equal. Removing
 // a binding that does not exist succeeds. Removing an auto-delete exchange's last binding
 // deletes the exchange.
 func (b *Broker) Unbind(queue, exchange, key string, args Table) error {
-	return b.unbind(queue, "", exchange, key, args)
+	return b.unbind(destination{name: queue}, exchange, key, args)
 }
 
 // BindExchange binds a destination exchange to a source exchange (RabbitMQ's exchange-to-exchange
 // binding): what the source routes through this binding is routed again by the destination.
 // A message reaches each queue once however many paths lead there, and cycles are harmless.
 // Errors are as for [Broker.Bind].
-func (b *Broker) BindExchange(destination, source, key string, args Table) error {
-	return b.bind("", destination, source, key, args)
+func (b *Broker) BindExchange(dst, source, key string, args Table) error {
+	return b.bind(destination{name: dst, exchange: true}, source, key, args)
 }
 
 // UnbindExchange removes a binding made by [Broker.BindExchange], as [Broker.Unbind] does.
-func (b *Broker) UnbindExchange(destination, source, key string, args Table) error {
-	return b.unbind("", destination, source, key, args)
+func (b *Broker) UnbindExchange(dst, source, key string, args Table) error {
+	return b.unbind(destination{name: dst, exchange: true}, source, key, args)
 }
 
-// bind binds the queue named queue, or else the exchange named dst, to the exchange src.
-func (b *Broker) bind(queue, dst, src, key string, args Table) error {
+// destination names what a binding routes to: a queue, or an exchange.
+type destination struct {
+	name     string
+	exchange bool
+}
+
+// bind binds dst to the exchange src.
+func (b *Broker) bind(dst destination, src, key string, args Table) error {
 	if b.closed.Load() {
 		return ErrClosed
 	}
@@ -244,7 +251,7 @@ func (b *Broker) bind(queue, dst, src, key string, args Table) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	bd, err := b.bindingLocked(queue, dst, src, key, args)
+	bd, err := b.bindingLocked(dst, src, key, args)
 	if err != nil {
 		return err
 	}
@@ -271,10 +278,10 @@ func (b *Broker) bind(queue, dst, src, key string, args Table) error {
 	return nil
 }
 
-func (b *Broker) unbind(queue, dst, src, key string, args Table) error {
+func (b *Broker) unbind(dst destination, src, key string, args Table) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	bd, err := b.bindingLocked(queue, dst, src, key, args)
+	bd, err := b.bindingLocked(dst, src, key, args)
 	if err != nil {
 		return err
 	}
@@ -288,24 +295,27 @@ func (b *Broker) unbind(queue, dst, src, key string, args Table) error {
 }
 
 // bindingLocked resolves the names of a bind or unbind into a binding value.
-func (b *Broker) bindingLocked(queue, dst, src, key string, args Table) (*binding, error) {
+func (b *Broker) bindingLocked(dst destination, src, key string, args Table) (*binding, error) {
 	if b.closed.Load() {
 		return nil, ErrClosed
 	}
-	if src == "" {
-		return nil, fmt.Errorf("warren: bind to the default exchange: %w", ErrAccessRefused)
+	if src == "" || dst.exchange && dst.name == "" {
+		return nil, fmt.Errorf("warren: bind the default exchange: %w", ErrAccessRefused)
+	}
+	if err := checkTable(args); err != nil {
+		return nil, fmt.Errorf("warren: bind: %w", err)
 	}
 	x := b.exchanges[src]
 	if x == nil {
 		return nil, fmt.Errorf("warren: bind: exchange %q: %w", src, ErrNotFound)
 	}
 	bd := &binding{src: x, key: key, args: args}
-	if dst != "" {
-		if bd.exchange = b.exchanges[dst]; bd.exchange == nil {
-			return nil, fmt.Errorf("warren: bind: exchange %q: %w", dst, ErrNotFound)
+	if dst.exchange {
+		if bd.exchange = b.exchanges[dst.name]; bd.exchange == nil {
+			return nil, fmt.Errorf("warren: bind: exchange %q: %w", dst.name, ErrNotFound)
 		}
-	} else if bd.queue = b.queues[queue]; bd.queue == nil {
-		return nil, fmt.Errorf("warren: bind: queue %q: %w", queue, ErrNotFound)
+	} else if bd.queue = b.queues[dst.name]; bd.queue == nil {
+		return nil, fmt.Errorf("warren: bind: queue %q: %w", dst.name, ErrNotFound)
 	}
 	return bd, nil
 }
@@ -537,9 +547,12 @@ func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []Publ
 	routed := 0
 	for _, q := range r.queues {
 		// A queue deleted since routing chose it takes nothing; as in RabbitMQ, that is not
-		// an error for the publisher.
-		if q.enqueue(env) == nil {
+		// an error for the publisher. A broker closed meanwhile is.
+		switch err := q.enqueue(env); {
+		case err == nil:
 			routed++
+		case errors.Is(err, ErrClosed):
+			return err
 		}
 	}
 	if routed == 0 && cfg.mandatory {
@@ -558,8 +571,16 @@ func (b *Broker) publishDefault(key string, msg Message, cfg publishConfig) erro
 	switch {
 	case closed:
 		return ErrClosed
-	case q != nil && q.enqueue(&envelope{msg: msg, routingKey: key}) == nil:
-		return nil
+	}
+	if q != nil {
+		switch err := q.enqueue(&envelope{msg: msg, routingKey: key}); {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrClosed):
+			return err
+		}
+	}
+	switch {
 	case cfg.mandatory:
 		return fmt.Errorf("warren: publish to exchange \"\" with key %q: %w", key, ErrUnroutable)
 	}

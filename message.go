@@ -1,6 +1,9 @@
 package warren
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Table is a set of AMQP field values: message headers, and the arguments of declarations and
 // bindings. Values use the Go types AMQP clients use (those of amqp091-go): bool, int8, int16,
@@ -38,4 +41,35 @@ type Message struct {
 	Type            string    // application use: message type name
 	UserID          string    // application use: creating user id
 	AppID           string    // application use: creating application id
+}
+
+// checkTable reports, wrapping [ErrPreconditionFailed] as RabbitMQ's 406 would, a value in t
+// (or nested in it) that is not one of the AMQP field types listed for [Table].
+func checkTable(t Table) error {
+	for k, v := range t {
+		if err := checkField(v); err != nil {
+			return fmt.Errorf("argument %q: %w", k, err)
+		}
+	}
+	return nil
+}
+
+func checkField(v any) error {
+	switch v := v.(type) {
+	case nil, bool, int8, int16, int32, int64, int, uint8, uint16, uint32, float32, float64,
+		string, []byte, time.Time, Decimal:
+		return nil
+	case Table:
+		return checkTable(v)
+	case map[string]any:
+		return checkTable(v)
+	case []any:
+		for _, e := range v {
+			if err := checkField(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("value of type %T is not an AMQP field type: %w", v, ErrPreconditionFailed)
 }

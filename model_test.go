@@ -195,7 +195,7 @@ func (r *refQueue) dispatch() {
 
 // feed runs the AutoAck consumer's feeder until it parks: it takes the head of the queue (and
 // a tag) whenever it holds nothing, and moves what it holds into the channel while there is
-// room.
+// room. The channel has prefetch-1 slots, so the consumer holds at most prefetch messages.
 func (r *refQueue) feed() {
 	c := r.feeder
 	if c == nil {
@@ -203,7 +203,7 @@ func (r *refQueue) feed() {
 	}
 	for {
 		switch {
-		case c.feeding != nil && len(c.buffered) < c.prefetch:
+		case c.feeding != nil && len(c.buffered) < c.prefetch-1:
 			c.buffered = append(c.buffered, c.feeding)
 			c.feeding = nil
 		case c.feeding == nil && len(r.ready) > 0:
@@ -306,9 +306,21 @@ func (r *refQueue) consume(prefetch int, tag string, autoAck bool, ctx int) *ref
 	return c
 }
 
+// rendezvous reports whether c's feeder is parked sending into an unbuffered channel (an
+// AutoAck consumer of prefetch 1) with a message a receive takes at once.
+func (c *refConsumer) rendezvous() bool {
+	return c.autoAck && c.active && c.prefetch == 1 && c.feeding != nil
+}
+
 // receive takes the next buffered delivery of c; with none, open says whether the channel is
 // still open.
 func (r *refQueue) receive(c *refConsumer) (d *refDelivery, open bool) {
+	if len(c.buffered) == 0 && c.rendezvous() {
+		// An AutoAck consumer of prefetch 1 has an unbuffered channel: its feeder, parked in
+		// the send, hands its message straight over.
+		d, c.feeding = c.feeding, nil
+		return d, true
+	}
 	if len(c.buffered) == 0 {
 		return nil, c.active
 	}
@@ -816,7 +828,7 @@ func (h *modelHarness) check() {
 		if got, want := len(c.Deliveries()), len(rc.buffered); got != want {
 			h.fail("consumer %s: len(Deliveries()) = %d, want %d", consName(rc), got, want)
 		}
-		if len(rc.buffered) == 0 {
+		if len(rc.buffered) == 0 && !rc.rendezvous() {
 			// Nothing to take: an active consumer's channel is open and empty (the feeder of an
 			// AutoAck one is parked), a stopped one's closed.
 			select {
@@ -1656,7 +1668,7 @@ func TestAutoAckDoneAfterReturn(t *testing.T) {
 			q := declare(t, b, "q")
 			publishN(t, b, q, 3)
 			ctx, cancel := context.WithCancel(t.Context())
-			c, err := q.Consume(ctx, warren.Prefetch(1), warren.AutoAck())
+			c, err := q.Consume(ctx, warren.Prefetch(2), warren.AutoAck())
 			require.NoError(t, err)
 			synctest.Wait() // "0" buffered in the channel, "1" held by the feeder, "2" ready
 			require.Equal(t, 1, q.Len())

@@ -138,10 +138,13 @@ type alternateOption string
 func (o alternateOption) applyExchange(c *exchangeConfig) { c.alternate = string(o) }
 
 // Arguments sets a declaration's AMQP arguments, as RabbitMQ takes them, so that a topology
-// written for RabbitMQ can be declared unchanged. For an exchange, "alternate-exchange" (a string)
-// is understood; for a queue, the "x-" arguments listed in the package documentation. Arguments
-// are kept with the declaration and compared on redeclaration as RabbitMQ compares them. Later
-// Arguments options are merged over earlier ones.
+// written for RabbitMQ can be declared unchanged. Values must be AMQP field types (see [Table]),
+// else the declaration fails with [ErrPreconditionFailed]. For an exchange, "alternate-exchange"
+// (a string) is understood. For a queue, the arguments RabbitMQ compares on redeclaration
+// ("x-message-ttl", "x-expires", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+// "x-max-length", "x-max-length-bytes", "x-overflow", "x-delivery-limit", "x-max-priority",
+// "x-single-active-consumer", "x-queue-type") are kept and compared; others are kept and not
+// compared. Later Arguments options are merged over earlier ones.
 func Arguments(t Table) interface {
 	QueueOption
 	ExchangeOption
@@ -171,8 +174,9 @@ func mergeTables(dst, src Table) Table {
 // Prefetch sets how many deliveries a consumer may hold unsettled at once, received or buffered
 // in its channel: AMQP's per-consumer basic.qos prefetch count. Range 1 to 65535; default
 // [DefaultPrefetch]. An in-process consumer's deliveries wait in a channel of this capacity, so
-// AMQP's "0 = unlimited" is not offered: an unbounded buffer would hide a slow consumer. For an
-// AutoAck consumer it is the size of its delivery buffer.
+// AMQP's "0 = unlimited" is not offered: an unbounded buffer would hide a slow consumer. An
+// AutoAck consumer holds at most this many messages too: prefetch-1 buffered in its channel and
+// one being handed over.
 func Prefetch(n int) ConsumeOption { return prefetchOption(n) }
 
 type prefetchOption int
@@ -188,10 +192,11 @@ type tagOption string
 func (o tagOption) applyConsume(c *consumeConfig) { c.tag = string(o) }
 
 // AutoAck settles each delivery as it is handed over (AMQP's no-ack mode): nothing is
-// outstanding, nothing comes back, and the settlement methods return [ErrUnknownDelivery]. For
-// a consumer, a message counts as handed over once it is in the consumer's channel buffer;
-// buffered messages not yet received when the consumer stops go back to their places unchanged.
-// Default: off (manual acknowledgement).
+// outstanding, nothing comes back, and the settlement methods return [ErrUnknownDelivery]. A
+// consumer's messages leave the queue when its goroutine takes them to hand over, at most
+// [Prefetch] at a time (one being handed over, the rest buffered in its channel); those not yet
+// received when the consumer stops go back to their places unchanged. Default: off (manual
+// acknowledgement).
 func AutoAck() interface {
 	ConsumeOption
 	GetOption

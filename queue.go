@@ -31,18 +31,23 @@ func (e entry) key() uint64 { return e.seq }
 
 func entryLess(a, b entry) bool { return a.key() < b.key() }
 
-// readySet is the ordered store of a queue's ready messages. It is unsafe for concurrent use:
-// its Queue's mu guards it.
+// readySet is the ordered store of a queue's ready messages: one set ordered by key, kept in
+// three parts. It is unsafe for concurrent use: its Queue's mu guards it.
+//   - fresh: a FIFO ring that new messages are appended to; keys ascend along it.
+//   - returned: a btree of messages that came back one at a time (a Nack), each under its
+//     original key, so it lands exactly where it was: O(log n) instead of a merge.
+//   - run: messages that came back together (a consumer's context ended, Recover, NackUpTo),
+//     sorted by key once and merged in O(n) rather than inserted one by one; run[runAt:] are
+//     still ready.
 //
-// Fresh messages are appended to a FIFO ring; messages that come back (nack, orphan, recover)
-// go into a btree under their original key. Invariant: every entry in the tree has a smaller
-// key than every entry in the ring. It holds because an entry can only leave the ready set from
-// its minimum, so anything that comes back is older than everything still in the ring, and a
-// fresh entry is newer than everything. Hence the ready order is the tree in order, then the
-// ring, and a returned message lands exactly where it was: O(log n) instead of a merge.
+// popMin takes the least key of the three heads. Every returned message is older than every
+// fresh one (an entry leaves the set only from its minimum, and fresh entries are the newest),
+// but popMin does not rely on it.
 type readySet struct {
 	fresh    ring[entry]
 	returned *btree.BTreeG[entry]
+	run      []entry
+	runAt    int
 }
 
 // newReadySet returns an empty ready set whose btree takes its nodes from free, a free list
@@ -52,7 +57,7 @@ func newReadySet(free *btree.FreeListG[entry]) readySet {
 	return readySet{returned: btree.NewWithFreeListG(32, entryLess, free)}
 }
 
-func (r *readySet) len() int { return r.fresh.len() + r.returned.Len() }
+func (r *readySet) len() int { return r.fresh.len() + r.returned.Len() + len(r.run) - r.runAt }
 
 // push appends a fresh entry, newer than every entry in the set.
 func (r *readySet) push(e entry) { r.fresh.push(e) }
@@ -60,26 +65,89 @@ func (r *readySet) push(e entry) { r.fresh.push(e) }
 // reinsert puts back an entry that left the set, at its original position.
 func (r *readySet) reinsert(e entry) { r.returned.ReplaceOrInsert(e) }
 
-// popMin removes and returns the first entry in delivery order.
-func (r *readySet) popMin() (entry, bool) {
-	if r.returned.Len() > 0 {
-		return r.returned.DeleteMin()
+// merge adds entries that left the set, sorted by key, at their original positions.
+func (r *readySet) merge(sorted []entry) {
+	rest := r.run[r.runAt:]
+	if len(rest) == 0 {
+		r.run, r.runAt = sorted, 0
+		return
 	}
-	if r.fresh.len() > 0 {
-		return r.fresh.pop(), true
+	merged := make([]entry, 0, len(rest)+len(sorted))
+	for len(rest) > 0 && len(sorted) > 0 {
+		if rest[0].key() < sorted[0].key() {
+			merged, rest = append(merged, rest[0]), rest[1:]
+		} else {
+			merged, sorted = append(merged, sorted[0]), sorted[1:]
+		}
 	}
-	return entry{}, false
+	r.run, r.runAt = append(append(merged, rest...), sorted...), 0
 }
 
-// ascend calls fn for each ready entry in delivery order until fn returns false.
+// popMin removes and returns the first entry in delivery order.
+func (r *readySet) popMin() (entry, bool) {
+	if r.returned.Len() == 0 && r.runAt == len(r.run) {
+		if r.fresh.len() > 0 { // the common case: nothing came back
+			return r.fresh.pop(), true
+		}
+		return entry{}, false
+	}
+	const (
+		fromTree = iota + 1
+		fromRun
+		fromFresh
+	)
+	var (
+		best entry
+		from int
+	)
+	if r.returned.Len() > 0 {
+		best, _ = r.returned.Min()
+		from = fromTree
+	}
+	if r.runAt < len(r.run) && (from == 0 || r.run[r.runAt].key() < best.key()) {
+		best, from = r.run[r.runAt], fromRun
+	}
+	if r.fresh.len() > 0 && r.fresh.front().key() < best.key() {
+		best, from = r.fresh.front(), fromFresh
+	}
+	switch from {
+	case fromTree:
+		r.returned.DeleteMin()
+	case fromRun:
+		r.run[r.runAt] = entry{}
+		if r.runAt++; r.runAt == len(r.run) {
+			r.run, r.runAt = nil, 0
+		}
+	case fromFresh:
+		r.fresh.pop()
+	}
+	return best, true
+}
+
+// ascend calls fn for each ready entry in delivery order until fn returns false. It copies the
+// tree's entries; it is for inspection, not for the hot path.
 func (r *readySet) ascend(fn func(entry) bool) {
-	ok := true
+	var tree []entry
 	r.returned.Ascend(func(e entry) bool {
-		ok = fn(e)
-		return ok
+		tree = append(tree, e)
+		return true
 	})
-	for i := 0; ok && i < r.fresh.len(); i++ {
-		ok = fn(r.fresh.at(i))
+	run := r.run[r.runAt:]
+	for i := 0; len(tree)+len(run) > 0 || i < r.fresh.len(); {
+		var e entry
+		switch {
+		case len(tree) > 0 && (len(run) == 0 || tree[0].key() < run[0].key()) &&
+			(i == r.fresh.len() || tree[0].key() < r.fresh.at(i).key()):
+			e, tree = tree[0], tree[1:]
+		case len(run) > 0 && (i == r.fresh.len() || run[0].key() < r.fresh.at(i).key()):
+			e, run = run[0], run[1:]
+		default:
+			e = r.fresh.at(i)
+			i++
+		}
+		if !fn(e) {
+			return
+		}
 	}
 }
 
@@ -88,6 +156,7 @@ func (r *readySet) clear() int {
 	n := r.len()
 	r.fresh.clear()
 	r.returned.Clear(true)
+	r.run, r.runAt = nil, 0
 	return n
 }
 
@@ -109,8 +178,6 @@ type Queue struct {
 	name string
 	cfg  queueConfig // fixed at declare
 
-	betweenChunks func() // tests only: runs while reap has let go of mu between chunks
-
 	// mu guards every field below. It is never held while user code runs, and no other queue's
 	// lock is ever taken while it is held. The broker's topology lock, when needed, is taken
 	// before it, never after.
@@ -125,7 +192,6 @@ type Queue struct {
 	hadConsumer bool                   // for auto-delete: a consumer ever existed
 	gotTag      uint64                 // last delivery tag issued to a Get
 	unacked     int                    // deliveries outstanding, all consumers and Gets
-	reaping     int                    // context ends returning messages in chunks; dispatch waits for them
 	endErr      error                  // non-nil once the queue is deleted or its broker closed
 	slab        []Delivery             // the next deliveries to hand out
 }
@@ -179,11 +245,8 @@ func (q *Queue) enqueue(env *envelope) error {
 // dispatchLocked hands ready messages to consumers with credit, round-robin, until either runs
 // out. Sends never block: a push consumer's channel has room for its whole prefetch, and a
 // consumer only receives while its outstanding deliveries are fewer than its prefetch.
-//
-// While a context end is returning messages in chunks (reaping > 0), dispatch waits: the
-// messages still to come back belong ahead of what is ready now.
 func (q *Queue) dispatchLocked() {
-	if q.ready.len() == 0 || q.reaping > 0 {
+	if q.ready.len() == 0 {
 		return
 	}
 	for _, c := range q.feeders {
@@ -221,6 +284,7 @@ func (q *Queue) newDeliveryLocked(e entry) *Delivery {
 	d.Redelivered = e.redelivered
 	d.DeliveryCount = int(e.returns)
 	d.q = q
+	d.self = d
 	d.e = e
 	d.state = deliveryOutstanding
 	return d
@@ -259,7 +323,6 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 	d.MessageCount = q.ready.len()
 	if cfg.autoAck {
 		d.state = deliveryAutoAcked
-		d.e.env = nil
 	} else {
 		q.unacked++
 		if ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
@@ -303,9 +366,9 @@ func (q *Queue) endLocked(err error) []*Consumer {
 	q.endErr = err
 	feeders := q.feeders
 	for _, c := range q.holders {
-		c.stopLocked(err)
+		c.stopLocked(err, nil) // the queue's messages are discarded
 		c.ended = true
-		c.closeDoneLocked()
+		c.signalStopLocked()
 		c.stopCtx()
 	}
 	for d := range q.gets {

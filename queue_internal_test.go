@@ -2,6 +2,7 @@ package warren
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -11,9 +12,7 @@ import (
 	"github.com/google/btree"
 )
 
-// checkReadySet verifies the readySet invariant: every returned (tree) entry orders before every
-// fresh (ring) entry, both parts ascend, and ascend visits exactly the entries popMin would
-// return, in that order.
+// checkReadySet verifies that ascend visits every ready entry once, in ascending key order.
 func checkReadySet(t *testing.T, r *readySet) []uint64 {
 	t.Helper()
 	var keys []uint64
@@ -36,7 +35,8 @@ func checkReadySet(t *testing.T, r *readySet) []uint64 {
 }
 
 // TestReadySetAgainstSortedSlice drives the ready set and a sorted slice with the same random
-// pushes, pops and reinsertions of popped entries, and compares them after every step.
+// pushes, pops, reinsertions of one popped entry and merges of several, and compares them after
+// every step.
 func TestReadySetAgainstSortedSlice(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -65,6 +65,17 @@ func TestReadySetAgainstSortedSlice(t *testing.T) {
 				}
 				model = model[1:]
 				out = append(out, e)
+			case op == 9 && len(out) > 0:
+				// several come back together: merged as a sorted run
+				k := 1 + rng.IntN(len(out))
+				batch := slices.Clone(out[:k])
+				out = out[k:]
+				slices.SortFunc(batch, func(a, b entry) int { return int(a.key()) - int(b.key()) })
+				r.merge(batch)
+				for _, e := range batch {
+					j, _ := slices.BinarySearch(model, e.key())
+					model = slices.Insert(model, j, e.key())
+				}
 			case len(out) > 0:
 				i := rng.IntN(len(out))
 				e := out[i]
@@ -80,54 +91,60 @@ func TestReadySetAgainstSortedSlice(t *testing.T) {
 	}
 }
 
-// TestReapDispatchesOnlyAtTheEnd: a consumer's context ends while it holds more than one chunk
-// of messages; between chunks, when the lock is let go, another consumer acks and so gains
-// credit. Nothing may be dispatched to it then: the messages still to come back belong ahead of
-// what is ready. Once all are back it receives the head, redelivered.
-func TestReapDispatchesOnlyAtTheEnd(t *testing.T) {
+// TestContextEndIsAtomic: while a consumer's context end returns a large holding, every
+// observer sees each message either still held or back in the queue: Len+Unacked stays the
+// number published, a Get takes the head, and a purge leaves nothing to come back later.
+// (A regression test: returning in chunks once left messages in neither place in between.)
+func TestContextEndIsAtomic(t *testing.T) {
+	const held, behind = 3000, 10
 	b := New()
 	defer b.Close()
 	q, err := b.DeclareQueue("q")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctxA, cancelA := context.WithCancel(t.Context())
-	a, err := q.Consume(ctxA, Prefetch(2*returnChunk+1))
+	ctx, cancel := context.WithCancel(t.Context())
+	a, err := q.Consume(ctx, Prefetch(held))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 2*returnChunk + 10 {
+	for i := range held + behind {
 		if err := b.Publish(t.Context(), "", "q", Message{Body: []byte(strconv.Itoa(i))}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for range 2*returnChunk + 1 {
-		<-a.Deliveries() // received: they come back redelivered
+	for range held {
+		<-a.Deliveries()
 	}
-	c, err := q.Consume(t.Context(), Prefetch(1))
+	observed := make(chan string)
+	go func() {
+		for {
+			q.mu.Lock()
+			n, u := q.ready.len(), q.unacked
+			q.mu.Unlock()
+			if n+u != held+behind {
+				observed <- fmt.Sprintf("ready %d + unacked %d != %d", n, u, held+behind)
+				return
+			}
+			if u == 0 {
+				observed <- ""
+				return
+			}
+		}
+	}()
+	cancel()
+	if msg := <-observed; msg != "" {
+		t.Fatal(msg)
+	}
+	<-a.Done()
+	d, err := q.Get(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := <-c.Deliveries() // the first message behind A's holding
-	chunks := 0
-	q.betweenChunks = func() {
-		chunks++
-		if chunks == 1 {
-			if err := first.Ack(); err != nil { // c has credit again
-				t.Error(err)
-			}
-		}
-		if n := len(c.Deliveries()); n != 0 {
-			t.Errorf("between chunks %d: %d deliveries dispatched before the return finished", chunks, n)
-		}
-	}
-	cancelA()
-	<-a.Done()
-	if chunks != 2 {
-		t.Fatalf("reap let go of the lock %d times, want 2", chunks)
-	}
-	d := <-c.Deliveries()
 	if string(d.Message.Body) != "0" || !d.Redelivered {
-		t.Fatalf("after the return: got %s (redelivered %t), want 0 redelivered", d.Message.Body, d.Redelivered)
+		t.Fatalf("Get after the return = %s (redelivered %t), want 0 redelivered", d.Message.Body, d.Redelivered)
+	}
+	if n, _ := q.Purge(); n != held+behind-1 {
+		t.Fatalf("Purge = %d, want %d", n, held+behind-1)
 	}
 }

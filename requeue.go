@@ -11,31 +11,41 @@ import (
 //
 // A message keeps the sequence id it was given when it entered the queue for as long as it is
 // in the queue, delivered or not. Whatever brings it back — a Nack, a consumer or Get context
-// that ended, Recover — reinserts it into the ready set under that id, so it lands exactly where
-// it was: ahead of everything that entered the queue after it, behind everything still ready
-// that entered before it (RabbitMQ's classic-queue requeue, R1.5). See [readySet] for why the
-// append tail and the btree together keep that order.
+// that ended, Recover, Cancel — puts it back into the ready set under that id, so it lands
+// exactly where it was: ahead of everything that entered the queue after it, behind everything
+// still ready that entered before it (RabbitMQ's classic-queue requeue, R1.5). See [readySet].
 //
 // Two kinds of return:
-//   - returnLocked: the application saw the message. It comes back redelivered, its delivery
-//     count one higher.
-//   - restoreLocked: the message was buffered for a consumer that stopped before receiving it.
-//     It comes back unchanged, as if never delivered.
+//   - redelivered: the application saw the message. It comes back marked redelivered, its
+//     delivery count one higher.
+//   - unchanged: the message was buffered for a consumer that stopped before receiving it. It
+//     comes back as if never delivered.
+//
+// One message (a Nack) goes into the ready set's btree; many at once (a context end, Recover,
+// NackUpTo, Cancel's buffered deliveries) are sorted and merged, and are all back before
+// anything is dispatched.
 
-// returnLocked puts back a message the application received, redelivered.
-func (q *Queue) returnLocked(e entry) {
+// redelivered returns e as it comes back after the application saw it.
+func redelivered(e entry) entry {
 	e.redelivered = true
 	e.returns++
-	q.restoreLocked(e)
+	return e
 }
 
-// restoreLocked puts back a message unchanged. It does nothing once the queue has ended, so a
-// deleted queue keeps no references.
-func (q *Queue) restoreLocked(e entry) {
-	if q.endErr != nil {
+// returnLocked puts back one message the application received, redelivered.
+func (q *Queue) returnLocked(e entry) {
+	if q.endErr == nil { // a deleted queue keeps no references
+		q.ready.reinsert(redelivered(e))
+	}
+}
+
+// restoreAllLocked puts back messages that come back together, already marked as they return.
+func (q *Queue) restoreAllLocked(es []entry) {
+	if len(es) == 0 || q.endErr != nil {
 		return
 	}
-	q.ready.reinsert(e)
+	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
+	q.ready.merge(es)
 }
 
 // Recover returns every delivery this consumer holds to its original position (AMQP's
@@ -52,94 +62,72 @@ func (c *Consumer) Recover() error {
 	if c.autoAck || c.ended {
 		return nil
 	}
+	var back []entry
 	if !c.stopped {
-		c.drainLocked()
+		back = c.drainLocked(back)
 	}
 	for i := range c.unacked.len() {
 		if d := c.unacked.at(i); d.state == deliveryOutstanding {
-			q.settleLocked(d, settleNack)
-			d.state = deliveryReturned
+			q.releaseLocked(d, deliveryReturned)
+			back = append(back, redelivered(d.e))
 		}
 	}
+	q.restoreAllLocked(back)
 	c.tidyLocked()
 	q.dispatchLocked()
 	return nil
 }
 
-// returnChunk bounds how many messages a context end returns per hold of the queue lock, so
-// that returning a large holding (10k costs milliseconds) does not stall publishers.
-const returnChunk = 256
-
 // reap runs when a context that owns consumers or Get deliveries of this queue ends: AMQP's
 // channel close. Everything owned by any context that has ended — not only the one whose
 // callback runs, since one context may own several consumers and Gets, each with its own
-// callback — is claimed at once: consumers stop, and their outstanding deliveries and the
-// outstanding Get deliveries become returned, so settling them now fails with
-// [ErrAlreadySettled]. The messages then go back to their original positions, smallest
-// sequence id first, in chunks of returnChunk; dispatch waits for the last chunk, so a consumer
-// of this queue sees them in queue order: between chunks publishers enqueue and acknowledgements
-// settle, but nothing is dispatched (see [Queue.dispatchLocked]). The consumers' done channels
-// close once all is back.
+// callback — goes back in one critical section: consumers stop, their buffered unread
+// deliveries come back unchanged, their received outstanding ones and the outstanding Get
+// deliveries come back redelivered (settling them now fails with [ErrAlreadySettled]), and only
+// then is anything dispatched, so a consumer of this queue sees them in queue order. The
+// consumers' Done channels close once all of it is back.
 func (q *Queue) reap() {
 	q.mu.Lock()
 	if q.endErr != nil {
 		q.mu.Unlock()
 		return
 	}
+	// Counted under mu before the queue ends, so Broker.Close, which ends every queue before
+	// it waits, waits for this goroutine too.
+	q.b.wg.Add(1)
+	defer q.b.wg.Done()
 	var (
 		back  []entry
 		ended []*Consumer
 	)
-	claim := func(d *Delivery) {
-		d.state = deliveryReturned
-		q.unacked--
-		back = append(back, d.e)
-	}
-	for _, c := range slices.Clone(q.holders) {
+	q.holders = slices.DeleteFunc(q.holders, func(c *Consumer) bool {
 		if c.owner.Err() == nil {
-			continue
+			return false
 		}
 		if !c.stopped {
-			c.stopLocked(context.Cause(c.owner))
+			back = c.stopLocked(context.Cause(c.owner), back)
 			q.removeConsumerLocked(c)
 		}
 		for i := range c.unacked.len() {
 			if d := c.unacked.at(i); d.state == deliveryOutstanding {
-				claim(d)
+				q.releaseLocked(d, deliveryReturned)
+				back = append(back, redelivered(d.e))
 			}
 		}
 		c.unacked.clear()
-		c.live = 0
 		c.ended = true
-		q.holders = slices.DeleteFunc(q.holders, func(x *Consumer) bool { return x == c })
 		ended = append(ended, c)
-	}
+		return true
+	})
 	for d := range q.gets {
 		if d.get.ctx.Err() != nil {
-			claim(d)
-			delete(q.gets, d)
+			q.releaseLocked(d, deliveryReturned)
+			back = append(back, redelivered(d.e))
 		}
 	}
-	slices.SortFunc(back, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
-	chunked := len(back) > returnChunk
-	if chunked {
-		q.reaping++ // dispatch waits while the lock is let go between chunks
-	}
-	for i, e := range back {
-		if i > 0 && i%returnChunk == 0 {
-			q.mu.Unlock()
-			if q.betweenChunks != nil {
-				q.betweenChunks()
-			}
-			q.mu.Lock()
-		}
-		q.returnLocked(e) // a no-op once the queue has ended
-	}
-	if chunked {
-		q.reaping--
-	}
+	q.restoreAllLocked(back)
 	for _, c := range ended {
-		c.closeDoneLocked()
+		c.signalStopLocked()
 	}
 	q.dispatchLocked()
 	autoDelete := q.shouldAutoDeleteLocked()

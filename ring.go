@@ -1,7 +1,8 @@
 package warren
 
 // ring is a growable FIFO of values: push at the back, pop at the front, both amortised O(1).
-// Popped slots are zeroed so that the garbage collector can reclaim what they pointed to. The
+// Popped slots are zeroed so that the garbage collector can reclaim what they pointed to, and a
+// large ring that empties to a quarter shrinks by half, so a burst does not pin its memory. The
 // zero ring is empty and ready to use. Unsafe for concurrent use.
 type ring[T any] struct {
 	buf  []T // len(buf) is zero or a power of two
@@ -32,8 +33,15 @@ func (r *ring[T]) pop() T {
 	r.buf[r.head] = zero
 	r.head = (r.head + 1) & (len(r.buf) - 1)
 	r.n--
+	if len(r.buf) > ringKeep && r.n < len(r.buf)/4 {
+		r.resize(len(r.buf) / 2)
+	}
 	return v
 }
+
+// ringKeep is the capacity (1.5 MiB of entries) below which a ring never shrinks: shrinking
+// smaller rings would make a queue whose depth swings reallocate over and over.
+const ringKeep = 1 << 16
 
 // filter keeps, in order, the elements for which keep returns true. O(len).
 func (r *ring[T]) filter(keep func(T) bool) {
@@ -54,15 +62,20 @@ func (r *ring[T]) filter(keep func(T) bool) {
 
 // clear removes every element.
 func (r *ring[T]) clear() {
-	clear(r.buf)
+	if len(r.buf) > ringKeep {
+		r.buf = nil
+	} else {
+		clear(r.buf)
+	}
 	r.head, r.n = 0, 0
 }
 
 func (r *ring[T]) grow() {
-	size := 2 * len(r.buf)
-	if size == 0 {
-		size = 8
-	}
+	r.resize(max(2*len(r.buf), 8))
+}
+
+// resize moves the elements into a new buffer of size slots, a power of two ≥ len.
+func (r *ring[T]) resize(size int) {
 	buf := make([]T, size)
 	for i := 0; i < r.n; i++ {
 		buf[i] = r.at(i)

@@ -70,3 +70,25 @@ func TestRingClearsReferences(t *testing.T) {
 		}
 	}
 }
+
+// TestRingShrinks: after a burst drains, a large ring gives most of its memory back.
+func TestRingShrinks(t *testing.T) {
+	var r ring[int]
+	const n = 4 * ringKeep
+	for i := range n {
+		r.push(i)
+	}
+	for i := range n - 10 {
+		if got := r.pop(); got != i {
+			t.Fatalf("pop() = %d, want %d", got, i)
+		}
+	}
+	if len(r.buf) > ringKeep {
+		t.Fatalf("capacity %d after draining to %d elements, want at most %d", len(r.buf), r.len(), ringKeep)
+	}
+	for i := range 10 {
+		if got := r.pop(); got != n-10+i {
+			t.Fatalf("pop() = %d after shrinking, want %d", got, n-10+i)
+		}
+	}
+}
