@@ -1,0 +1,105 @@
+package warren
+
+import "time"
+
+// Reasons a message is dead-lettered: the "reason" of an x-death entry (R4.2).
+const (
+	reasonRejected      = "rejected"       // rejected or nacked without requeue
+	reasonExpired       = "expired"        // its TTL passed
+	reasonMaxLen        = "maxlen"         // dropped or refused by a length limit
+	reasonDeliveryLimit = "delivery_limit" // returned more times than the delivery limit
+)
+
+// death is one dead-lettering event, as recordDeath writes it into a message's headers.
+type death struct {
+	queue       string   // the queue the message is dead-lettered from
+	reason      string   // one of the reason constants
+	exchange    string   // the exchange the message was published to
+	routingKeys []string // its routing key and CC keys (never BCC)
+	expiration  string   // the message's per-message TTL, "" if it had none
+	time        time.Time
+}
+
+// recordDeath returns a copy of headers with d recorded as RabbitMQ records it (R4.4, R4.5):
+//   - "x-death" is a list of tables, newest first, one per {queue, reason}. A repeated
+//     {queue, reason} has its "count" incremented and moves to the front, keeping the "time",
+//     "exchange" and "routing-keys" of its first event; a new one is prepended with count 1.
+//     "original-expiration" is set when the message had a per-message TTL. A history that is
+//     not a list is replaced.
+//   - "x-first-death-reason", "-queue" and "-exchange" are set once, on the first death;
+//     "x-last-death-reason", "-queue" and "-exchange" on every death.
+//
+// headers itself is not modified: it is shared with every other copy of the message. Counts
+// are int64 and times are [time.Time] to the second, the types AMQP clients use.
+func recordDeath(headers Table, d death) Table {
+	h := make(Table, len(headers)+7)
+	for k, v := range headers {
+		h[k] = v
+	}
+	old, _ := headers["x-death"].([]any)
+	deaths := make([]any, 1, len(old)+1)
+	var entry Table
+	for _, e := range old {
+		t, ok := e.(Table)
+		if ok && entry == nil && t["queue"] == d.queue && t["reason"] == d.reason {
+			entry = make(Table, len(t))
+			for k, v := range t {
+				entry[k] = v
+			}
+			count, _ := entry["count"].(int64)
+			entry["count"] = count + 1
+			continue
+		}
+		deaths = append(deaths, e)
+	}
+	if entry == nil {
+		keys := make([]any, len(d.routingKeys))
+		for i, k := range d.routingKeys {
+			keys[i] = k
+		}
+		entry = Table{
+			"queue":        d.queue,
+			"reason":       d.reason,
+			"count":        int64(1),
+			"time":         d.time.Truncate(time.Second),
+			"exchange":     d.exchange,
+			"routing-keys": keys,
+		}
+		if d.expiration != "" {
+			entry["original-expiration"] = d.expiration
+		}
+	}
+	deaths[0] = entry
+	h["x-death"] = deaths
+	if _, ok := h["x-first-death-reason"]; !ok {
+		h["x-first-death-reason"] = d.reason
+		h["x-first-death-queue"] = d.queue
+		h["x-first-death-exchange"] = d.exchange
+	}
+	h["x-last-death-reason"] = d.reason
+	h["x-last-death-queue"] = d.queue
+	h["x-last-death-exchange"] = d.exchange
+	return h
+}
+
+// isDeathCycle reports whether dead-lettering a message with reason into the queue named target
+// would close an automatic cycle, judged on headers that already record this death (R4.7): the
+// newest deaths are walked back to the most recent one from target; if it is there and no death
+// on the way, itself included, was a rejection, the message has gone round without anyone
+// deciding to send it round, and it must not go to target. A rejection is never a cycle.
+func isDeathCycle(headers Table, target, reason string) bool {
+	if reason == reasonRejected {
+		return false
+	}
+	deaths, _ := headers["x-death"].([]any)
+	for _, e := range deaths {
+		t, _ := e.(Table)
+		if t["reason"] == reasonRejected {
+			return false
+		}
+		if t["queue"] == target {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,93 @@
+package warren
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 500_000_000, time.UTC)
+
+func TestRecordDeathFirst(t *testing.T) {
+	orig := Table{"app": "x"}
+	h := recordDeath(orig, death{
+		queue: "main", reason: reasonExpired, exchange: "ex", routingKeys: []string{"rk", "cc1"},
+		expiration: "1000", time: t0,
+	})
+	require.Equal(t, Table{"app": "x"}, orig, "the shared headers are not modified")
+	require.Equal(t, []any{Table{
+		"queue": "main", "reason": "expired", "count": int64(1), "time": t0.Truncate(time.Second),
+		"exchange": "ex", "routing-keys": []any{"rk", "cc1"}, "original-expiration": "1000",
+	}}, h["x-death"])
+	require.Equal(t, "x", h["app"])
+	for k, want := range map[string]string{
+		"x-first-death-reason": "expired", "x-first-death-queue": "main", "x-first-death-exchange": "ex",
+		"x-last-death-reason": "expired", "x-last-death-queue": "main", "x-last-death-exchange": "ex",
+	} {
+		require.Equal(t, want, h[k], k)
+	}
+}
+
+func TestRecordDeathNoOriginalExpiration(t *testing.T) {
+	h := recordDeath(nil, death{queue: "q", reason: reasonMaxLen, exchange: "", routingKeys: []string{"q"}, time: t0})
+	entry := h["x-death"].([]any)[0].(Table)
+	require.NotContains(t, entry, "original-expiration", "absent when the TTL came only from the queue")
+}
+
+// TestRecordDeathRepeats: a repeated {queue, reason} increments its count and moves to the front,
+// keeping its first time, exchange and routing keys; a new pair is prepended; first-death
+// headers stay, last-death headers follow.
+func TestRecordDeathRepeats(t *testing.T) {
+	h := recordDeath(nil, death{queue: "main", reason: reasonExpired, exchange: "e1", routingKeys: []string{"k1"}, time: t0})
+	h = recordDeath(h, death{queue: "retry", reason: reasonExpired, exchange: "dlx", routingKeys: []string{"k2"}, time: t0.Add(time.Minute)})
+	h = recordDeath(h, death{queue: "main", reason: reasonExpired, exchange: "e3", routingKeys: []string{"k3"}, time: t0.Add(time.Hour)})
+	deaths := h["x-death"].([]any)
+	require.Len(t, deaths, 2)
+	first := deaths[0].(Table)
+	require.Equal(t, "main", first["queue"])
+	require.Equal(t, int64(2), first["count"])
+	require.Equal(t, t0.Truncate(time.Second), first["time"], "first time kept")
+	require.Equal(t, "e1", first["exchange"], "first exchange kept")
+	require.Equal(t, []any{"k1"}, first["routing-keys"], "first routing keys kept")
+	require.Equal(t, "retry", deaths[1].(Table)["queue"])
+	require.Equal(t, int64(1), deaths[1].(Table)["count"])
+	require.Equal(t, "e1", h["x-first-death-exchange"])
+	require.Equal(t, "main", h["x-first-death-queue"])
+	require.Equal(t, "e3", h["x-last-death-exchange"])
+
+	h = recordDeath(h, death{queue: "main", reason: reasonRejected, exchange: "e4", time: t0})
+	deaths = h["x-death"].([]any)
+	require.Len(t, deaths, 3, "same queue, other reason: a new entry")
+	require.Equal(t, "rejected", deaths[0].(Table)["reason"])
+	require.Equal(t, "rejected", h["x-last-death-reason"])
+	require.Equal(t, "expired", h["x-first-death-reason"])
+}
+
+func TestRecordDeathReplacesMalformedHistory(t *testing.T) {
+	h := recordDeath(Table{"x-death": "nonsense"}, death{queue: "q", reason: reasonRejected, time: t0})
+	require.Len(t, h["x-death"], 1)
+}
+
+// TestDeathCycle follows R4.7's cases.
+func TestDeathCycle(t *testing.T) {
+	expireFrom := func(h Table, q string) Table {
+		return recordDeath(h, death{queue: q, reason: reasonExpired, time: t0})
+	}
+	rejectFrom := func(h Table, q string) Table {
+		return recordDeath(h, death{queue: q, reason: reasonRejected, time: t0})
+	}
+	self := expireFrom(nil, "q")
+	require.True(t, isDeathCycle(self, "q", reasonExpired), "a queue expiring into itself")
+	require.False(t, isDeathCycle(self, "other", reasonExpired), "first visit elsewhere")
+
+	pingPong := expireFrom(expireFrom(nil, "q1"), "q2")
+	require.True(t, isDeathCycle(pingPong, "q1", reasonExpired), "q1 → q2 → q1, all expiries")
+
+	withReject := expireFrom(rejectFrom(expireFrom(nil, "main"), "retry"), "main")
+	require.False(t, isDeathCycle(rejectFrom(nil, "q"), "q", reasonRejected), "a rejection is never a cycle")
+	// main expired → retry; a consumer of retry rejected → main; main expired again → retry?
+	require.True(t, isDeathCycle(withReject, "main", reasonExpired), "the newest death from main is this one: automatic")
+	retryLoop := expireFrom(rejectFrom(nil, "main"), "retry")
+	require.False(t, isDeathCycle(retryLoop, "main", reasonExpired), "a reject on the way back to main breaks the cycle")
+}
