@@ -1104,3 +1104,11 @@ func TestLookupsAfterClose(t *testing.T) {
 	require.Empty(t, slices.Collect(b.Queues()))
 	require.Empty(t, slices.Collect(b.Exchanges()))
 }
+
+func TestArgumentsThatContainThemselves(t *testing.T) {
+	b := newBroker(t)
+	self := warren.Table{}
+	self["me"] = self
+	_, err := b.DeclareQueue("q", warren.Arguments(warren.Table{"k": self}))
+	require.ErrorIs(t, err, warren.ErrPreconditionFailed)
+}

@@ -45,27 +45,36 @@ type Message struct {
 
 // checkTable reports, wrapping [ErrPreconditionFailed] as RabbitMQ's 406 would, a value in t
 // (or nested in it) that is not one of the AMQP field types listed for [Table].
-func checkTable(t Table) error {
+func checkTable(t Table) error { return checkNested(t, 0) }
+
+// maxFieldDepth bounds how deeply tables and arrays nest, which also stops a table that
+// contains itself.
+const maxFieldDepth = 32
+
+func checkNested(t Table, depth int) error {
 	for k, v := range t {
-		if err := checkField(v); err != nil {
+		if err := checkField(v, depth); err != nil {
 			return fmt.Errorf("argument %q: %w", k, err)
 		}
 	}
 	return nil
 }
 
-func checkField(v any) error {
+func checkField(v any, depth int) error {
+	if depth > maxFieldDepth {
+		return fmt.Errorf("tables nested deeper than %d: %w", maxFieldDepth, ErrPreconditionFailed)
+	}
 	switch v := v.(type) {
 	case nil, bool, int8, int16, int32, int64, int, uint8, uint16, uint32, float32, float64,
 		string, []byte, time.Time, Decimal:
 		return nil
 	case Table:
-		return checkTable(v)
+		return checkNested(v, depth+1)
 	case map[string]any:
-		return checkTable(v)
+		return checkNested(v, depth+1)
 	case []any:
 		for _, e := range v {
-			if err := checkField(e); err != nil {
+			if err := checkField(e, depth+1); err != nil {
 				return err
 			}
 		}

@@ -65,11 +65,19 @@ func (r *readySet) push(e entry) { r.fresh.push(e) }
 // reinsert puts back an entry that left the set, at its original position.
 func (r *readySet) reinsert(e entry) { r.returned.ReplaceOrInsert(e) }
 
-// merge adds entries that left the set, sorted by key, at their original positions.
+// merge adds entries that left the set, sorted by key, at their original positions. A batch
+// much smaller than the run still waiting goes into the tree instead: merging copies the run,
+// and a few returns beside a large run must not cost O(run) each.
 func (r *readySet) merge(sorted []entry) {
 	rest := r.run[r.runAt:]
 	if len(rest) == 0 {
 		r.run, r.runAt = sorted, 0
+		return
+	}
+	if len(sorted)*16 < len(rest) {
+		for _, e := range sorted {
+			r.reinsert(e)
+		}
 		return
 	}
 	merged := make([]entry, 0, len(rest)+len(sorted))
