@@ -94,11 +94,9 @@ func TestReadySetAgainstSortedSlice(t *testing.T) {
 
 // TestSmallMergeBesideLargeRunIsCheap: a bulk return of a few messages (Recover, NackUpTo,
 // Cancel's buffered deliveries, an AutoAck feeder's stop, a context end owning little) while a
-// large run of earlier returns is still ready must not cost O(run). merge copies the whole rest
-// of the run into a new slice, so a prefetch-1 consumer that receives and Recovers (or
-// NackUpTo(0)s) one message at a time beside a 64Ki run allocates and copies ~1.5 MB per call:
-// quadratic overall. (Measured through the public API with a 60k run: ~700 µs per
-// receive+Recover, against ~300 ns before the run existed, when returns went into the btree.)
+// large run of earlier returns is still ready must not cost O(run). (A regression test: merge
+// copied the whole rest of the run each time, ~1.5 MB per call beside a 64Ki run, so a
+// prefetch-1 consumer receiving and Recovering one message at a time went quadratic.)
 func TestSmallMergeBesideLargeRunIsCheap(t *testing.T) {
 	const n = 1 << 16
 	r := newReadySet(btree.NewFreeListG[entry](8))
