@@ -1,5 +1,7 @@
 package warren
 
+import "maps"
+
 import "time"
 
 // Reasons a message is dead-lettered: the "reason" of an x-death entry (R4.2).
@@ -33,9 +35,7 @@ type death struct {
 // are int64 and times are [time.Time] to the second, the types AMQP clients use.
 func recordDeath(headers Table, d death) Table {
 	h := make(Table, len(headers)+7)
-	for k, v := range headers {
-		h[k] = v
-	}
+	maps.Copy(h, headers)
 	old, _ := headers["x-death"].([]any)
 	deaths := make([]any, 1, len(old)+1)
 	var entry Table
@@ -43,9 +43,7 @@ func recordDeath(headers Table, d death) Table {
 		t, ok := e.(Table)
 		if ok && entry == nil && t["queue"] == d.queue && t["reason"] == d.reason {
 			entry = make(Table, len(t))
-			for k, v := range t {
-				entry[k] = v
-			}
+			maps.Copy(entry, t)
 			count, _ := entry["count"].(int64)
 			entry["count"] = count + 1
 			continue
