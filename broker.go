@@ -123,6 +123,9 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	if err := checkTable(cfg.args); err != nil {
 		return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)
 	}
+	if err := cfg.parseArgs(); err != nil {
+		return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {

@@ -83,7 +83,7 @@ func (q *Queue) Consume(ctx context.Context, opts ...ConsumeOption) (*Consumer, 
 		done:     make(chan struct{}),
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	if q.endErr != nil {
 		return nil, fmt.Errorf("warren: consume from queue %q: %w", q.name, q.endErrLocked())
 	}
@@ -147,8 +147,9 @@ func (c *Consumer) Tag() string { return c.tag }
 func (c *Consumer) Deliveries() <-chan *Delivery { return c.ch }
 
 // Done returns a channel that is closed when the consumer stops receiving. When it stopped
-// because its context ended, everything it held is back in the queue by the time Done is
-// closed; after [Consumer.Cancel], deliveries it received stay outstanding.
+// because its context ended, everything it held has been dealt with by the time Done is closed:
+// back in the queue, or expired and dead-lettered. After [Consumer.Cancel], deliveries it
+// received stay outstanding.
 func (c *Consumer) Done() <-chan struct{} { return c.done }
 
 // Err returns nil while the consumer is active and, once it has stopped, why: [ErrCancelled],
@@ -156,7 +157,7 @@ func (c *Consumer) Done() <-chan struct{} { return c.done }
 // [ErrClosed].
 func (c *Consumer) Err() error {
 	c.q.mu.Lock()
-	defer c.q.mu.Unlock()
+	defer c.q.unlock()
 	return c.err
 }
 
@@ -169,7 +170,7 @@ func (c *Consumer) Cancel() error {
 	q := c.q
 	q.mu.Lock()
 	if c.stopped {
-		q.mu.Unlock()
+		q.unlock()
 		if c.autoAck {
 			<-c.done // stopped by someone else: wait as they do for the feeder to finish
 		}
@@ -181,7 +182,7 @@ func (c *Consumer) Cancel() error {
 	c.tidyLocked()
 	q.dispatchLocked()
 	autoDelete := q.shouldAutoDeleteLocked()
-	q.mu.Unlock()
+	q.unlock()
 	c.afterStop(autoDelete)
 	return nil
 }
@@ -339,13 +340,13 @@ func (c *Consumer) feed() {
 	for held == nil {
 		q.mu.Lock()
 		if c.stopped {
-			q.mu.Unlock()
+			q.unlock()
 			break
 		}
-		e, ok := q.ready.popMin()
+		e, ok := q.takeLocked()
 		if !ok {
 			c.waiting = true
-			q.mu.Unlock()
+			q.unlock()
 			select {
 			case <-c.wake:
 			case <-c.halt:
@@ -354,7 +355,7 @@ func (c *Consumer) feed() {
 		}
 		d := c.newDeliveryLocked(e)
 		d.state = deliveryAutoAcked
-		q.mu.Unlock()
+		q.unlock()
 		select {
 		case c.ch <- d:
 		case <-c.halt:
@@ -370,7 +371,7 @@ func (c *Consumer) feed() {
 	}
 	q.restoreAllLocked(c.drainLocked(back))
 	q.dispatchLocked()
-	q.mu.Unlock()
+	q.unlock()
 	close(c.ch)
 	close(c.done)
 }
@@ -395,7 +396,7 @@ func (c *Consumer) RejectUpTo(tag uint64) error { return c.settleUpTo(tag, settl
 func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 	q := c.q
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	if q.endErr != nil {
 		return fmt.Errorf("warren: settle up to %d: %w", tag, q.endErrLocked())
 	}
@@ -509,7 +510,7 @@ func (d *Delivery) settle(how settlement) error {
 		}
 		q.dispatchLocked()
 	}
-	q.mu.Unlock()
+	q.unlock()
 	if err == nil {
 		d.stopWatching()
 	}
@@ -568,6 +569,6 @@ func (q *Queue) settleLocked(d *Delivery, how settlement) {
 	case settleNack:
 		q.returnLocked(d.e)
 	case settleReject:
-		// Dropped: dead-lettering arrives with the dead-letter exchange (a later issue).
+		q.deadLetterLocked(d.e, reasonRejected)
 	}
 }

@@ -101,3 +101,78 @@ func isDeathCycle(headers Table, target, reason string) bool {
 	}
 	return false
 }
+
+// deadLetter is a message leaving a queue for its dead-letter exchange.
+type deadLetter struct {
+	env    *envelope
+	reason string
+}
+
+// deadLetterLocked dead-letters e from q with reason. It is only collected here; [Queue.unlock]
+// publishes it once mu is released. Without a dead-letter exchange the message is dropped.
+func (q *Queue) deadLetterLocked(e entry, reason string) {
+	if q.cfg.hasDLX && q.endErr == nil {
+		q.dead = append(q.dead, deadLetter{e.env, reason})
+	}
+}
+
+// deadLetter publishes the messages dead-lettered from src, in the order they were collected,
+// so that one queue's dead letters arrive in order (R4.9).
+func (b *Broker) deadLetter(src *Queue, dead []deadLetter) {
+	now := time.Now()
+	for _, d := range dead {
+		b.publishDeadLetter(src, d, now)
+	}
+}
+
+// publishDeadLetter publishes one message dead-lettered from src through src's dead-letter
+// exchange as RabbitMQ does (R4.3-R4.8): a copy whose headers record the death, without the
+// expiration, under the dead-letter routing key if src has one (dropping CC) or else under its
+// own routing keys; routed like any publish, except that it may reach an internal exchange, and
+// that a queue the death history says it would cycle back into is skipped. A missing exchange
+// or no route drops it; that is logged.
+func (b *Broker) publishDeadLetter(src *Queue, d deadLetter, now time.Time) {
+	env := d.env
+	keys := []string{env.routingKey}
+	forEachCC(env.msg.Headers, func(k string) { keys = append(keys, k) }) // BCC was stripped at publish
+	msg := env.msg
+	msg.Headers = recordDeath(env.msg.Headers, death{
+		queue: src.name, reason: d.reason, exchange: env.exchange, routingKeys: keys,
+		expiration: env.msg.Expiration, time: now,
+	})
+	msg.Expiration = ""
+	key := env.routingKey
+	if src.cfg.hasDLRK {
+		key = src.cfg.dlrk
+		delete(msg.Headers, "CC")
+	}
+	dl := &envelope{msg: msg, exchange: src.cfg.dlx, routingKey: key}
+
+	r := b.routers.Get().(*router)
+	defer func() {
+		r.reset()
+		b.routers.Put(r)
+	}()
+	b.mu.RLock()
+	x := b.exchanges[src.cfg.dlx]
+	if b.closed.Load() || x == nil {
+		b.mu.RUnlock()
+		b.cfg.logger.Warn("warren: dead letter dropped: dead-letter exchange not found",
+			"queue", src.name, "reason", d.reason, "exchange", src.cfg.dlx)
+		return
+	}
+	r.routeLocked(b, x, key, msg.Headers)
+	b.mu.RUnlock()
+	if len(r.queues) == 0 {
+		b.cfg.logger.Warn("warren: dead letter dropped: no route",
+			"queue", src.name, "reason", d.reason, "exchange", src.cfg.dlx, "routing-key", key)
+	}
+	for _, q := range r.queues {
+		if isDeathCycle(msg.Headers, q.name, d.reason) {
+			b.cfg.logger.Warn("warren: dead letter dropped: dead-letter cycle",
+				"queue", src.name, "reason", d.reason, "target", q.name)
+			continue
+		}
+		_ = q.enqueue(dl, -1) // a queue deleted meanwhile takes nothing
+	}
+}

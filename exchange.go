@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Exchange kinds (AMQP exchange types).
@@ -507,8 +508,12 @@ func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []Publ
 	if len(key) > maxNameLen {
 		return fmt.Errorf("warren: publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
+	ttl, err := parseExpiration(msg.Expiration)
+	if err != nil {
+		return err
+	}
 	if name == "" && x == nil && msg.Headers == nil {
-		return b.publishDefault(key, msg, cfg)
+		return b.publishDefault(key, msg, ttl, cfg)
 	}
 	r := b.routers.Get().(*router)
 	defer func() {
@@ -548,7 +553,7 @@ func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []Publ
 	for _, q := range r.queues {
 		// A queue deleted since routing chose it takes nothing; as in RabbitMQ, that is not
 		// an error for the publisher. A broker closed meanwhile is.
-		switch err := q.enqueue(env); {
+		switch err := q.enqueue(env, ttl); {
 		case err == nil:
 			routed++
 		case errors.Is(err, ErrClosed):
@@ -563,7 +568,7 @@ func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []Publ
 
 // publishDefault is publish's fast path for the commonest case: the default exchange, which
 // routes to the one queue named by the key, with no headers, so no CC or BCC keys.
-func (b *Broker) publishDefault(key string, msg Message, cfg publishConfig) error {
+func (b *Broker) publishDefault(key string, msg Message, ttl time.Duration, cfg publishConfig) error {
 	b.mu.RLock()
 	q := b.queues[key]
 	closed := b.closed.Load()
@@ -573,7 +578,7 @@ func (b *Broker) publishDefault(key string, msg Message, cfg publishConfig) erro
 		return ErrClosed
 	}
 	if q != nil {
-		switch err := q.enqueue(&envelope{msg: msg, routingKey: key}); {
+		switch err := q.enqueue(&envelope{msg: msg, routingKey: key}, ttl); {
 		case err == nil:
 			return nil
 		case errors.Is(err, ErrClosed):

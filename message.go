@@ -45,7 +45,14 @@ type Message struct {
 
 // checkTable reports, wrapping [ErrPreconditionFailed] as RabbitMQ's 406 would, a value in t
 // (or nested in it) that is not one of the AMQP field types listed for [Table].
-func checkTable(t Table) error { return checkNested(t, 0) }
+func checkTable(t Table) error {
+	for _, v := range t {
+		if o, ok := v.(invalidOption); ok {
+			return o.err // a typed option's own error
+		}
+	}
+	return checkNested(t, 0)
+}
 
 // maxFieldDepth bounds how deeply tables and arrays nest, which also stops a table that
 // contains itself.

@@ -1,8 +1,10 @@
 package warren
 
 import (
+	"fmt"
 	"log/slog"
 	"maps"
+	"time"
 )
 
 // Limits shared by names, keys and tags (AMQP's shortstr) and by prefetch (a 16-bit field).
@@ -44,10 +46,49 @@ func defaultBrokerConfig() brokerConfig {
 }
 
 // queueConfig is a queue's declaration. Two declarations of one queue must be equivalent.
+// args is the declaration as RabbitMQ sees it (typed options write into it); the fields after
+// it are parsed from args by parseArgs.
 type queueConfig struct {
 	durable    bool
 	autoDelete bool
 	args       Table
+
+	ttl     time.Duration // message TTL; -1 for none
+	dlx     string        // dead-letter exchange, when hasDLX
+	hasDLX  bool
+	dlrk    string // dead-letter routing key, when hasDLRK
+	hasDLRK bool
+}
+
+// parseArgs validates the queue arguments warren understands, as RabbitMQ does (406 →
+// [ErrPreconditionFailed]), and sets the typed fields from them.
+func (c *queueConfig) parseArgs() error {
+	c.ttl = -1
+	if v, ok := c.args["x-message-ttl"]; ok {
+		ttl, err := ttlArg("x-message-ttl", v)
+		if err != nil {
+			return err
+		}
+		c.ttl = ttl
+	}
+	if v, ok := c.args["x-dead-letter-exchange"]; ok {
+		s, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("warren: argument x-dead-letter-exchange: %v (%T) is not a string: %w", v, v, ErrPreconditionFailed)
+		}
+		c.dlx, c.hasDLX = s, true
+	}
+	if v, ok := c.args["x-dead-letter-routing-key"]; ok {
+		s, ok := v.(string)
+		switch {
+		case !ok:
+			return fmt.Errorf("warren: argument x-dead-letter-routing-key: %v (%T) is not a string: %w", v, v, ErrPreconditionFailed)
+		case !c.hasDLX:
+			return fmt.Errorf("warren: argument x-dead-letter-routing-key without x-dead-letter-exchange: %w", ErrPreconditionFailed)
+		}
+		c.dlrk, c.hasDLRK = s, true
+	}
+	return nil
 }
 
 type exchangeConfig struct {
@@ -169,6 +210,51 @@ func mergeTables(dst, src Table) Table {
 	}
 	maps.Copy(dst, src)
 	return dst
+}
+
+// MessageTTL sets the queue's message TTL, the "x-message-ttl" argument: a message still ready
+// d after it entered the queue expires, wherever it is in the queue, and is dead-lettered with
+// reason "expired" (or dropped without a dead-letter exchange). A message's own
+// [Message.Expiration] applies when it is lower. 0 means a message is delivered at once or
+// expires. Range 0 to 2^32-1 milliseconds, in whole milliseconds (RabbitMQ's unit); else the
+// declaration fails with [ErrInvalidArgument]. Default: no TTL.
+func MessageTTL(d time.Duration) QueueOption { return msTTLOption{"x-message-ttl", d} }
+
+type msTTLOption struct {
+	arg string
+	d   time.Duration
+}
+
+func (o msTTLOption) applyQueue(c *queueConfig) {
+	var v any = int64(o.d / time.Millisecond)
+	if o.d < 0 || o.d > maxTTL || o.d%time.Millisecond != 0 {
+		v = invalidOption{fmt.Errorf("warren: %s %v: not a whole number of milliseconds from 0 to 2^32-1: %w", o.arg, o.d, ErrInvalidArgument)}
+	}
+	c.args = mergeTables(c.args, Table{o.arg: v})
+}
+
+// invalidOption stands in an argument for a typed option whose value was invalid, so that the
+// declaration reports the option's own error.
+type invalidOption struct{ err error }
+
+// DeadLetter sets the queue's dead-letter exchange, the "x-dead-letter-exchange" argument, and,
+// when routingKey is not empty, the "x-dead-letter-routing-key" argument. Messages that expire,
+// are rejected or dropped by a length limit are republished through exchange (which may be ""
+// and need not exist yet) with their death recorded in the x-death header; with routingKey,
+// under that key, else under their own routing keys (R4.1-R4.3). Default: none; such messages
+// are dropped.
+func DeadLetter(exchange, routingKey string) QueueOption {
+	return deadLetterOption{exchange, routingKey}
+}
+
+type deadLetterOption struct{ exchange, routingKey string }
+
+func (o deadLetterOption) applyQueue(c *queueConfig) {
+	t := Table{"x-dead-letter-exchange": o.exchange}
+	if o.routingKey != "" {
+		t["x-dead-letter-routing-key"] = o.routingKey
+	}
+	c.args = mergeTables(c.args, t)
 }
 
 // Prefetch sets how many deliveries a consumer may hold unsettled at once, received or buffered

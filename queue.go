@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/google/btree"
 )
@@ -19,10 +20,11 @@ type envelope struct {
 // entry is one message's place in one queue. It moves by value between the ready set, a
 // delivery and back, so a queue allocates nothing per message beyond its rings and nodes.
 type entry struct {
-	env         *envelope
-	seq         uint64 // position in the queue, assigned at enqueue, never changed
-	returns     uint32 // times the message came back after a delivery (x-delivery-count)
-	redelivered bool   // delivered before and returned
+	env         *envelope // nil in a tombstone: a slot whose message was removed (see ttl.go)
+	seq         uint64    // position in the queue, assigned at enqueue, never changed
+	deadline    int64     // when it expires, on the queue's clock; 0 for never (see ttl.go)
+	returns     uint32    // times the message came back after a delivery (x-delivery-count)
+	redelivered bool      // delivered before and returned
 }
 
 // key orders the ready set: ascending key = delivery order. The priority issue will pack the
@@ -43,27 +45,41 @@ func entryLess(a, b entry) bool { return a.key() < b.key() }
 // popMin takes the least key of the three heads. Every returned message is older than every
 // fresh one (an entry leaves the set only from its minimum, and fresh entries are the newest),
 // but popMin does not rely on it.
+//
+// A message removed from the middle (it expired) leaves a tombstone in the ring or the run,
+// skipped when it reaches the head; dead counts them. expiries indexes the entries with a
+// deadline (ttl.go).
 type readySet struct {
 	fresh    ring[entry]
 	returned *btree.BTreeG[entry]
 	run      []entry
 	runAt    int
+	dead     int
+	expiries *btree.BTreeG[expiry]
 }
 
 // newReadySet returns an empty ready set whose btree takes its nodes from free, a free list
 // shared by a broker's queues, so that the nodes one queue's burst of returns released serve
 // the next burst anywhere.
 func newReadySet(free *btree.FreeListG[entry]) readySet {
-	return readySet{returned: btree.NewWithFreeListG(32, entryLess, free)}
+	return readySet{returned: btree.NewWithFreeListG(32, entryLess, free), expiries: newExpiryIndex()}
 }
 
-func (r *readySet) len() int { return r.fresh.len() + r.returned.Len() + len(r.run) - r.runAt }
+func (r *readySet) len() int {
+	return r.fresh.len() + r.returned.Len() + len(r.run) - r.runAt - r.dead
+}
 
 // push appends a fresh entry, newer than every entry in the set.
-func (r *readySet) push(e entry) { r.fresh.push(e) }
+func (r *readySet) push(e entry) {
+	r.fresh.push(e)
+	r.index(e)
+}
 
 // reinsert puts back an entry that left the set, at its original position.
-func (r *readySet) reinsert(e entry) { r.returned.ReplaceOrInsert(e) }
+func (r *readySet) reinsert(e entry) {
+	r.returned.ReplaceOrInsert(e)
+	r.index(e)
+}
 
 // merge adds entries that left the set, sorted by key, at their original positions. A batch
 // much smaller than the run still waiting goes into the tree instead: merging copies the run,
@@ -71,6 +87,9 @@ func (r *readySet) reinsert(e entry) { r.returned.ReplaceOrInsert(e) }
 func (r *readySet) merge(sorted []entry) {
 	rest := r.run[r.runAt:]
 	if len(rest) == 0 {
+		for _, e := range sorted {
+			r.index(e)
+		}
 		r.run, r.runAt = sorted, 0
 		return
 	}
@@ -79,6 +98,9 @@ func (r *readySet) merge(sorted []entry) {
 			r.reinsert(e)
 		}
 		return
+	}
+	for _, e := range sorted {
+		r.index(e)
 	}
 	merged := make([]entry, 0, len(rest)+len(sorted))
 	for len(rest) > 0 && len(sorted) > 0 {
@@ -93,9 +115,14 @@ func (r *readySet) merge(sorted []entry) {
 
 // popMin removes and returns the first entry in delivery order.
 func (r *readySet) popMin() (entry, bool) {
+	if r.dead > 0 {
+		r.skipDead()
+	}
 	if r.returned.Len() == 0 && r.runAt == len(r.run) {
 		if r.fresh.len() > 0 { // the common case: nothing came back
-			return r.fresh.pop(), true
+			e := r.fresh.pop()
+			r.unindex(e)
+			return e, true
 		}
 		return entry{}, false
 	}
@@ -129,7 +156,24 @@ func (r *readySet) popMin() (entry, bool) {
 	case fromFresh:
 		r.fresh.pop()
 	}
+	r.unindex(best)
 	return best, true
+}
+
+// skipDead drops tombstones from the heads of the run and the ring.
+func (r *readySet) skipDead() {
+	for r.runAt < len(r.run) && r.run[r.runAt].env == nil {
+		r.run[r.runAt] = entry{}
+		r.runAt++
+		r.dead--
+	}
+	if r.runAt == len(r.run) {
+		r.run, r.runAt = nil, 0
+	}
+	for r.fresh.len() > 0 && r.fresh.front().env == nil {
+		r.fresh.pop()
+		r.dead--
+	}
 }
 
 // ascend calls fn for each ready entry in delivery order until fn returns false. It copies the
@@ -153,7 +197,7 @@ func (r *readySet) ascend(fn func(entry) bool) {
 			e = r.fresh.at(i)
 			i++
 		}
-		if !fn(e) {
+		if e.env != nil && !fn(e) {
 			return
 		}
 	}
@@ -165,6 +209,8 @@ func (r *readySet) clear() int {
 	r.fresh.clear()
 	r.returned.Clear(true)
 	r.run, r.runAt = nil, 0
+	r.dead = 0
+	r.expiries.Clear(false)
 	return n
 }
 
@@ -182,9 +228,10 @@ const deliverySlabSize = 16
 // A Queue is safe for concurrent use. After the queue is deleted its methods return an error
 // wrapping [ErrNotFound]; after the broker closes, [ErrClosed].
 type Queue struct {
-	b    *Broker
-	name string
-	cfg  queueConfig // fixed at declare
+	b     *Broker
+	name  string
+	cfg   queueConfig // fixed at declare
+	epoch time.Time   // the zero of the queue's clock (see ttl.go)
 
 	// mu guards every field below. It is never held while user code runs, and no other queue's
 	// lock is ever taken while it is held. The broker's topology lock, when needed, is taken
@@ -199,13 +246,20 @@ type Queue struct {
 	rr          int                    // round-robin cursor into consumers
 	hadConsumer bool                   // for auto-delete: a consumer ever existed
 	gotTag      uint64                 // last delivery tag issued to a Get
+	arriving    uint64                 // seq of the message being enqueued, which TTL 0 lets through once
+	timer       *time.Timer            // the queue's one timer, armed for the earliest deadline
+	timerAt     int64                  // the deadline the timer is armed for; 0 when stopped
+	dead        []deadLetter           // to dead-letter once mu is released (see unlock)
 	unacked     int                    // deliveries outstanding, all consumers and Gets
 	endErr      error                  // non-nil once the queue is deleted or its broker closed
 	slab        []Delivery             // the next deliveries to hand out
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
-	return &Queue{b: b, name: name, cfg: cfg, ready: newReadySet(b.freeNodes), nextSeq: 1, gets: make(map[*Delivery]struct{})}
+	return &Queue{
+		b: b, name: name, cfg: cfg, epoch: time.Now(),
+		ready: newReadySet(b.freeNodes), nextSeq: 1, gets: make(map[*Delivery]struct{}),
+	}
 }
 
 // Name returns the queue's name; for a server-named queue, the generated "amq.gen-…" name.
@@ -215,7 +269,7 @@ func (q *Queue) Name() string { return q.name }
 // and unacknowledged (AMQP's message_count).
 func (q *Queue) Len() int {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	return q.ready.len()
 }
 
@@ -223,31 +277,68 @@ func (q *Queue) Len() int {
 // buffered for a consumer) and not yet settled.
 func (q *Queue) Unacked() int {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	return q.unacked
 }
 
 // ConsumerCount returns the number of active consumers (AMQP's consumer_count).
 func (q *Queue) ConsumerCount() int {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	return len(q.consumers) + len(q.feeders)
 }
 
-// enqueue appends a published message and dispatches. It returns the queue's end error if the
-// queue was deleted after routing chose it.
-func (q *Queue) enqueue(env *envelope) error {
+// unlock releases mu, first arming the timer for the earliest deadline, then dead-letters what
+// the critical section collected: outside the lock, since it publishes into other queues (never
+// two queue locks at once). Every critical section that may expire or reject a message ends
+// with unlock rather than mu.Unlock.
+func (q *Queue) unlock() {
+	if q.timerAt != 0 || q.ready.expiries.Len() > 0 {
+		q.armLocked()
+	}
+	dead := q.dead
+	q.dead = nil
+	q.mu.Unlock()
+	if len(dead) > 0 {
+		q.b.deadLetter(q, dead)
+	}
+}
+
+// enqueue appends a published message, with message TTL ttl (-1 for none), and dispatches. It
+// returns the queue's end error if the queue was deleted after routing chose it.
+func (q *Queue) enqueue(env *envelope, ttl time.Duration) error {
 	q.mu.Lock()
 	if q.endErr != nil {
 		err := q.endErrLocked()
-		q.mu.Unlock()
+		q.unlock()
 		return err
 	}
-	q.ready.push(entry{env: env, seq: q.nextSeq})
+	e := entry{env: env, seq: q.nextSeq}
+	if ttl >= 0 || q.cfg.ttl >= 0 {
+		e.deadline = q.deadlineFor(ttl)
+	}
+	q.ready.push(e)
 	q.nextSeq++
+	q.arriving = e.seq
 	q.dispatchLocked()
-	q.mu.Unlock()
+	q.arriving = 0
+	if e.deadline != 0 {
+		q.expireDueLocked(q.clock()) // a TTL-0 message no consumer took expires now (R3.5)
+	}
+	q.unlock()
 	return nil
+}
+
+// takeLocked removes and returns the first ready message that has not expired, expiring (and
+// dead-lettering) those that have on the way.
+func (q *Queue) takeLocked() (entry, bool) {
+	for {
+		e, ok := q.ready.popMin()
+		if !ok || !q.expiredLocked(e) {
+			return e, ok
+		}
+		q.deadLetterLocked(e, reasonExpired)
+	}
 }
 
 // dispatchLocked hands ready messages to consumers with credit, round-robin, until either runs
@@ -271,7 +362,10 @@ func (q *Queue) dispatchLocked() {
 			misses++
 			continue
 		}
-		e, _ := q.ready.popMin()
+		e, ok := q.takeLocked()
+		if !ok {
+			return // everything ready had expired
+		}
 		c.ch <- c.deliverLocked(e)
 		misses = 0
 	}
@@ -317,12 +411,12 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 	q.mu.Lock()
 	if q.endErr != nil {
 		err := q.endErrLocked()
-		q.mu.Unlock()
+		q.unlock()
 		return nil, fmt.Errorf("warren: get from queue %q: %w", q.name, err)
 	}
-	e, ok := q.ready.popMin()
+	e, ok := q.takeLocked()
 	if !ok {
-		q.mu.Unlock()
+		q.unlock()
 		return nil, ErrEmpty
 	}
 	d := q.newDeliveryLocked(e)
@@ -340,7 +434,7 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 			d.get = &getOwner{ctx: ctx, stop: context.AfterFunc(ctx, q.reap)}
 		}
 	}
-	q.mu.Unlock()
+	q.unlock()
 	return d, nil
 }
 
@@ -348,7 +442,7 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 // with consumers are not touched and may still come back (AMQP's queue.purge).
 func (q *Queue) Purge() (int, error) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	if q.endErr != nil {
 		return 0, fmt.Errorf("warren: purge queue %q: %w", q.name, q.endErrLocked())
 	}
@@ -372,6 +466,11 @@ func (q *Queue) endLocked(err error) []*Consumer {
 		return nil
 	}
 	q.endErr = err
+	if q.timer != nil {
+		q.timer.Stop()
+		q.timerAt = 0
+	}
+	q.dead = nil // a deleted queue dead-letters nothing (R4.2)
 	feeders := q.feeders
 	for _, c := range q.holders {
 		c.stopLocked(err, nil) // the queue's messages are discarded

@@ -50,7 +50,7 @@ func TestReadySetAgainstSortedSlice(t *testing.T) {
 		for step := range 1000 {
 			switch op := rng.IntN(10); {
 			case op < 4:
-				r.push(entry{seq: next})
+				r.push(entry{env: testEnv, seq: next})
 				model = append(model, next)
 				next++
 			case op < 7:
@@ -102,7 +102,7 @@ func TestSmallMergeBesideLargeRunIsCheap(t *testing.T) {
 	r := newReadySet(btree.NewFreeListG[entry](8))
 	big := make([]entry, n)
 	for i := range big {
-		big[i] = entry{seq: uint64(i + 1)}
+		big[i] = entry{env: testEnv, seq: uint64(i + 1)}
 	}
 	r.merge(big)
 	const rounds = 100
@@ -178,3 +178,6 @@ func TestContextEndIsAtomic(t *testing.T) {
 		t.Fatalf("Purge = %d, want %d", n, held+behind-1)
 	}
 }
+
+// testEnv is a message for white-box tests of the ready set; an entry without one is a tombstone.
+var testEnv = &envelope{}

@@ -32,20 +32,35 @@ func redelivered(e entry) entry {
 	return e
 }
 
-// returnLocked puts back one message the application received, redelivered.
+// returnLocked puts back one message the application received, redelivered; or expires it if
+// its deadline passed meanwhile (R3.6).
 func (q *Queue) returnLocked(e entry) {
-	if q.endErr == nil { // a deleted queue keeps no references
+	switch {
+	case q.endErr != nil: // a deleted queue keeps no references
+	case q.expiredLocked(e):
+		q.deadLetterLocked(e, reasonExpired)
+	default:
 		q.ready.reinsert(redelivered(e))
 	}
 }
 
 // restoreAllLocked puts back messages that come back together, already marked as they return.
+// Those whose deadline passed meanwhile are expired instead, in queue order (R3.6, R4.9).
 func (q *Queue) restoreAllLocked(es []entry) {
 	if len(es) == 0 || q.endErr != nil {
 		return
 	}
 	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
-	q.ready.merge(es)
+	live := es[:0]
+	for _, e := range es {
+		if q.expiredLocked(e) {
+			q.deadLetterLocked(e, reasonExpired)
+		} else {
+			live = append(live, e)
+		}
+	}
+	clear(es[len(live):])
+	q.ready.merge(live)
 }
 
 // Recover returns every delivery this consumer holds to its original position (AMQP's
@@ -55,7 +70,7 @@ func (q *Queue) restoreAllLocked(es []entry) {
 func (c *Consumer) Recover() error {
 	q := c.q
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlock()
 	if q.endErr != nil {
 		return fmt.Errorf("warren: recover: %w", q.endErrLocked())
 	}
@@ -89,7 +104,7 @@ func (c *Consumer) Recover() error {
 func (q *Queue) reap() {
 	q.mu.Lock()
 	if q.endErr != nil {
-		q.mu.Unlock()
+		q.unlock()
 		return
 	}
 	// Counted under mu before the queue ends, so Broker.Close, which ends every queue before
@@ -127,15 +142,23 @@ func (q *Queue) reap() {
 	}
 	q.restoreAllLocked(back)
 	for _, c := range ended {
-		c.signalStopLocked()
+		if c.autoAck {
+			c.signalStopLocked() // the feeder puts its messages back, then closes done
+		}
 	}
 	q.dispatchLocked()
 	autoDelete := q.shouldAutoDeleteLocked()
+	q.unlock() // publishes the dead letters of what had expired meanwhile
+	// Done closes only now: by then what came back has been dealt with, dead letters included.
+	q.mu.Lock()
+	for _, c := range ended {
+		c.signalStopLocked()
+	}
 	q.mu.Unlock()
 	for _, c := range ended {
 		c.stopCtx()
 		if c.autoAck {
-			<-c.done // the feeder has put its messages back
+			<-c.done
 		}
 	}
 	if autoDelete {

@@ -26,6 +26,9 @@ func (r *ring[T]) front() T { return r.buf[r.head] }
 // at returns the i-th element from the front, 0 ≤ i < len.
 func (r *ring[T]) at(i int) T { return r.buf[(r.head+i)&(len(r.buf)-1)] }
 
+// set replaces the i-th element from the front, 0 ≤ i < len.
+func (r *ring[T]) set(i int, v T) { r.buf[(r.head+i)&(len(r.buf)-1)] = v }
+
 // pop removes and returns the front element; the ring must not be empty.
 func (r *ring[T]) pop() T {
 	var zero T

@@ -1,0 +1,172 @@
+package warren_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+)
+
+// TestRetryTopology: a consumer of main rejects; main dead-letters to a retry queue with a TTL,
+// whose dead-letter exchange sends the message back to main. Each round adds to the same two
+// x-death entries: count 1, 2, 3 (R4.4); a reject in the loop means no cycle (R4.7).
+func TestRetryTopology(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		_, err := b.DeclareExchange("retry-x", warren.ExchangeFanout)
+		require.NoError(t, err)
+		main := declare(t, b, "main", warren.DeadLetter("retry-x", ""))
+		declare(t, b, "retry", warren.MessageTTL(10*time.Second), warren.DeadLetter("", "main"))
+		require.NoError(t, b.Bind("retry", "retry-x", "", nil))
+		require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: []byte("job")}))
+
+		c, err := main.Consume(t.Context(), warren.Prefetch(1))
+		require.NoError(t, err)
+		start := time.Now()
+		for round := 1; round <= 3; round++ {
+			d := <-c.Deliveries()
+			require.Equal(t, 10*time.Second*time.Duration(round-1), time.Since(start), "round %d arrives after the retry delay", round)
+			if round > 1 {
+				deaths := xDeath(t, d)
+				require.Len(t, deaths, 2)
+				require.Equal(t, "retry", deaths[0]["queue"])
+				require.Equal(t, "expired", deaths[0]["reason"])
+				require.Equal(t, int64(round-1), deaths[0]["count"])
+				require.Equal(t, "main", deaths[1]["queue"])
+				require.Equal(t, "rejected", deaths[1]["reason"])
+				require.Equal(t, int64(round-1), deaths[1]["count"])
+				require.Equal(t, "", d.Exchange, "back through the default exchange")
+				require.Equal(t, "main", d.RoutingKey, "under the dead-letter routing key")
+				require.Equal(t, "rejected", d.Message.Headers["x-first-death-reason"])
+				require.Equal(t, "expired", d.Message.Headers["x-last-death-reason"])
+			}
+			require.NoError(t, d.Reject())
+		}
+		d := <-c.Deliveries()
+		require.Equal(t, int64(3), xDeath(t, d)[0]["count"])
+		require.NoError(t, d.Ack())
+	})
+}
+
+// TestDeadLetterCycleToItself: a queue with a TTL whose dead-letter exchange is the default
+// exchange, with no dead-letter routing key, dead-letters to itself: the cycle is cut and the
+// message dropped (R4.7).
+func TestDeadLetterCycleToItself(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q", warren.MessageTTL(time.Second), warren.DeadLetter("", ""))
+		publishN(t, b, q, 1)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, 0, q.Len(), "expired into itself: cut")
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		require.Equal(t, 0, q.Len())
+	})
+}
+
+// TestDeadLetterRejectToItself: the same loop driven by a consumer's reject is not a cycle: the
+// message comes back as a new message, its x-death count growing (R4.7).
+func TestDeadLetterRejectToItself(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q", warren.DeadLetter("", ""))
+	publishN(t, b, q, 1)
+	for round := 1; round <= 3; round++ {
+		d, err := q.Get(t.Context())
+		require.NoError(t, err)
+		require.False(t, d.Redelivered, "a dead-lettered copy is a new message")
+		require.NoError(t, d.Reject())
+		require.Equal(t, 1, q.Len())
+	}
+	d, err := q.Get(t.Context(), warren.AutoAck())
+	require.NoError(t, err)
+	deaths := xDeath(t, d)
+	require.Len(t, deaths, 1)
+	require.Equal(t, int64(3), deaths[0]["count"])
+}
+
+// TestRejectWithoutRequeueDeadLetters: Reject and RejectUpTo dead-letter with reason rejected,
+// in the order rejected (R4.2, R4.9); without a dead-letter exchange they drop.
+func TestRejectWithoutRequeueDeadLetters(t *testing.T) {
+	b := newBroker(t)
+	main, dead := deadTopology(t, b)
+	c, err := main.Consume(t.Context(), warren.Prefetch(5))
+	require.NoError(t, err)
+	publishN(t, b, main, 5)
+	ds := receive(t, c, 5)
+	require.NoError(t, ds[3].Reject())
+	require.NoError(t, c.RejectUpTo(ds[2].DeliveryTag))
+	require.NoError(t, ds[4].Reject())
+	got := getAll(t, dead)
+	require.Equal(t, "3 0 1 2 4", bodies(got))
+	for _, d := range got {
+		require.Equal(t, "rejected", xDeath(t, d)[0]["reason"])
+	}
+}
+
+// TestDeadLetterRoutingKeys: with a dead-letter routing key the copy goes under that key and loses
+// its CC header; without one it goes under its own routing key and CC keys (R4.3).
+func TestDeadLetterRoutingKeys(t *testing.T) {
+	b := newBroker(t)
+	_, err := b.DeclareExchange("dlx", warren.ExchangeDirect)
+	require.NoError(t, err)
+	for _, name := range []string{"by-key", "by-cc", "fixed"} {
+		declare(t, b, name)
+		require.NoError(t, b.Bind(name, "dlx", name, nil))
+	}
+	own := declare(t, b, "own", warren.DeadLetter("dlx", ""))
+	fixed := declare(t, b, "fixed-src", warren.DeadLetter("dlx", "fixed"))
+	require.NoError(t, b.Bind("own", "amq.direct", "by-key", nil))
+	require.NoError(t, b.Bind("fixed-src", "amq.direct", "by-key", nil))
+
+	msg := warren.Message{Body: []byte("m"), Headers: warren.Table{"CC": []any{"by-cc"}}}
+	require.NoError(t, b.Publish(t.Context(), "amq.direct", "by-key", msg))
+	for _, q := range []*warren.Queue{own, fixed} {
+		d, err := q.Get(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, d.Reject())
+	}
+	get := func(name string) *warren.Delivery {
+		q, err := b.Queue(name)
+		require.NoError(t, err)
+		d, err := q.Get(t.Context(), warren.AutoAck())
+		require.NoError(t, err, "queue %s", name)
+		return d
+	}
+	byKey, byCC, fx := get("by-key"), get("by-cc"), get("fixed")
+	require.Equal(t, "by-key", byKey.RoutingKey)
+	require.Same(t, byKey.Message, byCC.Message, "one copy, routed by key and CC")
+	require.Equal(t, []any{"by-key", "by-cc"}, xDeath(t, byKey)[0]["routing-keys"])
+	require.Equal(t, "amq.direct", xDeath(t, byKey)[0]["exchange"])
+	require.Equal(t, "fixed", fx.RoutingKey)
+	require.NotContains(t, fx.Message.Headers, "CC", "a dead-letter routing key drops CC")
+	require.Equal(t, "dlx", fx.Exchange)
+	for _, name := range []string{"by-key", "by-cc", "fixed"} {
+		q, _ := b.Queue(name)
+		require.Equal(t, 0, q.Len(), "queue %s got one copy", name)
+	}
+}
+
+// TestDeadLetterExchangeMissing: a missing dead-letter exchange drops the message; declaring the
+// exchange later makes later dead letters work (R4.8).
+func TestDeadLetterExchangeMissing(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q", warren.DeadLetter("later", ""))
+	publishN(t, b, q, 2)
+	d, err := q.Get(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, d.Reject())
+	require.Equal(t, 1, q.Len())
+
+	_, err = b.DeclareExchange("later", warren.ExchangeFanout)
+	require.NoError(t, err)
+	dead := declare(t, b, "dead")
+	require.NoError(t, b.Bind("dead", "later", "", nil))
+	d, err = q.Get(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, d.Reject())
+	require.Equal(t, "1", bodies(getAll(t, dead)))
+}

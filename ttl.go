@@ -1,0 +1,215 @@
+package warren
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/btree"
+)
+
+// Message TTL and precise expiry.
+//
+// A message's deadline is fixed when it enters a queue: the time of entry plus the lower of the
+// queue's TTL ([MessageTTL], "x-message-ttl") and the message's own ([Message.Expiration]), R3.3.
+// It never changes, whatever happens to the message afterwards: a delivery and a return keep it.
+// Deadlines are nanoseconds since the queue's epoch on the monotonic clock, offset by one so that
+// zero means "none"; an entry stays 32 bytes.
+//
+// Invariants:
+//   - Every ready entry with a deadline is in the ready set's expiry index under (deadline, seq),
+//     and nothing else is. A delivered entry is not in the index: while a consumer holds a message
+//     nothing happens to it (R3.6).
+//   - An expired message is never delivered: taking a message checks its deadline, so a timer
+//     that fires late cannot let one through. The one exception is R3.5: a message whose TTL is 0
+//     may be taken in the same critical section in which it arrived, if a consumer can take it.
+//   - One timer per queue ([time.AfterFunc]) is armed for the earliest deadline in the index, and
+//     removes every message whose deadline has passed wherever it is in the queue — not only at
+//     the head, as RabbitMQ's classic queues do (a deliberate difference).
+//   - A message that comes back (Nack, a context end, Recover) after its deadline is expired
+//     instead of going back (R3.6).
+//
+// An expired message is dead-lettered with reason "expired" when the queue has a dead-letter
+// exchange, and dropped otherwise.
+
+// maxTTL is RabbitMQ's largest TTL, 2^32-1 milliseconds (R3.1).
+const maxTTL = (1<<32 - 1) * time.Millisecond
+
+// expiry is a key of the expiry index.
+type expiry struct {
+	deadline int64
+	seq      uint64
+}
+
+func expiryLess(a, b expiry) bool {
+	if a.deadline != b.deadline {
+		return a.deadline < b.deadline
+	}
+	return a.seq < b.seq
+}
+
+// clock returns the queue's time: nanoseconds since its epoch, at least 1.
+func (q *Queue) clock() int64 { return int64(time.Since(q.epoch)) + 1 }
+
+// deadlineFor returns the deadline of a message entering the queue now with message TTL ttl (-1
+// for none), or 0 for none.
+func (q *Queue) deadlineFor(ttl time.Duration) int64 {
+	if q.cfg.ttl >= 0 && (ttl < 0 || q.cfg.ttl < ttl) {
+		ttl = q.cfg.ttl
+	}
+	if ttl < 0 {
+		return 0
+	}
+	return q.clock() + int64(ttl)
+}
+
+// expiredLocked reports whether e's deadline has passed. A message arriving in this critical
+// section with TTL 0 has not expired yet: it may still be taken at once (R3.5).
+func (q *Queue) expiredLocked(e entry) bool {
+	return e.deadline != 0 && e.seq != q.arriving && e.deadline <= q.clock()
+}
+
+// expireDueLocked removes every ready message whose deadline is not after now and dead-letters
+// it, earliest deadline first.
+func (q *Queue) expireDueLocked(now int64) {
+	for {
+		k, ok := q.ready.expiries.Min()
+		if !ok || k.deadline > now {
+			return
+		}
+		e, _ := q.ready.remove(k.seq)
+		q.deadLetterLocked(e, reasonExpired)
+	}
+}
+
+// armLocked points the queue's timer at the earliest deadline, if any.
+func (q *Queue) armLocked() {
+	k, ok := q.ready.expiries.Min()
+	if !ok || q.endErr != nil {
+		if q.timerAt != 0 {
+			q.timer.Stop()
+			q.timerAt = 0
+		}
+		return
+	}
+	if k.deadline == q.timerAt {
+		return
+	}
+	d := time.Duration(max(k.deadline-q.clock(), 0))
+	if q.timer == nil {
+		q.timer = time.AfterFunc(d, q.onTimer)
+	} else {
+		q.timer.Reset(d)
+	}
+	q.timerAt = k.deadline
+}
+
+// onTimer runs on the timer's goroutine when the earliest deadline comes.
+func (q *Queue) onTimer() {
+	q.mu.Lock()
+	q.timerAt = 0
+	if q.endErr == nil {
+		q.expireDueLocked(q.clock())
+		q.dispatchLocked()
+	}
+	q.unlock()
+}
+
+// remove takes the ready entry with sequence id seq out of the set, wherever it is.
+func (r *readySet) remove(seq uint64) (entry, bool) {
+	if e, ok := r.returned.Delete(entry{seq: seq}); ok {
+		r.unindex(e)
+		return e, true
+	}
+	run := r.run[r.runAt:]
+	if i, ok := searchEntries(len(run), func(i int) entry { return run[i] }, seq); ok {
+		e := run[i]
+		run[i].env = nil // a tombstone, skipped by popMin and ascend
+		r.dead++
+		r.unindex(e)
+		return e, true
+	}
+	if i, ok := searchEntries(r.fresh.len(), r.fresh.at, seq); ok {
+		e := r.fresh.at(i)
+		r.fresh.set(i, entry{seq: seq})
+		r.dead++
+		r.unindex(e)
+		return e, true
+	}
+	return entry{}, false
+}
+
+// searchEntries finds the live entry with sequence id seq among n entries sorted by it.
+func searchEntries(n int, at func(int) entry, seq uint64) (int, bool) {
+	lo, hi := 0, n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if at(m).seq < seq {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < n && at(lo).seq == seq && at(lo).env != nil
+}
+
+func (r *readySet) index(e entry) {
+	if e.deadline != 0 {
+		r.expiries.ReplaceOrInsert(expiry{e.deadline, e.seq})
+	}
+}
+
+func (r *readySet) unindex(e entry) {
+	if e.deadline != 0 {
+		r.expiries.Delete(expiry{e.deadline, e.seq})
+	}
+}
+
+func newExpiryIndex() *btree.BTreeG[expiry] { return btree.NewG(32, expiryLess) }
+
+// parseExpiration parses a message's Expiration property: "" for none (-1), else a decimal
+// number of milliseconds from 0 to 2^32-1 (R3.2). Anything else is an error wrapping
+// [ErrPreconditionFailed], as RabbitMQ's 406.
+func parseExpiration(s string) (time.Duration, error) {
+	if s == "" {
+		return -1, nil
+	}
+	ms, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("warren: invalid expiration %q: %w", s, ErrPreconditionFailed)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// ttlArg parses an "x-message-ttl"-like queue argument: an AMQP integer from 0 to 2^32-1
+// milliseconds (R3.1).
+func ttlArg(name string, v any) (time.Duration, error) {
+	n, ok := intArg(v)
+	if !ok || n < 0 || n > int64(maxTTL/time.Millisecond) {
+		return 0, fmt.Errorf("warren: argument %s: %v (%T) is not an integer from 0 to 2^32-1: %w", name, v, v, ErrPreconditionFailed)
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+// intArg returns the value of an AMQP integer field.
+func intArg(v any) (int64, bool) {
+	switch v := v.(type) {
+	case int8:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case int32:
+		return int64(v), true
+	case int64:
+		return v, true
+	case int:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	case uint16:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	}
+	return 0, false
+}

@@ -1,0 +1,290 @@
+package warren_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+)
+
+// deadTopology declares queue main with opts plus a dead-letter exchange e-dead (fanout) bound
+// to queue dead, as in the seed scenario.
+func deadTopology(t *testing.T, b *warren.Broker, opts ...warren.QueueOption) (main, dead *warren.Queue) {
+	t.Helper()
+	_, err := b.DeclareExchange("e-dead", warren.ExchangeFanout)
+	require.NoError(t, err)
+	dead = declare(t, b, "dead")
+	require.NoError(t, b.Bind("dead", "e-dead", "", nil))
+	main = declare(t, b, "main", append([]warren.QueueOption{warren.DeadLetter("e-dead", "")}, opts...)...)
+	return main, dead
+}
+
+// getAll takes every ready message of q with AutoAck, in order.
+func getAll(t *testing.T, q *warren.Queue) []*warren.Delivery {
+	t.Helper()
+	var out []*warren.Delivery
+	for {
+		d, err := q.Get(t.Context(), warren.AutoAck())
+		if err != nil {
+			require.ErrorIs(t, err, warren.ErrEmpty)
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+// xDeath returns the x-death entries of a delivery.
+func xDeath(t *testing.T, d *warren.Delivery) []warren.Table {
+	t.Helper()
+	list, ok := d.Message.Headers["x-death"].([]any)
+	require.True(t, ok, "x-death of %s: %#v", d.Message.Body, d.Message.Headers["x-death"])
+	var out []warren.Table
+	for _, e := range list {
+		out = append(out, e.(warren.Table))
+	}
+	return out
+}
+
+// TestSeedExpiryScenario is the seed scenario: five messages with a per-message TTL into
+// main; a consumer takes 0,1,2 and holds them past the TTL; 3 and 4 are dead-lettered at their
+// deadline; then the consumer's context ends; dead holds 3,4,0,1,2, each with one x-death entry.
+func TestSeedExpiryScenario(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		main, dead := deadTopology(t, b)
+		ctx, cancel := context.WithCancel(t.Context())
+		c, err := main.Consume(ctx, warren.Prefetch(3))
+		require.NoError(t, err)
+		start := time.Now()
+		for i := range 5 {
+			require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{
+				Body: fmt.Append(nil, i), Expiration: "1000",
+			}))
+		}
+		require.Equal(t, "0 1 2", bodies(receive(t, c, 3)))
+
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, 0, dead.Len(), "nothing expires before its deadline")
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, 2, dead.Len(), "3 and 4 dead-lettered at their deadline")
+		require.Equal(t, 0, main.Len())
+		require.Equal(t, time.Second, time.Since(start))
+
+		time.Sleep(time.Minute) // held far past the TTL: nothing happens to unacked messages
+		synctest.Wait()
+		require.Equal(t, 2, dead.Len())
+		cancel()
+		<-c.Done()
+
+		ds := getAll(t, dead)
+		require.Equal(t, "3 4 0 1 2", bodies(ds))
+		for _, d := range ds {
+			deaths := xDeath(t, d)
+			require.Len(t, deaths, 1, "%s", d.Message.Body)
+			x := deaths[0]
+			require.Equal(t, "main", x["queue"])
+			require.Equal(t, "expired", x["reason"])
+			require.Equal(t, int64(1), x["count"])
+			require.Equal(t, "", x["exchange"], "published through the default exchange")
+			require.Equal(t, []any{"main"}, x["routing-keys"])
+			require.Equal(t, "1000", x["original-expiration"])
+			require.Empty(t, d.Message.Expiration, "the dead-lettered copy has no expiration (R4.6)")
+			require.Equal(t, "e-dead", d.Exchange)
+			require.False(t, d.Redelivered, "a dead-lettered copy is a new message in its queue (R1.9)")
+			require.Equal(t, "expired", d.Message.Headers["x-first-death-reason"])
+		}
+		require.Equal(t, 0, main.Len())
+		require.Equal(t, 0, main.Unacked())
+	})
+}
+
+// TestPreciseExpiry: a message expires at its deadline wherever it is in the queue, not only at
+// the head (a deliberate difference from RabbitMQ's classic queues, R3.4).
+func TestPreciseExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		main, dead := deadTopology(t, b)
+		require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: []byte("hour"), Expiration: "3600000"}))
+		require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: []byte("second"), Expiration: "1000"}))
+		start := time.Now()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, "second", bodies(getAll(t, dead)))
+		require.Equal(t, time.Second, time.Since(start))
+		require.Equal(t, 1, main.Len())
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		require.Equal(t, "hour", bodies(getAll(t, dead)))
+		require.Equal(t, 0, main.Len())
+	})
+}
+
+// TestTTLLowerWins: the queue TTL and the message TTL, whichever is lower (R3.3).
+func TestTTLLowerWins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		main, dead := deadTopology(t, b, warren.MessageTTL(2*time.Second))
+		require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: []byte("msg-1s"), Expiration: "1000"}))
+		require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: []byte("msg-5s"), Expiration: "5000"}))
+		require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: []byte("queue-2s")}))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, "msg-1s", bodies(getAll(t, dead)))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		ds := getAll(t, dead)
+		require.Equal(t, "msg-5s queue-2s", bodies(ds))
+		require.Equal(t, "5000", xDeath(t, ds[0])[0]["original-expiration"])
+		require.NotContains(t, xDeath(t, ds[1])[0], "original-expiration", "TTL from the queue only")
+		require.Equal(t, 0, main.Len())
+	})
+}
+
+// TestDeadlineSurvivesRequeue: the deadline is fixed at enqueue; a nack does not renew it, and a
+// message whose deadline passed while it was unacked expires when it comes back (R3.3, R3.6).
+func TestDeadlineSurvivesRequeue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		main, dead := deadTopology(t, b, warren.MessageTTL(time.Second))
+		publishN(t, b, main, 2)
+		d0, err := main.Get(t.Context())
+		require.NoError(t, err)
+		time.Sleep(500 * time.Millisecond)
+		require.NoError(t, d0.Nack())
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, "0 1", bodies(getAll(t, dead)), "the nacked message kept its deadline")
+
+		publishN(t, b, main, 1)
+		d, err := main.Get(t.Context())
+		require.NoError(t, err)
+		time.Sleep(2 * time.Second) // expires while unacked: nothing happens yet
+		synctest.Wait()
+		require.Equal(t, 0, dead.Len())
+		require.NoError(t, d.Nack())
+		require.Equal(t, 0, main.Len(), "expired on return instead of being redelivered")
+		require.Equal(t, "0", bodies(getAll(t, dead)))
+	})
+}
+
+// TestAckAfterDeadline: a consumer holding a message past its deadline may still ack it (R3.6).
+func TestAckAfterDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		main, dead := deadTopology(t, b, warren.MessageTTL(time.Second))
+		publishN(t, b, main, 1)
+		d, err := main.Get(t.Context())
+		require.NoError(t, err)
+		time.Sleep(time.Hour)
+		require.NoError(t, d.Ack())
+		synctest.Wait()
+		require.Equal(t, 0, dead.Len())
+	})
+}
+
+// TestTTLZero: a message with TTL 0 is delivered only if a consumer can take it as it arrives;
+// else it expires at once (R3.5).
+func TestTTLZero(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []warren.QueueOption
+		exp  string
+	}{
+		{"queue TTL 0", []warren.QueueOption{warren.MessageTTL(0)}, ""},
+		{"expiration 0", nil, "0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				main, dead := deadTopology(t, b, tc.opts...)
+				require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: []byte("nobody"), Expiration: tc.exp}))
+				require.Equal(t, 0, main.Len())
+				require.Equal(t, "nobody", bodies(getAll(t, dead)))
+
+				c, err := main.Consume(t.Context(), warren.Prefetch(1))
+				require.NoError(t, err)
+				require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: []byte("taken"), Expiration: tc.exp}))
+				require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: []byte("no credit"), Expiration: tc.exp}))
+				ds := receive(t, c, 1)
+				require.Equal(t, "taken", bodies(ds))
+				require.Equal(t, "no credit", bodies(getAll(t, dead)))
+				require.NoError(t, ds[0].Nack(), "a TTL-0 message that comes back expires (R3.5)")
+				require.Equal(t, "taken", bodies(getAll(t, dead)))
+				require.Equal(t, 0, main.Len())
+			})
+		})
+	}
+}
+
+// TestExpiredIsNeverDelivered: a message whose deadline passed is not handed out even if the
+// timer has not run yet.
+func TestExpiredIsNeverDelivered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		main, dead := deadTopology(t, b, warren.MessageTTL(time.Second))
+		publishN(t, b, main, 3)
+		time.Sleep(2 * time.Second) // no synctest.Wait: the timer goroutine may not have run
+		_, err := main.Get(t.Context())
+		require.ErrorIs(t, err, warren.ErrEmpty)
+		synctest.Wait()
+		require.Equal(t, "0 1 2", bodies(getAll(t, dead)), "in queue order")
+	})
+}
+
+// TestExpiryWithoutDeadLetterExchangeDrops: no DLX, the message is dropped.
+func TestExpiryWithoutDeadLetterExchangeDrops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q", warren.MessageTTL(time.Second))
+		publishN(t, b, q, 2)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, 0, q.Len())
+	})
+}
+
+func TestInvalidExpiration(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q")
+	for _, exp := range []string{"foobar", "10000foobar", "-1", "1.5", " 1", "4294967296", "+5"} {
+		err := b.Publish(t.Context(), "", "q", warren.Message{Expiration: exp})
+		require.ErrorIs(t, err, warren.ErrPreconditionFailed, "Expiration %q", exp)
+	}
+	require.Equal(t, 0, q.Len(), "an invalid expiration enqueues nothing")
+	require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Expiration: "4294967295"}))
+}
+
+func TestTTLArguments(t *testing.T) {
+	b := newBroker(t)
+	for _, v := range []any{"1000", 1.5, int64(-1), int64(1 << 32), true} {
+		_, err := b.DeclareQueue("q", warren.Arguments(warren.Table{"x-message-ttl": v}))
+		require.ErrorIs(t, err, warren.ErrPreconditionFailed, "x-message-ttl %#v", v)
+	}
+	for _, d := range []time.Duration{-time.Millisecond, time.Microsecond, 1<<32*time.Millisecond + time.Millisecond} {
+		_, err := b.DeclareQueue("q", warren.MessageTTL(d))
+		require.ErrorIs(t, err, warren.ErrInvalidArgument, "MessageTTL(%v)", d)
+	}
+	q, err := b.DeclareQueue("q", warren.MessageTTL(time.Second))
+	require.NoError(t, err)
+	same, err := b.DeclareQueue("q", warren.Arguments(warren.Table{"x-message-ttl": int32(1000)}))
+	require.NoError(t, err, "the option and the argument are the same declaration")
+	require.Same(t, q, same)
+	_, err = b.DeclareQueue("q", warren.MessageTTL(2*time.Second))
+	require.ErrorIs(t, err, warren.ErrPreconditionFailed)
+
+	_, err = b.DeclareQueue("d1", warren.Arguments(warren.Table{"x-dead-letter-exchange": 1}))
+	require.ErrorIs(t, err, warren.ErrPreconditionFailed)
+	_, err = b.DeclareQueue("d2", warren.Arguments(warren.Table{"x-dead-letter-routing-key": "k"}))
+	require.ErrorIs(t, err, warren.ErrPreconditionFailed, "a routing key without an exchange (R4.1)")
+	_, err = b.DeclareQueue("d3", warren.DeadLetter("dlx", "k"))
+	require.NoError(t, err)
+	_, err = b.DeclareQueue("d3", warren.DeadLetter("dlx", "other"))
+	require.ErrorIs(t, err, warren.ErrPreconditionFailed)
+}
