@@ -139,6 +139,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 		if err := q.cfg.equivalent(cfg); err != nil {
 			return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)
 		}
+		q.touch() // a declaration is a use (R3.8)
 		return q, nil
 	}
 	q := newQueue(b, name, cfg)
@@ -200,6 +201,7 @@ func (b *Broker) Queue(name string) (*Queue, error) {
 		return nil, ErrClosed
 	}
 	if q := b.queues[name]; q != nil {
+		q.touch() // a passive declaration is a use (R3.8)
 		return q, nil
 	}
 	return nil, fmt.Errorf("warren: queue %q: %w", name, ErrNotFound)
@@ -299,6 +301,21 @@ func (b *Broker) autoDeleteQueue(q *Queue) {
 	b.removeQueueLocked(q)
 }
 
+// expireQueue deletes a queue that has been unused for its expiry (R3.8), unless it was used in
+// between. Its messages are discarded, not dead-lettered.
+func (b *Broker) expireQueue(q *Queue) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q.mu.Lock()
+	if !q.unusedLocked(q.clock()) {
+		q.mu.Unlock()
+		return
+	}
+	q.endLocked(fmt.Errorf("warren: queue %q expired: %w", q.name, ErrQueueDeleted))
+	q.mu.Unlock()
+	b.removeQueueLocked(q)
+}
+
 // removeQueueLocked removes an ended queue from the topology with every binding to it.
 func (b *Broker) removeQueueLocked(q *Queue) {
 	delete(b.queues, q.name)
@@ -323,11 +340,16 @@ func (b *Broker) Purge(name string) (int, error) {
 // The return value is the publisher confirm: nil means the message is in every queue it routed
 // to, or, without [Mandatory], that it routed nowhere and was dropped. Errors: ctx already done
 // (ctx.Err()), a missing exchange ([ErrNotFound]), an internal exchange ([ErrAccessRefused]), a
-// routing key over 255 bytes ([ErrInvalidArgument]), [ErrUnroutable] with Mandatory, [ErrClosed].
-// Publish does not block.
+// routing key over 255 bytes ([ErrInvalidArgument]), an invalid [Message.Expiration]
+// ([ErrPreconditionFailed]), [ErrUnroutable] with Mandatory, [ErrQueueFull] when a queue with a
+// reject-publish policy refused it (the other queues took it), [ErrClosed].
+//
+// Publish blocks only on a queue with the [Block] overflow policy that is full: it waits for room
+// until ctx ends, and then returns ctx.Err() (the queues before that one in routing order have
+// the message).
 func (b *Broker) Publish(ctx context.Context, exchange, key string, msg Message, opts ...PublishOption) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return b.publish(nil, exchange, key, msg, opts)
+	return b.publish(ctx, nil, exchange, key, msg, opts)
 }

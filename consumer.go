@@ -249,6 +249,7 @@ func (c *Consumer) drainLocked(back []entry) []entry {
 }
 
 func (q *Queue) removeConsumerLocked(c *Consumer) {
+	defer q.touchLocked() // the expiry clock restarts when the last consumer goes (R3.8)
 	for i, x := range q.consumers {
 		if x == c {
 			if i < q.rr {

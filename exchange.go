@@ -77,7 +77,7 @@ func (x *Exchange) Publish(ctx context.Context, key string, msg Message, opts ..
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return x.b.publish(x, x.name, key, msg, opts)
+	return x.b.publish(ctx, x, x.name, key, msg, opts)
 }
 
 // DeclareExchange declares an exchange of the given kind and returns it (AMQP's
@@ -497,7 +497,7 @@ func forEachCC(headers Table, fn func(string)) {
 }
 
 // publish routes msg from x (or, when x is nil, the exchange named name) and enqueues it.
-func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []PublishOption) error {
+func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg Message, opts []PublishOption) error {
 	var cfg publishConfig
 	if len(opts) > 0 {
 		cfg = publishOptions(opts) // only here: the options' interface calls move cfg to the heap
@@ -513,7 +513,7 @@ func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []Publ
 		return err
 	}
 	if name == "" && x == nil && msg.Headers == nil {
-		return b.publishDefault(key, msg, ttl, cfg)
+		return b.publishDefault(ctx, key, msg, ttl, cfg)
 	}
 	r := b.routers.Get().(*router)
 	defer func() {
@@ -550,15 +550,24 @@ func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []Publ
 		env.msg.Headers = h
 	}
 	routed := 0
+	var full error
 	for _, q := range r.queues {
 		// A queue deleted since routing chose it takes nothing; as in RabbitMQ, that is not
-		// an error for the publisher. A broker closed meanwhile is.
-		switch err := q.enqueue(env, ttl); {
+		// an error for the publisher. A broker closed meanwhile is, and so is a context that
+		// ended while a Block queue was full. A queue that refused the message leaves the
+		// others to take it, and the publisher is told (R5.3).
+		switch err := q.enqueue(ctx, env, ttl); {
 		case err == nil:
 			routed++
-		case errors.Is(err, ErrClosed):
+		case errors.Is(err, ErrQueueFull):
+			routed++
+			full = err
+		case !errors.Is(err, ErrNotFound):
 			return err
 		}
+	}
+	if full != nil {
+		return full
 	}
 	if routed == 0 && cfg.mandatory {
 		return fmt.Errorf("warren: publish to exchange %q with key %q: %w", name, key, ErrUnroutable)
@@ -568,25 +577,21 @@ func (b *Broker) publish(x *Exchange, name, key string, msg Message, opts []Publ
 
 // publishDefault is publish's fast path for the commonest case: the default exchange, which
 // routes to the one queue named by the key, with no headers, so no CC or BCC keys.
-func (b *Broker) publishDefault(key string, msg Message, ttl time.Duration, cfg publishConfig) error {
+func (b *Broker) publishDefault(ctx context.Context, key string, msg Message, ttl time.Duration, cfg publishConfig) error {
 	b.mu.RLock()
 	q := b.queues[key]
 	closed := b.closed.Load()
 	b.mu.RUnlock()
-	switch {
-	case closed:
+	if closed {
 		return ErrClosed
 	}
 	if q != nil {
-		switch err := q.enqueue(&envelope{msg: msg, routingKey: key}, ttl); {
-		case err == nil:
-			return nil
-		case errors.Is(err, ErrClosed):
+		err := q.enqueue(ctx, &envelope{msg: msg, routingKey: key}, ttl)
+		if !errors.Is(err, ErrNotFound) { // nil, or why it was not taken
 			return err
 		}
 	}
-	switch {
-	case cfg.mandatory:
+	if cfg.mandatory {
 		return fmt.Errorf("warren: publish to exchange \"\" with key %q: %w", key, ErrUnroutable)
 	}
 	return nil

@@ -53,17 +53,51 @@ type queueConfig struct {
 	autoDelete bool
 	args       Table
 
-	ttl     time.Duration // message TTL; -1 for none
-	dlx     string        // dead-letter exchange, when hasDLX
-	hasDLX  bool
-	dlrk    string // dead-letter routing key, when hasDLRK
-	hasDLRK bool
+	ttl           time.Duration // message TTL; -1 for none
+	dlx           string        // dead-letter exchange, when hasDLX
+	hasDLX        bool
+	dlrk          string // dead-letter routing key, when hasDLRK
+	hasDLRK       bool
+	expires       time.Duration  // queue expiry; 0 for none
+	maxLen        int64          // ready messages; -1 for no limit
+	maxBytes      int64          // ready body bytes; -1 for no limit
+	overflow      OverflowPolicy // what a length limit does
+	deliveryLimit int64          // returns before dead-lettering; -1 for no limit
 }
 
 // parseArgs validates the queue arguments warren understands, as RabbitMQ does (406 →
 // [ErrPreconditionFailed]), and sets the typed fields from them.
 func (c *queueConfig) parseArgs() error {
-	c.ttl = -1
+	c.ttl, c.maxLen, c.maxBytes, c.deliveryLimit, c.overflow = -1, -1, -1, -1, DropHead
+	if v, ok := c.args["x-expires"]; ok {
+		d, err := ttlArg("x-expires", v)
+		if err != nil || d == 0 {
+			return fmt.Errorf("warren: argument x-expires: %v (%T) is not an integer from 1 to 2^32-1: %w", v, v, ErrPreconditionFailed)
+		}
+		c.expires = d
+	}
+	for _, a := range []struct {
+		name string
+		dst  *int64
+		min  int64
+	}{{"x-max-length", &c.maxLen, 0}, {"x-max-length-bytes", &c.maxBytes, 0}, {"x-delivery-limit", &c.deliveryLimit, -1}} {
+		if v, ok := c.args[a.name]; ok {
+			n, ok := intArg(v)
+			if !ok || n < a.min {
+				return fmt.Errorf("warren: argument %s: %v (%T) is not an integer from %d: %w", a.name, v, v, a.min, ErrPreconditionFailed)
+			}
+			*a.dst = n
+		}
+	}
+	if v, ok := c.args["x-overflow"]; ok {
+		s, _ := v.(string)
+		switch p := OverflowPolicy(s); p {
+		case DropHead, RejectPublish, RejectPublishDLX, Block:
+			c.overflow = p
+		default:
+			return fmt.Errorf("warren: argument x-overflow: %v (%T) is not drop-head, reject-publish, reject-publish-dlx or block: %w", v, v, ErrPreconditionFailed)
+		}
+	}
 	if v, ok := c.args["x-message-ttl"]; ok {
 		ttl, err := ttlArg("x-message-ttl", v)
 		if err != nil {
@@ -231,6 +265,75 @@ func (o msTTLOption) applyQueue(c *queueConfig) {
 		v = invalidOption{fmt.Errorf("warren: %s %v: not a whole number of milliseconds from 0 to 2^32-1: %w", o.arg, o.d, ErrInvalidArgument)}
 	}
 	c.args = mergeTables(c.args, Table{o.arg: v})
+}
+
+// MaxLength limits the queue to n ready messages, the "x-max-length" argument; unacknowledged
+// messages do not count (R5.1). What happens at the limit is the [Overflow] policy. Range n ≥ 0;
+// default: no limit.
+func MaxLength(n int) QueueOption { return intOption{"x-max-length", int64(n), 0} }
+
+// MaxLengthBytes limits the total body size of the queue's ready messages to n bytes, the
+// "x-max-length-bytes" argument (headers and properties do not count, R5.1). What happens at the
+// limit is the [Overflow] policy. Range n ≥ 0; default: no limit.
+func MaxLengthBytes(n int) QueueOption { return intOption{"x-max-length-bytes", int64(n), 0} }
+
+// DeliveryLimit dead-letters a message with reason "delivery_limit" (or drops it, without a
+// dead-letter exchange) when it comes back to the queue more than n times, the
+// "x-delivery-limit" argument (R1.10): n = 2 allows three deliveries. Every return counts — a
+// Nack, a consumer or Get context that ended, Recover; [Delivery.DeliveryCount] says how many
+// there were before a delivery. It is the guard against a poison message redelivered forever.
+// Range n ≥ 0; default: no limit.
+func DeliveryLimit(n int) QueueOption { return intOption{"x-delivery-limit", int64(n), 0} }
+
+type intOption struct {
+	arg      string
+	n, least int64
+}
+
+func (o intOption) applyQueue(c *queueConfig) {
+	var v any = o.n
+	if o.n < o.least {
+		v = invalidOption{fmt.Errorf("warren: %s %d: below %d: %w", o.arg, o.n, o.least, ErrInvalidArgument)}
+	}
+	c.args = mergeTables(c.args, Table{o.arg: v})
+}
+
+// Expires deletes the queue, with its messages (nothing is dead-lettered), once it has been
+// unused for d, the "x-expires" argument (R3.8). Unused means no consumers, no [Queue.Get] and no
+// declaration of it ([Broker.DeclareQueue] or [Broker.Queue]) for d; publishing to it does not
+// count. Range 1 ms to 2^32-1 ms, whole milliseconds; default: never.
+func Expires(d time.Duration) QueueOption { return msTTLOption{"x-expires", d} }
+
+// OverflowPolicy is what a queue does when a message would take it past its [MaxLength] or
+// [MaxLengthBytes] (R5.2, R5.3).
+type OverflowPolicy string
+
+// Overflow policies: RabbitMQ's three, and Block.
+const (
+	// DropHead enqueues the new message, then drops messages from the head (the oldest) until
+	// the queue is within its limits, dead-lettering them with reason "maxlen". The check also
+	// runs after messages come back to the queue, so returned messages, being at the head, are
+	// the first dropped. The default.
+	DropHead OverflowPolicy = "drop-head"
+	// RejectPublish refuses the new message: [Broker.Publish] returns [ErrQueueFull] (other
+	// queues the message routed to still take it).
+	RejectPublish OverflowPolicy = "reject-publish"
+	// RejectPublishDLX refuses it as RejectPublish does, and dead-letters it with reason
+	// "maxlen".
+	RejectPublishDLX OverflowPolicy = "reject-publish-dlx"
+	// Block makes [Broker.Publish] wait until the queue has room, or until its context ends:
+	// backpressure, warren's own (RabbitMQ has no such policy; its argument value is "block").
+	// Dead letters are never waited for: one that finds a Block queue full is dropped.
+	Block OverflowPolicy = "block"
+)
+
+// Overflow sets the queue's overflow policy, the "x-overflow" argument. Default: [DropHead].
+func Overflow(p OverflowPolicy) QueueOption { return overflowOption(p) }
+
+type overflowOption OverflowPolicy
+
+func (o overflowOption) applyQueue(c *queueConfig) {
+	c.args = mergeTables(c.args, Table{"x-overflow": string(o)})
 }
 
 // invalidOption stands in an argument for a typed option whose value was invalid, so that the

@@ -3,6 +3,7 @@ package warren
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,6 +57,7 @@ type readySet struct {
 	runAt    int
 	dead     int
 	expiries *btree.BTreeG[expiry]
+	bytes    int64 // body bytes of the live entries, for MaxLengthBytes
 }
 
 // newReadySet returns an empty ready set whose btree takes its nodes from free, a free list
@@ -211,6 +213,7 @@ func (r *readySet) clear() int {
 	r.run, r.runAt = nil, 0
 	r.dead = 0
 	r.expiries.Clear(false)
+	r.bytes = 0
 	return n
 }
 
@@ -250,6 +253,8 @@ type Queue struct {
 	timer       *time.Timer            // the queue's one timer, armed for the earliest deadline
 	timerAt     int64                  // the deadline the timer is armed for; 0 when stopped
 	dead        []deadLetter           // to dead-letter once mu is released (see unlock)
+	blocked     []chan struct{}        // publishers waiting for room (Block), first come first woken
+	lastUsed    int64                  // when the queue was last used, for Expires (R3.8)
 	unacked     int                    // deliveries outstanding, all consumers and Gets
 	endErr      error                  // non-nil once the queue is deleted or its broker closed
 	slab        []Delivery             // the next deliveries to hand out
@@ -259,6 +264,7 @@ func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
 	return &Queue{
 		b: b, name: name, cfg: cfg, epoch: time.Now(),
 		ready: newReadySet(b.freeNodes), nextSeq: 1, gets: make(map[*Delivery]struct{}),
+		lastUsed: 1,
 	}
 }
 
@@ -293,8 +299,12 @@ func (q *Queue) ConsumerCount() int {
 // two queue locks at once). Every critical section that may expire or reject a message ends
 // with unlock rather than mu.Unlock.
 func (q *Queue) unlock() {
-	if q.timerAt != 0 || q.ready.expiries.Len() > 0 {
+	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 {
 		q.armLocked()
+	}
+	if len(q.blocked) > 0 && q.roomLocked(0) {
+		close(q.blocked[0]) // the first waiting publisher tries again
+		q.blocked = q.blocked[1:]
 	}
 	dead := q.dead
 	q.dead = nil
@@ -305,13 +315,32 @@ func (q *Queue) unlock() {
 }
 
 // enqueue appends a published message, with message TTL ttl (-1 for none), and dispatches. It
-// returns the queue's end error if the queue was deleted after routing chose it.
-func (q *Queue) enqueue(env *envelope, ttl time.Duration) error {
+// returns the queue's end error if the queue was deleted after routing chose it, and
+// [ErrQueueFull] when a length limit refuses the message. With the Block policy it waits for room
+// until ctx ends; a nil ctx (a dead letter) never waits.
+func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration) error {
 	q.mu.Lock()
-	if q.endErr != nil {
-		err := q.endErrLocked()
+	for {
+		if q.endErr != nil {
+			err := q.endErrLocked()
+			q.unlock()
+			return err
+		}
+		if q.cfg.overflow == DropHead || q.roomLocked(len(env.msg.Body)) {
+			break
+		}
+		// RejectPublish, RejectPublishDLX and Block check before enqueueing (R5.3).
+		if q.cfg.overflow == Block && ctx != nil {
+			if err := q.waitRoomLocked(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if q.cfg.overflow == RejectPublishDLX {
+			q.deadLetterLocked(entry{env: env}, reasonMaxLen)
+		}
 		q.unlock()
-		return err
+		return fmt.Errorf("warren: queue %q: %w", q.name, ErrQueueFull)
 	}
 	e := entry{env: env, seq: q.nextSeq}
 	if ttl >= 0 || q.cfg.ttl >= 0 {
@@ -325,8 +354,54 @@ func (q *Queue) enqueue(env *envelope, ttl time.Duration) error {
 	if e.deadline != 0 {
 		q.expireDueLocked(q.clock()) // a TTL-0 message no consumer took expires now (R3.5)
 	}
+	q.dropHeadLocked()
 	q.unlock()
 	return nil
+}
+
+// roomLocked reports whether a message of n body bytes fits within the queue's length limits.
+func (q *Queue) roomLocked(n int) bool {
+	return (q.cfg.maxLen < 0 || int64(q.ready.len()) < q.cfg.maxLen) &&
+		(q.cfg.maxBytes < 0 || q.ready.bytes+int64(n) <= q.cfg.maxBytes)
+}
+
+// dropHeadLocked enforces the length limits of a drop-head queue: while over a limit, it drops
+// the head (the oldest, or the first returned) and dead-letters it with reason maxlen (R5.2).
+func (q *Queue) dropHeadLocked() {
+	if q.cfg.overflow != DropHead || q.cfg.maxLen < 0 && q.cfg.maxBytes < 0 {
+		return
+	}
+	for (q.cfg.maxLen >= 0 && int64(q.ready.len()) > q.cfg.maxLen) || (q.cfg.maxBytes >= 0 && q.ready.bytes > q.cfg.maxBytes) {
+		e, ok := q.ready.popMin()
+		if !ok {
+			return
+		}
+		reason := reasonMaxLen
+		if q.expiredLocked(e) {
+			reason = reasonExpired
+		}
+		q.deadLetterLocked(e, reason)
+	}
+}
+
+// waitRoomLocked waits, with mu released, until the queue may have room or ctx ends; it returns
+// with mu held, or with ctx.Err() and mu released.
+func (q *Queue) waitRoomLocked(ctx context.Context) error {
+	ready := make(chan struct{})
+	q.blocked = append(q.blocked, ready)
+	q.unlock()
+	select {
+	case <-ready:
+		q.mu.Lock()
+		return nil
+	case <-ctx.Done():
+		q.mu.Lock()
+		if i := slices.Index(q.blocked, ready); i >= 0 {
+			q.blocked = slices.Delete(q.blocked, i, i+1)
+		}
+		q.unlock() // if this waiter had just been woken, unlock wakes the next
+		return ctx.Err()
+	}
 }
 
 // takeLocked removes and returns the first ready message that has not expired, expiring (and
@@ -415,6 +490,7 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 		return nil, fmt.Errorf("warren: get from queue %q: %w", q.name, err)
 	}
 	e, ok := q.takeLocked()
+	q.touchLocked() // a Get is a use, even of an empty queue (R3.8)
 	if !ok {
 		q.unlock()
 		return nil, ErrEmpty
@@ -471,6 +547,10 @@ func (q *Queue) endLocked(err error) []*Consumer {
 		q.timerAt = 0
 	}
 	q.dead = nil // a deleted queue dead-letters nothing (R4.2)
+	for _, ready := range q.blocked {
+		close(ready) // waiting publishers see endErr
+	}
+	q.blocked = nil
 	feeders := q.feeders
 	for _, c := range q.holders {
 		c.stopLocked(err, nil) // the queue's messages are discarded

@@ -33,19 +33,29 @@ func redelivered(e entry) entry {
 }
 
 // returnLocked puts back one message the application received, redelivered; or expires it if
-// its deadline passed meanwhile (R3.6).
+// its deadline passed meanwhile (R3.6), or dead-letters it past the delivery limit (R1.10).
 func (q *Queue) returnLocked(e entry) {
+	e = redelivered(e)
 	switch {
 	case q.endErr != nil: // a deleted queue keeps no references
 	case q.expiredLocked(e):
 		q.deadLetterLocked(e, reasonExpired)
+	case q.overLimitLocked(e):
+		q.deadLetterLocked(e, reasonDeliveryLimit)
 	default:
-		q.ready.reinsert(redelivered(e))
+		q.ready.reinsert(e)
+		q.dropHeadLocked() // returned messages are at the head: the first dropped (R5.2)
 	}
 }
 
+// overLimitLocked reports whether e has come back more times than the delivery limit (R1.10).
+func (q *Queue) overLimitLocked(e entry) bool {
+	return q.cfg.deliveryLimit >= 0 && int64(e.returns) > q.cfg.deliveryLimit
+}
+
 // restoreAllLocked puts back messages that come back together, already marked as they return.
-// Those whose deadline passed meanwhile are expired instead, in queue order (R3.6, R4.9).
+// Those whose deadline passed meanwhile are expired instead, and those past the delivery limit
+// dead-lettered, in queue order (R3.6, R1.10, R4.9).
 func (q *Queue) restoreAllLocked(es []entry) {
 	if len(es) == 0 || q.endErr != nil {
 		return
@@ -53,14 +63,18 @@ func (q *Queue) restoreAllLocked(es []entry) {
 	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
 	live := es[:0]
 	for _, e := range es {
-		if q.expiredLocked(e) {
+		switch {
+		case q.expiredLocked(e):
 			q.deadLetterLocked(e, reasonExpired)
-		} else {
+		case q.overLimitLocked(e):
+			q.deadLetterLocked(e, reasonDeliveryLimit)
+		default:
 			live = append(live, e)
 		}
 	}
 	clear(es[len(live):])
 	q.ready.merge(live)
+	q.dropHeadLocked()
 }
 
 // Recover returns every delivery this consumer holds to its original position (AMQP's

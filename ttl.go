@@ -82,37 +82,84 @@ func (q *Queue) expireDueLocked(now int64) {
 	}
 }
 
-// armLocked points the queue's timer at the earliest deadline, if any.
+// wakeAtLocked returns when the queue's timer must next run: the earliest message deadline, or
+// the queue's own expiry (R3.8) while it has no consumers; 0 for never.
+func (q *Queue) wakeAtLocked() int64 {
+	var at int64
+	if k, ok := q.ready.expiries.Min(); ok {
+		at = k.deadline
+	}
+	if q.cfg.expires > 0 && len(q.consumers)+len(q.feeders) == 0 {
+		if x := q.lastUsed + int64(q.cfg.expires); at == 0 || x < at {
+			at = x
+		}
+	}
+	return at
+}
+
+// armLocked points the queue's timer at wakeAtLocked.
 func (q *Queue) armLocked() {
-	k, ok := q.ready.expiries.Min()
-	if !ok || q.endErr != nil {
+	at := q.wakeAtLocked()
+	if at == 0 || q.endErr != nil {
 		if q.timerAt != 0 {
 			q.timer.Stop()
 			q.timerAt = 0
 		}
 		return
 	}
-	if k.deadline == q.timerAt {
+	if at == q.timerAt {
 		return
 	}
-	d := time.Duration(max(k.deadline-q.clock(), 0))
+	d := time.Duration(max(at-q.clock(), 0))
 	if q.timer == nil {
 		q.timer = time.AfterFunc(d, q.onTimer)
 	} else {
 		q.timer.Reset(d)
 	}
-	q.timerAt = k.deadline
+	q.timerAt = at
 }
 
-// onTimer runs on the timer's goroutine when the earliest deadline comes.
+// onTimer runs on the timer's goroutine when the earliest deadline comes: it expires the
+// messages due, and deletes the queue if it has been unused for its expiry.
 func (q *Queue) onTimer() {
 	q.mu.Lock()
 	q.timerAt = 0
+	expired := false
 	if q.endErr == nil {
-		q.expireDueLocked(q.clock())
+		now := q.clock()
+		q.expireDueLocked(now)
 		q.dispatchLocked()
+		expired = q.unusedLocked(now)
 	}
 	q.unlock()
+	if expired {
+		q.b.expireQueue(q)
+	}
+}
+
+// unusedLocked reports whether the queue has been unused for its expiry, at now (R3.8).
+func (q *Queue) unusedLocked(now int64) bool {
+	return q.cfg.expires > 0 && q.endErr == nil && len(q.consumers)+len(q.feeders) == 0 &&
+		now >= q.lastUsed+int64(q.cfg.expires)
+}
+
+// touchLocked records a use of the queue, which postpones its expiry (R3.8).
+func (q *Queue) touchLocked() {
+	if q.cfg.expires > 0 {
+		q.lastUsed = q.clock()
+	}
+}
+
+// touch records a use of the queue from a caller holding the broker's lock, which must not
+// dead-letter (see [Queue.unlock]); a use expires and dead-letters nothing.
+func (q *Queue) touch() {
+	if q.cfg.expires == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.touchLocked()
+	q.armLocked()
+	q.mu.Unlock()
 }
 
 // remove takes the ready entry with sequence id seq out of the set, wherever it is.
@@ -153,13 +200,17 @@ func searchEntries(n int, at func(int) entry, seq uint64) (int, bool) {
 	return lo, lo < n && at(lo).seq == seq && at(lo).env != nil
 }
 
+// index accounts for an entry entering the ready set: its body bytes and its deadline.
 func (r *readySet) index(e entry) {
+	r.bytes += int64(len(e.env.msg.Body))
 	if e.deadline != 0 {
 		r.expiries.ReplaceOrInsert(expiry{e.deadline, e.seq})
 	}
 }
 
+// unindex accounts for an entry leaving the ready set.
 func (r *readySet) unindex(e entry) {
+	r.bytes -= int64(len(e.env.msg.Body))
 	if e.deadline != 0 {
 		r.expiries.Delete(expiry{e.deadline, e.seq})
 	}
