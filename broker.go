@@ -31,6 +31,9 @@ type Broker struct {
 	closeOnce sync.Once      // Close's work, which every Close call waits for
 	wg        sync.WaitGroup // feeders of AutoAck consumers
 	routers   sync.Pool      // *router scratch space for publishing
+	// noWait is a context that is already done: an internal publish (a dead letter) passes it so
+	// that a full queue with the Block policy refuses it instead of waiting.
+	noWait context.Context
 	// freeNodes is the btree node free list shared by the broker's queues; safe for concurrent
 	// use. It keeps at most freeNodesMax nodes.
 	freeNodes *btree.FreeListG[entry]
@@ -59,6 +62,9 @@ func New(opts ...BrokerOption) *Broker {
 		}
 	}
 	b.routers.New = func() any { return new(router) }
+	noWait, cancel := context.WithCancel(context.Background())
+	cancel()
+	b.noWait = noWait
 	for _, p := range []struct{ name, kind string }{
 		{"", ExchangeDirect},
 		{"amq.direct", ExchangeDirect},

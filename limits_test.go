@@ -262,3 +262,25 @@ func TestLimitArguments(t *testing.T) {
 	_, err = b.DeclareQueue("d", warren.Arguments(warren.Table{"x-delivery-limit": int64(-1)}))
 	require.NoError(t, err, "-1 means no limit, as in RabbitMQ 4")
 }
+
+// TestDeadLetterIntoFullBlockQueue: a dead letter never waits for room: into a full Block queue
+// it is dropped, and the Reject that caused it returns.
+func TestDeadLetterIntoFullBlockQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		_, err := b.DeclareExchange("e-dead", warren.ExchangeFanout)
+		require.NoError(t, err)
+		dead := declare(t, b, "dead", warren.MaxLength(1), warren.Overflow(warren.Block))
+		require.NoError(t, b.Bind("dead", "e-dead", "", nil))
+		main := declare(t, b, "main", warren.DeadLetter("e-dead", ""))
+		publishN(t, b, dead, 1)
+		publishN(t, b, main, 2)
+		for range 2 {
+			d, err := main.Get(t.Context())
+			require.NoError(t, err)
+			require.NoError(t, d.Reject())
+		}
+		require.Equal(t, 1, dead.Len())
+		require.Equal(t, 0, main.Len())
+	})
+}

@@ -317,7 +317,7 @@ func (q *Queue) unlock() {
 // enqueue appends a published message, with message TTL ttl (-1 for none), and dispatches. It
 // returns the queue's end error if the queue was deleted after routing chose it, and
 // [ErrQueueFull] when a length limit refuses the message. With the Block policy it waits for room
-// until ctx ends; a nil ctx (a dead letter) never waits.
+// until ctx ends; a ctx already done (a dead letter's) makes it refuse at once instead.
 func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration) error {
 	q.mu.Lock()
 	for {
@@ -330,7 +330,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration) e
 			break
 		}
 		// RejectPublish, RejectPublishDLX and Block check before enqueueing (R5.3).
-		if q.cfg.overflow == Block && ctx != nil {
+		if q.cfg.overflow == Block && ctx.Err() == nil {
 			if err := q.waitRoomLocked(ctx); err != nil {
 				return err
 			}
