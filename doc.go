@@ -68,6 +68,21 @@
 //   - Multiple-acknowledgement ([Consumer.AckUpTo] and the like) covers received deliveries only.
 //   - Prefetch 0 (unlimited) is not offered; see [Prefetch].
 //
+// # TTL and dead-lettering
+//
+// A queue's [MessageTTL] and a message's [Message.Expiration] give a message a deadline when it
+// enters a queue (the lower wins); it never changes, whatever happens to the message. A ready
+// message expires at its deadline wherever it is in the queue, and is never delivered after it;
+// a message held by a consumer past its deadline may still be acked, and expires if it comes
+// back. [Expires] deletes a queue left unused.
+//
+// A queue with a dead-letter exchange ([DeadLetter]) republishes through it the messages that
+// expire, are rejected ([Delivery.Reject]), are dropped by a length limit ([MaxLength],
+// [MaxLengthBytes], [Overflow]) or exceed the [DeliveryLimit]: a copy whose "x-death" header
+// records the death as RabbitMQ does, routed like any publish, and dropped where it would cycle
+// back without a consumer's decision. Without a dead-letter exchange these messages are dropped.
+// Dead letters are published after the source queue's lock is released.
+//
 // # Concurrency
 //
 // Every exported type is safe for concurrent use. Each queue has one mutex; warren never holds
