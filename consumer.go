@@ -498,6 +498,12 @@ func (d *Delivery) Nack() error { return d.settle(settleNack) }
 func (d *Delivery) Reject() error { return d.settle(settleReject) }
 
 func (d *Delivery) settle(how settlement) error {
+	return d.settleWith(func(q *Queue) { q.settleAsLocked(d, how) })
+}
+
+// settleWith settles an outstanding delivery: it releases it, then lets then decide what becomes
+// of the message, under the queue lock.
+func (d *Delivery) settleWith(then func(*Queue)) error {
 	if d == nil || d.q == nil || d.self != d {
 		return ErrUnknownDelivery
 	}
@@ -505,7 +511,8 @@ func (d *Delivery) settle(how settlement) error {
 	q.mu.Lock()
 	err := q.checkSettleLocked(d)
 	if err == nil {
-		q.settleLocked(d, how)
+		q.releaseLocked(d, deliverySettled)
+		then(q)
 		if d.c != nil {
 			d.c.tidyLocked()
 		}
@@ -566,6 +573,11 @@ func (q *Queue) releaseLocked(d *Delivery, state deliveryState) {
 // settleLocked settles an outstanding delivery. The caller tidies the consumer and dispatches.
 func (q *Queue) settleLocked(d *Delivery, how settlement) {
 	q.releaseLocked(d, deliverySettled)
+	q.settleAsLocked(d, how)
+}
+
+// settleAsLocked does what a settlement does with a released delivery's message.
+func (q *Queue) settleAsLocked(d *Delivery, how settlement) {
 	switch how {
 	case settleNack:
 		q.returnLocked(d.e)

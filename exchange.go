@@ -556,7 +556,7 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 		// an error for the publisher. A broker closed meanwhile is, and so is a context that
 		// ended while a Block queue was full. A queue that refused the message leaves the
 		// others to take it, and the publisher is told (R5.3).
-		switch err := q.enqueue(ctx, env, ttl); {
+		switch err := q.enqueue(ctx, env, ttl, cfg.delay); {
 		case err == nil:
 			routed++
 		case errors.Is(err, ErrQueueFull):
@@ -586,7 +586,7 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg Message, tt
 		return ErrClosed
 	}
 	if q != nil {
-		err := q.enqueue(ctx, &envelope{msg: msg, routingKey: key}, ttl)
+		err := q.enqueue(ctx, &envelope{msg: msg, routingKey: key}, ttl, cfg.delay)
 		if !errors.Is(err, ErrNotFound) { // nil, or why it was not taken
 			return err
 		}

@@ -149,6 +149,7 @@ type getConfig struct {
 
 type publishConfig struct {
 	mandatory bool
+	delay     time.Duration
 }
 
 type deleteConfig struct {
@@ -405,6 +406,16 @@ func Mandatory() PublishOption { return mandatoryOption{} }
 type mandatoryOption struct{}
 
 func (mandatoryOption) applyPublish(c *publishConfig) { c.mandatory = true }
+
+// DeliverAfter delays a message: in each queue it reaches it takes its place at once (ahead of
+// what is published after it, once visible) but stays hidden from consumers until d has passed.
+// Its TTL runs from publication. Delayed messages are not counted by [Queue.Len]. A d ≤ 0 is no
+// delay. RabbitMQ has no such property (its delayed-message exchange plugin comes closest).
+func DeliverAfter(d time.Duration) PublishOption { return delayOption(d) }
+
+type delayOption time.Duration
+
+func (o delayOption) applyPublish(c *publishConfig) { c.delay = time.Duration(o) }
 
 // IfUnused makes a deletion fail with [ErrPreconditionFailed] if a queue has consumers or an
 // exchange has bindings as a source.

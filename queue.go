@@ -241,23 +241,24 @@ type Queue struct {
 	// before it, never after.
 	mu          sync.Mutex
 	ready       readySet
-	nextSeq     uint64                 // sequence id of the next enqueued message
-	holders     []*Consumer            // consumers not ended: active, or cancelled and holding deliveries
-	gets        map[*Delivery]struct{} // outstanding Get deliveries
-	consumers   []*Consumer            // active push consumers, in registration order
-	feeders     []*Consumer            // active AutoAck consumers, which pull through their own goroutine
-	rr          int                    // round-robin cursor into consumers
-	hadConsumer bool                   // for auto-delete: a consumer ever existed
-	gotTag      uint64                 // last delivery tag issued to a Get
-	arriving    uint64                 // seq of the message being enqueued, which TTL 0 lets through once
-	timer       *time.Timer            // the queue's one timer, armed for the earliest deadline
-	timerAt     int64                  // the deadline the timer is armed for; 0 when stopped
-	dead        []deadLetter           // to dead-letter once mu is released (see unlock)
-	blocked     []chan struct{}        // publishers waiting for room (Block), first come first woken
-	lastUsed    int64                  // when the queue was last used, for Expires (R3.8)
-	unacked     int                    // deliveries outstanding, all consumers and Gets
-	endErr      error                  // non-nil once the queue is deleted or its broker closed
-	slab        []Delivery             // the next deliveries to hand out
+	nextSeq     uint64                      // sequence id of the next enqueued message
+	holders     []*Consumer                 // consumers not ended: active, or cancelled and holding deliveries
+	gets        map[*Delivery]struct{}      // outstanding Get deliveries
+	consumers   []*Consumer                 // active push consumers, in registration order
+	feeders     []*Consumer                 // active AutoAck consumers, which pull through their own goroutine
+	rr          int                         // round-robin cursor into consumers
+	hadConsumer bool                        // for auto-delete: a consumer ever existed
+	gotTag      uint64                      // last delivery tag issued to a Get
+	arriving    uint64                      // seq of the message being enqueued, which TTL 0 lets through once
+	timer       *time.Timer                 // the queue's one timer, armed for the earliest deadline
+	timerAt     int64                       // the deadline the timer is armed for; 0 when stopped
+	dead        []deadLetter                // to dead-letter once mu is released (see unlock)
+	blocked     []chan struct{}             // publishers waiting for room (Block), first come first woken
+	lastUsed    int64                       // when the queue was last used, for Expires (R3.8)
+	delayed     *btree.BTreeG[delayedEntry] // hidden until due: NackWithDelay, DeliverAfter; nil until used
+	unacked     int                         // deliveries outstanding, all consumers and Gets
+	endErr      error                       // non-nil once the queue is deleted or its broker closed
+	slab        []Delivery                  // the next deliveries to hand out
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
@@ -299,7 +300,7 @@ func (q *Queue) ConsumerCount() int {
 // two queue locks at once). Every critical section that may expire or reject a message ends
 // with unlock rather than mu.Unlock.
 func (q *Queue) unlock() {
-	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 {
+	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil {
 		q.armLocked()
 	}
 	if len(q.blocked) > 0 && q.roomLocked(0) {
@@ -314,11 +315,13 @@ func (q *Queue) unlock() {
 	}
 }
 
-// enqueue appends a published message, with message TTL ttl (-1 for none), and dispatches. It
+// enqueue appends a published message, with message TTL ttl (-1 for none), and dispatches; with
+// a delay, the message takes its place in the queue now but stays hidden until the delay passes
+// (see [DeliverAfter]). It
 // returns the queue's end error if the queue was deleted after routing chose it, and
 // [ErrQueueFull] when a length limit refuses the message. With the Block policy it waits for room
 // until ctx ends; a ctx already done (a dead letter's) makes it refuse at once instead.
-func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration) error {
+func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl, delay time.Duration) error {
 	q.mu.Lock()
 	for {
 		if q.endErr != nil {
@@ -345,6 +348,12 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration) e
 	e := entry{env: env, seq: q.nextSeq}
 	if ttl >= 0 || q.cfg.ttl >= 0 {
 		e.deadline = q.deadlineFor(ttl)
+	}
+	if delay > 0 {
+		q.nextSeq++
+		q.delayLocked(e, delay)
+		q.unlock()
+		return nil
 	}
 	q.ready.push(e)
 	q.nextSeq++
@@ -547,6 +556,7 @@ func (q *Queue) endLocked(err error) []*Consumer {
 		q.timerAt = 0
 	}
 	q.dead = nil // a deleted queue dead-letters nothing (R4.2)
+	q.delayed = nil
 	for _, ready := range q.blocked {
 		close(ready) // waiting publishers see endErr
 	}

@@ -5,6 +5,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
+
+	"github.com/google/btree"
 )
 
 // Returning a message to its original position.
@@ -24,6 +27,69 @@ import (
 // One message (a Nack) goes into the ready set's btree; many at once (a context end, Recover,
 // NackUpTo, Cancel's buffered deliveries) are sorted and merged, and are all back before
 // anything is dispatched.
+
+// delayedEntry is a message hidden from consumers until due, on the queue's clock.
+type delayedEntry struct {
+	due int64
+	e   entry
+}
+
+func delayedLess(a, b delayedEntry) bool {
+	if a.due != b.due {
+		return a.due < b.due
+	}
+	return a.e.seq < b.e.seq
+}
+
+// delayLocked hides e from consumers for d: it keeps its place (its sequence id) and rejoins
+// the ready set there when d has passed, on the queue's one timer.
+func (q *Queue) delayLocked(e entry, d time.Duration) {
+	if q.delayed == nil {
+		q.delayed = btree.NewG(32, delayedLess)
+	}
+	q.delayed.ReplaceOrInsert(delayedEntry{q.clock() + int64(d), e})
+}
+
+// promoteDueLocked moves the delayed messages that are due back into the ready set, at their
+// original positions; one whose deadline passed meanwhile expires instead.
+func (q *Queue) promoteDueLocked(now int64) {
+	for q.delayed != nil {
+		k, ok := q.delayed.Min()
+		if !ok || k.due > now {
+			return
+		}
+		q.delayed.DeleteMin()
+		if q.expiredLocked(k.e) {
+			q.deadLetterLocked(k.e, reasonExpired)
+			continue
+		}
+		q.ready.reinsert(k.e)
+		q.dropHeadLocked()
+	}
+}
+
+// NackWithDelay returns the message to its original position, redelivered and with its delivery
+// count one higher as [Delivery.Nack] does, but hidden from consumers until d has passed: a
+// retry with a delay, bounded by the queue's [DeliveryLimit] (past it the message is
+// dead-lettered at once with reason "delivery_limit"). The message's TTL keeps running; if it
+// expires while hidden it is expired when d has passed. Delayed messages are not counted by
+// [Queue.Len] nor removed by [Queue.Purge]. A d ≤ 0 is a plain Nack.
+func (d *Delivery) NackWithDelay(delay time.Duration) error {
+	if delay <= 0 {
+		return d.Nack()
+	}
+	return d.settleWith(func(q *Queue) {
+		e := redelivered(d.e)
+		switch {
+		case q.expiredLocked(e):
+			q.deadLetterLocked(e, reasonExpired)
+		case q.overLimitLocked(e):
+			q.deadLetterLocked(e, reasonDeliveryLimit)
+		default:
+			q.delayLocked(e, delay)
+		}
+	})
+}
 
 // redelivered returns e as it comes back after the application saw it.
 func redelivered(e entry) entry {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -160,5 +161,69 @@ func TestSeedPictureInterleaved(t *testing.T) {
 		cancel1()
 		synctest.Wait()
 		require.Equal(t, "0* 1* 2* 3* 4 5", drain(t, q))
+	})
+}
+
+// TestNackWithDelay: with delivery limit 2, a message nacked with a 30 s delay is redelivered
+// 30 s later each time, and its third return dead-letters it (R1.10).
+func TestNackWithDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		main, dead := deadTopology(t, b, warren.DeliveryLimit(2))
+		c, err := main.Consume(t.Context(), warren.Prefetch(1))
+		require.NoError(t, err)
+		start := time.Now()
+		publishN(t, b, main, 1)
+		var at []time.Duration
+		for range 3 {
+			d := <-c.Deliveries()
+			at = append(at, time.Since(start))
+			require.NoError(t, d.NackWithDelay(30*time.Second))
+			require.Equal(t, 0, main.Len(), "hidden while delayed")
+		}
+		require.Equal(t, []time.Duration{0, 30 * time.Second, 60 * time.Second}, at)
+		ds := getAll(t, dead)
+		require.Equal(t, "0", bodies(ds))
+		require.Equal(t, "delivery_limit", xDeath(t, ds[0])[0]["reason"])
+	})
+}
+
+// TestNackWithDelayKeepsPosition: when the delay has passed the message is back at its original
+// position, ahead of what was published after it.
+func TestNackWithDelayKeepsPosition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 3)
+		d, err := q.Get(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, d.NackWithDelay(10*time.Second))
+		require.ErrorIs(t, d.Ack(), warren.ErrAlreadySettled)
+		next, err := q.Get(t.Context(), warren.AutoAck())
+		require.NoError(t, err)
+		require.Equal(t, "1", string(next.Message.Body), "0 is hidden; 1 is next")
+		publishN(t, b, q, 1) // "0" again, a new message behind 2
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		require.Equal(t, "0* 2 0", picture(getAll(t, q)))
+	})
+}
+
+// TestDeliverAfter: a delayed publish is hidden until its delay passes, then delivered in its
+// place.
+func TestDeliverAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		c, err := q.Consume(t.Context(), warren.Prefetch(10))
+		require.NoError(t, err)
+		start := time.Now()
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("later")}, warren.DeliverAfter(time.Minute)))
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("now")}))
+		require.Equal(t, "now", string((<-c.Deliveries()).Message.Body))
+		d := <-c.Deliveries()
+		require.Equal(t, "later", string(d.Message.Body))
+		require.Equal(t, time.Minute, time.Since(start))
+		require.False(t, d.Redelivered)
 	})
 }

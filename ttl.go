@@ -89,6 +89,11 @@ func (q *Queue) wakeAtLocked() int64 {
 	if k, ok := q.ready.expiries.Min(); ok {
 		at = k.deadline
 	}
+	if q.delayed != nil {
+		if k, ok := q.delayed.Min(); ok && (at == 0 || k.due < at) {
+			at = k.due
+		}
+	}
 	if q.cfg.expires > 0 && len(q.consumers)+len(q.feeders) == 0 {
 		if x := q.lastUsed + int64(q.cfg.expires); at == 0 || x < at {
 			at = x
@@ -128,6 +133,7 @@ func (q *Queue) onTimer() {
 	if q.endErr == nil {
 		now := q.clock()
 		q.expireDueLocked(now)
+		q.promoteDueLocked(now)
 		q.dispatchLocked()
 		expired = q.unusedLocked(now)
 	}
