@@ -155,21 +155,27 @@ func (b *Broker) publishDeadLetter(src *Queue, d deadLetter, now time.Time) {
 	}()
 	b.mu.RLock()
 	x := b.exchanges[src.cfg.dlx]
-	if b.closed.Load() || x == nil {
+	if b.closed.Load() {
 		b.mu.RUnlock()
-		b.cfg.logger.Warn("warren: dead letter dropped: dead-letter exchange not found",
+		return
+	}
+	// Drops are logged at debug level: one per message would flood a warning log (a TTL queue
+	// dead-lettering into itself drops every message). Events report them (a later issue).
+	if x == nil {
+		b.mu.RUnlock()
+		b.cfg.logger.Debug("warren: dead letter dropped: dead-letter exchange not found",
 			"queue", src.name, "reason", d.reason, "exchange", src.cfg.dlx)
 		return
 	}
 	r.routeLocked(b, x, key, msg.Headers)
 	b.mu.RUnlock()
 	if len(r.queues) == 0 {
-		b.cfg.logger.Warn("warren: dead letter dropped: no route",
+		b.cfg.logger.Debug("warren: dead letter dropped: no route",
 			"queue", src.name, "reason", d.reason, "exchange", src.cfg.dlx, "routing-key", key)
 	}
 	for _, q := range r.queues {
 		if isDeathCycle(msg.Headers, q.name, d.reason) {
-			b.cfg.logger.Warn("warren: dead letter dropped: dead-letter cycle",
+			b.cfg.logger.Debug("warren: dead letter dropped: dead-letter cycle",
 				"queue", src.name, "reason", d.reason, "target", q.name)
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/btree"
@@ -181,3 +182,45 @@ func TestContextEndIsAtomic(t *testing.T) {
 
 // testEnv is a message for white-box tests of the ready set; an entry without one is a tombstone.
 var testEnv = &envelope{}
+
+// TestExpiredSlotsDoNotAccumulate: in a queue nobody takes from (a delay queue), expired
+// messages do not leave their slots behind: at the head they are dropped as they expire, and
+// behind a long-lived head the ring is compacted once the dead outnumber the living.
+// (A regression test: 50k publishes left 50k tombstones.)
+func TestExpiredSlotsDoNotAccumulate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := New()
+		defer b.Close()
+		q, err := b.DeclareQueue("q", MessageTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, err := b.DeclareQueue("head")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Publish(t.Context(), "", "head", Message{Expiration: "86400000"}); err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			for range 10000 {
+				if err := b.Publish(t.Context(), "", "q", Message{}); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Publish(t.Context(), "", "head", Message{Expiration: "1000"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		for _, x := range []*Queue{q, head} {
+			x.mu.Lock()
+			slots, live := x.ready.fresh.len(), x.ready.len()
+			x.mu.Unlock()
+			if slots > 2*live+1024 {
+				t.Errorf("queue %s: %d slots for %d live messages", x.name, slots, live)
+			}
+		}
+	})
+}

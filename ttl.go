@@ -14,7 +14,7 @@ import (
 // queue's TTL ([MessageTTL], "x-message-ttl") and the message's own ([Message.Expiration]), R3.3.
 // It never changes, whatever happens to the message afterwards: a delivery and a return keep it.
 // Deadlines are nanoseconds since the queue's epoch on the monotonic clock, offset by one so that
-// zero means "none"; an entry stays 32 bytes.
+// zero means "none" (8 bytes of each entry, which is 32).
 //
 // Invariants:
 //   - Every ready entry with a deadline is in the ready set's expiry index under (deadline, seq),
@@ -75,10 +75,39 @@ func (q *Queue) expireDueLocked(now int64) {
 	for {
 		k, ok := q.ready.expiries.Min()
 		if !ok || k.deadline > now {
-			return
+			break
 		}
-		e, _ := q.ready.remove(k.seq)
+		e, ok := q.ready.remove(k.seq)
+		if !ok { // cannot happen: the index holds only ready entries; do not spin on it
+			q.ready.expiries.Delete(k)
+			continue
+		}
 		q.deadLetterLocked(e, reasonExpired)
+	}
+	q.ready.tidy()
+}
+
+// tidy drops the tombstones at the heads, and compacts the ring and the run when tombstones
+// outnumber live entries, so that a queue nobody takes from (a delay queue) does not keep the
+// slots of its expired messages. The compaction's O(n) is paid for by the n/2 removals before.
+func (r *readySet) tidy() {
+	if r.dead == 0 {
+		return
+	}
+	r.skipDead()
+	if r.dead > 1024 && r.dead > r.len() {
+		r.fresh.filter(func(e entry) bool { return e.env != nil })
+		kept := r.run[:0]
+		for _, e := range r.run[r.runAt:] {
+			if e.env != nil {
+				kept = append(kept, e)
+			}
+		}
+		clear(r.run[len(kept):])
+		r.run, r.runAt, r.dead = kept, 0, 0
+		if len(r.run) == 0 {
+			r.run = nil
+		}
 	}
 }
 
@@ -112,7 +141,9 @@ func (q *Queue) armLocked() {
 		}
 		return
 	}
-	if at == q.timerAt {
+	if q.timerAt != 0 && at >= q.timerAt {
+		// Armed early enough: a timer that fires before anything is due re-arms itself. This
+		// spares a Reset on every delivery, which moves the earliest deadline later.
 		return
 	}
 	d := time.Duration(max(at-q.clock(), 0))
@@ -131,6 +162,10 @@ func (q *Queue) onTimer() {
 	q.timerAt = 0
 	expired := false
 	if q.endErr == nil {
+		// Counted under mu before the queue ends, so that Broker.Close, which ends every
+		// queue before it waits, waits for this callback's dead letters too.
+		q.b.wg.Add(1)
+		defer q.b.wg.Done()
 		now := q.clock()
 		q.expireDueLocked(now)
 		q.promoteDueLocked(now)
