@@ -409,7 +409,9 @@ func (mandatoryOption) applyPublish(c *publishConfig) { c.mandatory = true }
 
 // DeliverAfter delays a message: in each queue it reaches it takes its place at once (ahead of
 // what is published after it, once visible) but stays hidden from consumers until d has passed.
-// Its TTL runs from publication. Delayed messages are not counted by [Queue.Len]. A d ≤ 0 is no
+// Its TTL runs from publication; if it passes while the message is hidden, the message expires
+// when d has passed (a TTL of 0 with a delay expires then, not at publication). Delayed messages
+// are not counted by [Queue.Len] nor by length limits until they rejoin the queue. A d ≤ 0 is no
 // delay. RabbitMQ has no such property (its delayed-message exchange plugin comes closest).
 func DeliverAfter(d time.Duration) PublishOption { return delayOption(d) }
 
