@@ -546,8 +546,6 @@ const (
 	mtNumKinds
 )
 
-var mtKindNames = [...]string{"publish", "get", "settle", "settle-again", "end-context", "advance"}
-
 type mtOp struct {
 	kind    mtKind
 	a, b, c uint8
