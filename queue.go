@@ -360,7 +360,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl, delay time.Dura
 	q.arriving = e.seq
 	q.dispatchLocked()
 	q.arriving = 0
-	if e.deadline != 0 {
+	if ttl == 0 || q.cfg.ttl == 0 {
 		q.expireDueLocked(q.clock()) // a TTL-0 message no consumer took expires now (R3.5)
 	}
 	q.dropHeadLocked()

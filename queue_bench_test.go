@@ -191,9 +191,18 @@ func BenchmarkPublishConsumeAck(b *testing.B) {
 }
 
 func benchPublishConsumeAck(b *testing.B, consumers, prefetch int) {
+	benchPublishConsumeAckWith(b, consumers, prefetch, nil, warren.Message{Body: benchBody})
+}
+
+// benchPublishConsumeAckWith is benchPublishConsumeAck on a queue declared with opts,
+// publishing copies of msg.
+func benchPublishConsumeAckWith(b *testing.B, consumers, prefetch int, opts []warren.QueueOption, msg warren.Message) {
 	before := runtime.NumGoroutine()
 	br := newBenchBroker(b)
-	q := declareBench(b, br, "bench")
+	q, err := br.DeclareQueue("bench", opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -226,7 +235,7 @@ func benchPublishConsumeAck(b *testing.B, consumers, prefetch int) {
 	var published int64
 	for b.Loop() {
 		win.admit(published)
-		if err := br.Publish(ctx, "", "bench", warren.Message{Body: benchBody}); err != nil {
+		if err := br.Publish(ctx, "", "bench", msg); err != nil {
 			b.Fatal(err)
 		}
 		published++
@@ -689,18 +698,9 @@ func BenchmarkGetAck(b *testing.B) {
 	b.Run("chan", benchGetChan)
 }
 
-func benchGetAck(b *testing.B, ctx context.Context) {
-	before := runtime.NumGoroutine()
-	br := newBenchBroker(b)
-	q := declareBench(b, br, "get")
-	refill := func() {
-		for range getDepth {
-			if err := br.Publish(ctx, "", "get", warren.Message{Body: benchBody}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	refill()
+// loopGetSettle is the timed loop of the Get benchmarks: Get one message and settle it; when the
+// queue runs empty it is refilled, and the refill is timed apart (see reportRefill).
+func loopGetSettle(b *testing.B, ctx context.Context, q *warren.Queue, refill func(), settle func(*warren.Delivery) error) {
 	var refillTime time.Duration
 	b.ReportAllocs()
 	for b.Loop() {
@@ -714,11 +714,26 @@ func benchGetAck(b *testing.B, ctx context.Context) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := d.Ack(); err != nil {
+		if err := settle(d); err != nil {
 			b.Fatal(err)
 		}
 	}
 	reportRefill(b, refillTime)
+}
+
+func benchGetAck(b *testing.B, ctx context.Context) {
+	before := runtime.NumGoroutine()
+	br := newBenchBroker(b)
+	q := declareBench(b, br, "get")
+	refill := func() {
+		for range getDepth {
+			if err := br.Publish(ctx, "", "get", warren.Message{Body: benchBody}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	refill()
+	loopGetSettle(b, ctx, q, refill, (*warren.Delivery).Ack)
 	if n := q.Unacked(); n != 0 {
 		b.Fatalf("Unacked() = %d after the loop", n)
 	}

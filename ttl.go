@@ -205,6 +205,12 @@ func (q *Queue) touch() {
 
 // remove takes the ready entry with sequence id seq out of the set, wherever it is.
 func (r *readySet) remove(seq uint64) (entry, bool) {
+	if r.fresh.len() > 0 && r.fresh.front().seq == seq && r.fresh.front().env != nil {
+		// The common case with a queue TTL alone: the oldest message expires first.
+		e := r.fresh.pop()
+		r.unindex(e)
+		return e, true
+	}
 	if e, ok := r.returned.Delete(entry{seq: seq}); ok {
 		r.unindex(e)
 		return e, true
