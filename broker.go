@@ -42,6 +42,7 @@ type Broker struct {
 	// Publishing holds it for reading while routing only, never while enqueueing. It is taken
 	// before a queue's mu, never after.
 	mu        sync.RWMutex
+	defaultX  *Exchange // the default exchange "", also in exchanges; set once by New
 	exchanges map[string]*Exchange
 	queues    map[string]*Queue
 }
@@ -75,6 +76,7 @@ func New(opts ...BrokerOption) *Broker {
 	} {
 		b.exchanges[p.name] = newExchange(b, p.name, p.kind, exchangeConfig{durable: true})
 	}
+	b.defaultX = b.exchanges[""]
 	return b
 }
 

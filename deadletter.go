@@ -134,19 +134,21 @@ func (b *Broker) deadLetter(src *Queue, dead []deadLetter) {
 func (b *Broker) publishDeadLetter(src *Queue, d deadLetter, now time.Time) {
 	env := d.env
 	keys := []string{env.routingKey}
-	forEachCC(env.msg.Headers, func(k string) { keys = append(keys, k) }) // BCC was stripped at publish
+	headerKeys(env.msg.Headers["CC"], func(k string) { keys = append(keys, k) }) // x-death: no BCC
 	msg := env.msg
 	msg.Headers = recordDeath(env.msg.Headers, death{
-		queue: src.name, reason: d.reason, exchange: env.exchange, routingKeys: keys,
+		queue: src.name, reason: d.reason, exchange: env.exchange.name, routingKeys: keys,
 		expiration: env.msg.Expiration, time: now,
 	})
 	msg.Expiration = ""
 	key := env.routingKey
+	var bcc []string // the original BCC keys route the copy too, unless a key replaces them all
 	if src.cfg.hasDLRK {
 		key = src.cfg.dlrk
 		delete(msg.Headers, "CC")
+	} else if env.bcc != nil {
+		bcc = *env.bcc
 	}
-	dl := &envelope{msg: msg, exchange: src.cfg.dlx, routingKey: key}
 
 	r := b.routers.Get().(*router)
 	defer func() {
@@ -167,8 +169,9 @@ func (b *Broker) publishDeadLetter(src *Queue, d deadLetter, now time.Time) {
 			"queue", src.name, "reason", d.reason, "exchange", src.cfg.dlx)
 		return
 	}
-	r.routeLocked(b, x, key, msg.Headers)
+	r.routeLocked(b, x, key, msg.Headers, bcc)
 	b.mu.RUnlock()
+	dl := &envelope{msg: msg, exchange: x, routingKey: key}
 	if len(r.queues) == 0 {
 		b.cfg.logger.Debug("warren: dead letter dropped: no route",
 			"queue", src.name, "reason", d.reason, "exchange", src.cfg.dlx, "routing-key", key)

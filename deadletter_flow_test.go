@@ -170,3 +170,24 @@ func TestDeadLetterExchangeMissing(t *testing.T) {
 	require.NoError(t, d.Reject())
 	require.Equal(t, "1", bodies(getAll(t, dead)))
 }
+
+// TestDeadLetterRoutedByBCC: BCC keys are stripped from the delivered message but route its
+// dead-lettered copy, as the routing key and CC keys do; the copy's x-death routing keys leave
+// them out (R4.3, R4.4, R6.15).
+func TestDeadLetterRoutedByBCC(t *testing.T) {
+	b := newBroker(t)
+	_, err := b.DeclareExchange("dlx", warren.ExchangeDirect)
+	require.NoError(t, err)
+	secret := declare(t, b, "hidden") // not "secret": the default exchange would route the BCC key to it
+	require.NoError(t, b.Bind("hidden", "dlx", "secret", nil))
+	src := declare(t, b, "src", warren.DeadLetter("dlx", ""))
+	require.NoError(t, b.Publish(t.Context(), "", "src", warren.Message{Body: []byte("m"), Headers: warren.Table{"BCC": []any{"secret"}}}))
+	d, err := src.Get(t.Context())
+	require.NoError(t, err)
+	require.NotContains(t, d.Message.Headers, "BCC")
+	require.NoError(t, d.Reject())
+	got := getAll(t, secret)
+	require.Equal(t, "m", bodies(got))
+	require.Equal(t, []any{"src"}, xDeath(t, got[0])[0]["routing-keys"])
+	require.NotContains(t, got[0].Message.Headers, "BCC")
+}

@@ -424,13 +424,16 @@ func (r *router) reset() {
 // breadth-first order; an exchange that routes a message nowhere passes it to its alternate
 // exchange, if that exists and was not visited (R6.6, R6.7). keys are the routing key and the
 // CC and BCC header keys (R6.15). The caller holds b.mu for reading.
-func (r *router) routeLocked(b *Broker, x *Exchange, key string, headers Table) {
+func (r *router) routeLocked(b *Broker, x *Exchange, key string, headers Table, extra []string) {
 	r.seen = append(r.seen, x)
 	for i := 0; i < len(r.seen); i++ {
 		x := r.seen[i]
 		matched := x.matchLocked(key, headers, r)
 		if headers != nil {
 			forEachCC(headers, func(k string) { matched = x.matchLocked(k, headers, r) || matched })
+		}
+		for _, k := range extra {
+			matched = x.matchLocked(k, headers, r) || matched
 		}
 		if !matched && x.cfg.alternate != "" {
 			if ae := b.exchanges[x.cfg.alternate]; ae != nil {
@@ -480,18 +483,22 @@ func (x *Exchange) matchLocked(key string, headers Table, r *router) bool {
 // forEachCC calls fn with each routing key of the CC and BCC headers: arrays of strings
 // (sender-selected distribution, R6.15).
 func forEachCC(headers Table, fn func(string)) {
-	for _, h := range [...]string{"CC", "BCC"} {
-		switch v := headers[h].(type) {
-		case []any:
-			for _, k := range v {
-				if s, ok := k.(string); ok {
-					fn(s)
-				}
-			}
-		case []string:
-			for _, s := range v {
+	headerKeys(headers["CC"], fn)
+	headerKeys(headers["BCC"], fn)
+}
+
+// headerKeys calls fn with each string of a CC or BCC header's array.
+func headerKeys(v any, fn func(string)) {
+	switch v := v.(type) {
+	case []any:
+		for _, k := range v {
+			if s, ok := k.(string); ok {
 				fn(s)
 			}
+		}
+	case []string:
+		for _, s := range v {
+			fn(s)
 		}
 	}
 }
@@ -536,11 +543,12 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 		b.mu.RUnlock()
 		return fmt.Errorf("warren: publish to internal exchange %q: %w", name, ErrAccessRefused)
 	}
-	r.routeLocked(b, x, key, msg.Headers)
+	r.routeLocked(b, x, key, msg.Headers, nil)
 	b.mu.RUnlock()
 
-	env := &envelope{msg: msg, exchange: name, routingKey: key}
-	if _, ok := msg.Headers["BCC"]; ok {
+	env := &envelope{msg: msg, exchange: x, routingKey: key}
+	if bcc, ok := msg.Headers["BCC"]; ok {
+		// Stripped from the delivered message, kept for dead-letter routing (R4.3, R6.15).
 		h := make(Table, len(msg.Headers)-1)
 		for k, v := range msg.Headers {
 			if k != "BCC" {
@@ -548,6 +556,9 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 			}
 		}
 		env.msg.Headers = h
+		var keys []string
+		headerKeys(bcc, func(k string) { keys = append(keys, k) })
+		env.bcc = &keys
 	}
 	routed := 0
 	var full error
@@ -586,7 +597,7 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg Message, tt
 		return ErrClosed
 	}
 	if q != nil {
-		err := q.enqueue(ctx, &envelope{msg: msg, routingKey: key}, ttl, cfg.delay)
+		err := q.enqueue(ctx, &envelope{msg: msg, exchange: b.defaultX, routingKey: key}, ttl, cfg.delay)
 		if !errors.Is(err, ErrNotFound) { // nil, or why it was not taken
 			return err
 		}

@@ -14,8 +14,9 @@ import (
 // every delivery of it. It is immutable once routed.
 type envelope struct {
 	msg        Message
-	exchange   string
+	exchange   *Exchange // the exchange it was published to (a pointer: 8 bytes, not a string's 16)
 	routingKey string
+	bcc        *[]string // the keys of its BCC header, which publishing strips; nil without
 }
 
 // entry is one message's place in one queue. It moves by value between the ready set, a
@@ -465,7 +466,7 @@ func (q *Queue) newDeliveryLocked(e entry) *Delivery {
 	// Field by field rather than *d = Delivery{…}: the slot is fresh zeroed memory, and the
 	// whole-struct copy costs a bulk write barrier over every pointer field during GC.
 	d.Message = &e.env.msg
-	d.Exchange = e.env.exchange
+	d.Exchange = e.env.exchange.name
 	d.RoutingKey = e.env.routingKey
 	d.Redelivered = e.redelivered
 	d.DeliveryCount = int(e.returns)
