@@ -45,6 +45,8 @@ type Consumer struct {
 	live    int             // outstanding deliveries in unacked, received or still buffered
 	nextTag uint64          // last delivery tag issued
 	waiting bool            // the feeder is waiting for wake
+	idle    bool            // the feeder is parked holding nothing (waiting, or woken and not yet run)
+	handoff *entry          // a TTL-0 message given to the idle feeder as it arrived (R3.5)
 	stopped bool            // no more deliveries; ch closed (or being closed by the feeder)
 	ended   bool            // nothing outstanding remains; the context is no longer watched
 	err     error           // why the consumer stopped; nil while active
@@ -344,9 +346,18 @@ func (c *Consumer) feed() {
 			q.unlock()
 			break
 		}
-		e, ok := q.takeLocked()
+		var (
+			e  entry
+			ok bool
+		)
+		c.idle = false
+		if c.handoff != nil { // taken for this feeder as it arrived; it may have expired since
+			e, ok, c.handoff = *c.handoff, true, nil
+		} else {
+			e, ok = q.takeLocked()
+		}
 		if !ok {
-			c.waiting = true
+			c.waiting, c.idle = true, true
 			q.unlock()
 			select {
 			case <-c.wake:
@@ -369,6 +380,10 @@ func (c *Consumer) feed() {
 	var back []entry
 	if held != nil {
 		back = append(back, held.e)
+	}
+	if c.handoff != nil {
+		back = append(back, *c.handoff) // expires as it comes back
+		c.handoff = nil
 	}
 	q.restoreAllLocked(c.drainLocked(back))
 	q.dispatchLocked()

@@ -362,11 +362,31 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl, delay time.Dura
 	q.dispatchLocked()
 	q.arriving = 0
 	if ttl == 0 || q.cfg.ttl == 0 {
+		q.handOffLocked(e)
 		q.expireDueLocked(q.clock()) // a TTL-0 message no consumer took expires now (R3.5)
 	}
 	q.dropHeadLocked()
 	q.unlock()
 	return nil
+}
+
+// handOffLocked gives an arriving TTL-0 message that no push consumer took to a waiting AutoAck
+// consumer, if it is the only ready message: a consumer can take it as it arrives, so it must
+// not expire (R3.5). A feeder takes messages only after this critical section, so an idle one is
+// handed the message here.
+func (q *Queue) handOffLocked(e entry) {
+	if q.ready.len() != 1 {
+		return
+	}
+	for _, c := range q.feeders {
+		if c.idle && c.handoff == nil {
+			if got, ok := q.ready.remove(e.seq); ok {
+				c.handoff = &got
+				c.wakeLocked()
+			}
+			return
+		}
+	}
 }
 
 // roomLocked reports whether a message of n body bytes fits within the queue's length limits.

@@ -288,3 +288,22 @@ func TestTTLArguments(t *testing.T) {
 	_, err = b.DeclareQueue("d3", warren.DeadLetter("dlx", "other"))
 	require.ErrorIs(t, err, warren.ErrPreconditionFailed)
 }
+
+// TestTTLZeroToAutoAckConsumer: a waiting AutoAck consumer can take a TTL-0 message as it
+// arrives, so it gets it (R3.5). (A regression test: its feeder only looked after the message
+// had already expired.)
+func TestTTLZeroToAutoAckConsumer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		main, dead := deadTopology(t, b)
+		c, err := main.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(10))
+		require.NoError(t, err)
+		for i := range 3 {
+			synctest.Wait() // the feeder is waiting
+			require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: []byte(fmt.Sprint(i)), Expiration: "0"}))
+		}
+		synctest.Wait()
+		require.Equal(t, "0 1 2", bodies(receive(t, c, 3)))
+		require.Equal(t, 0, dead.Len())
+	})
+}
