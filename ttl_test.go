@@ -300,7 +300,7 @@ func TestTTLZeroToAutoAckConsumer(t *testing.T) {
 		require.NoError(t, err)
 		for i := range 3 {
 			synctest.Wait() // the feeder is waiting
-			require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: []byte(fmt.Sprint(i)), Expiration: "0"}))
+			require.NoError(t, b.Publish(t.Context(), "", "main", warren.Message{Body: fmt.Append(nil, i), Expiration: "0"}))
 		}
 		synctest.Wait()
 		require.Equal(t, "0 1 2", bodies(receive(t, c, 3)))
