@@ -1,6 +1,8 @@
 package warren
 
 import (
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,4 +92,58 @@ func TestDeathCycle(t *testing.T) {
 	require.True(t, isDeathCycle(withReject, "main", reasonExpired), "the newest death from main is this one: automatic")
 	retryLoop := expireFrom(rejectFrom(nil, "main"), "retry")
 	require.False(t, isDeathCycle(retryLoop, "main", reasonExpired), "a reject on the way back to main breaks the cycle")
+}
+
+// TestDeadLettersKeepOrderAcrossGoroutines: one queue's dead letters reach the dead-letter queue
+// in the order they were collected, even when two goroutines collect them and the first is still
+// publishing (R4.9). The test stalls the first flush by holding the dead-letter queue's lock.
+func TestDeadLettersKeepOrderAcrossGoroutines(t *testing.T) {
+	b := New()
+	defer b.Close()
+	if _, err := b.DeclareExchange("dlx", ExchangeFanout); err != nil {
+		t.Fatal(err)
+	}
+	dead, _ := b.DeclareQueue("dead")
+	if err := b.Bind("dead", "dlx", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := b.DeclareQueue("q", DeadLetter("dlx", ""))
+	collect := func(bodies ...string) {
+		q.mu.Lock()
+		for _, s := range bodies {
+			q.deadLetterLocked(entry{env: &envelope{msg: Message{Body: []byte(s)}, exchange: b.defaultX}}, reasonRejected)
+		}
+		q.unlock()
+	}
+
+	dead.mu.Lock() // the first flush will stall publishing A1
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		collect("A1", "A2")
+	}()
+	for { // wait until that flush is in progress
+		q.mu.Lock()
+		flushing := q.flushing
+		q.mu.Unlock()
+		if flushing {
+			break
+		}
+		runtime.Gosched()
+	}
+	collect("B1") // must not wait for, nor overtake, the flush in progress
+	dead.mu.Unlock()
+	<-first
+
+	var got []string
+	for {
+		d, err := dead.Get(t.Context(), AutoAck())
+		if err != nil {
+			break
+		}
+		got = append(got, string(d.Message.Body))
+	}
+	if want := []string{"A1", "A2", "B1"}; !slices.Equal(got, want) {
+		t.Fatalf("dead-letter queue = %v, want %v", got, want)
+	}
 }

@@ -253,7 +253,12 @@ type Queue struct {
 	arriving    uint64                      // seq of the message being enqueued, which TTL 0 lets through once
 	timer       *time.Timer                 // the queue's one timer, armed for the earliest deadline
 	timerAt     int64                       // the deadline the timer is armed for; 0 when stopped
-	dead        []deadLetter                // to dead-letter once mu is released (see unlock)
+	dead        []deadLetter                // dead letters of the current critical section (see unlock)
+	outbox      []deadLetter                // dead letters collected, not yet taken by the flusher
+	flushing    bool                        // a goroutine is publishing the outbox (see unlock)
+	queuedDead  uint64                      // dead letters ever put in the outbox
+	flushedDead uint64                      // of those, published (or discarded by the queue's end)
+	flushed     sync.Cond                   // on mu: flushedDead grew
 	blocked     []chan struct{}             // publishers waiting for room (Block), first come first woken
 	lastUsed    int64                       // when the queue was last used, for Expires (R3.8)
 	delayed     *btree.BTreeG[delayedEntry] // hidden until due: NackWithDelay, DeliverAfter; nil until used
@@ -263,11 +268,13 @@ type Queue struct {
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
-	return &Queue{
+	q := &Queue{
 		b: b, name: name, cfg: cfg, epoch: time.Now(),
 		ready: newReadySet(b.freeNodes), nextSeq: 1, gets: make(map[*Delivery]struct{}),
 		lastUsed: 1,
 	}
+	q.flushed.L = &q.mu
+	return q
 }
 
 // Name returns the queue's name; for a server-named queue, the generated "amq.gen-…" name.
@@ -296,10 +303,15 @@ func (q *Queue) ConsumerCount() int {
 	return len(q.consumers) + len(q.feeders)
 }
 
-// unlock releases mu, first arming the timer for the earliest deadline, then dead-letters what
-// the critical section collected: outside the lock, since it publishes into other queues (never
-// two queue locks at once). Every critical section that may expire or reject a message ends
-// with unlock rather than mu.Unlock.
+// unlock releases mu, first arming the timer for the earliest deadline, then publishes the
+// dead letters the critical section collected. Every critical section that may expire or reject
+// a message ends with unlock rather than mu.Unlock.
+//
+// Dead letters are published outside the lock, since they go into other queues (never two queue
+// locks at once), and in the order they were collected, whichever goroutine collected them
+// (R4.9): they join the queue's outbox, and one goroutine at a time — the first to find no flush
+// in progress — publishes the outbox batch by batch until it is empty. A dead letter routed back
+// into this queue joins the outbox of the flush in progress, so nothing waits on itself.
 func (q *Queue) unlock() {
 	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil {
 		q.armLocked()
@@ -308,11 +320,33 @@ func (q *Queue) unlock() {
 		close(q.blocked[0]) // the first waiting publisher tries again
 		q.blocked = q.blocked[1:]
 	}
-	dead := q.dead
-	q.dead = nil
+	if len(q.dead) > 0 {
+		q.outbox = append(q.outbox, q.dead...)
+		q.queuedDead += uint64(len(q.dead))
+		q.dead = nil
+	}
+	if q.flushing || len(q.outbox) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	q.flushing = true
+	for len(q.outbox) > 0 {
+		batch := q.outbox
+		q.outbox = nil
+		q.mu.Unlock()
+		q.b.deadLetter(q, batch)
+		q.mu.Lock()
+		q.flushedDead += uint64(len(batch))
+		q.flushed.Broadcast()
+	}
+	q.flushing = false
 	q.mu.Unlock()
-	if len(dead) > 0 {
-		q.b.deadLetter(q, dead)
+}
+
+// waitFlushedLocked waits until every dead letter collected so far has been published.
+func (q *Queue) waitFlushedLocked() {
+	for target := q.queuedDead; q.flushedDead < target; {
+		q.flushed.Wait()
 	}
 }
 
@@ -576,7 +610,9 @@ func (q *Queue) endLocked(err error) []*Consumer {
 		q.timer.Stop()
 		q.timerAt = 0
 	}
-	q.dead = nil // a deleted queue dead-letters nothing (R4.2)
+	q.dead, q.outbox = nil, nil // a deleted queue dead-letters nothing more (R4.2)
+	q.flushedDead = q.queuedDead
+	q.flushed.Broadcast()
 	q.delayed = nil
 	for _, ready := range q.blocked {
 		close(ready) // waiting publishers see endErr

@@ -228,9 +228,10 @@ func (q *Queue) reap() {
 	}
 	q.dispatchLocked()
 	autoDelete := q.shouldAutoDeleteLocked()
-	q.unlock() // publishes the dead letters of what had expired meanwhile
+	q.unlock() // publishes the dead letters of what had expired meanwhile, or hands them over
 	// Done closes only now: by then what came back has been dealt with, dead letters included.
 	q.mu.Lock()
+	q.waitFlushedLocked()
 	for _, c := range ended {
 		c.signalStopLocked()
 	}
