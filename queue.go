@@ -58,7 +58,10 @@ type readySet struct {
 	runAt    int
 	dead     int
 	expiries *btree.BTreeG[expiry]
-	bytes    int64 // body bytes of the live entries, for MaxLengthBytes
+	bytes    int64 // body bytes of the live entries, when countBytes
+	// countBytes is set for a queue with MaxLengthBytes: only then is bytes kept, which reads
+	// each message's envelope on every insert and removal.
+	countBytes bool
 }
 
 // newReadySet returns an empty ready set whose btree takes its nodes from free, a free list
@@ -274,6 +277,7 @@ func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
 		lastUsed: 1,
 	}
 	q.flushed.L = &q.mu
+	q.ready.countBytes = cfg.maxBytes >= 0
 	return q
 }
 

@@ -249,7 +249,9 @@ func searchEntries(n int, at func(int) entry, seq uint64) (int, bool) {
 
 // index accounts for an entry entering the ready set: its body bytes and its deadline.
 func (r *readySet) index(e entry) {
-	r.bytes += int64(len(e.env.msg.Body))
+	if r.countBytes {
+		r.bytes += int64(len(e.env.msg.Body))
+	}
 	if e.deadline != 0 {
 		r.expiries.ReplaceOrInsert(expiry{e.deadline, e.seq})
 	}
@@ -257,7 +259,9 @@ func (r *readySet) index(e entry) {
 
 // unindex accounts for an entry leaving the ready set.
 func (r *readySet) unindex(e entry) {
-	r.bytes -= int64(len(e.env.msg.Body))
+	if r.countBytes {
+		r.bytes -= int64(len(e.env.msg.Body))
+	}
 	if e.deadline != 0 {
 		r.expiries.Delete(expiry{e.deadline, e.seq})
 	}
