@@ -27,7 +27,7 @@
 // therefore be idempotent. Everything is in memory: nothing survives the process.
 //
 // [Broker.Publish] returns the publisher confirm synchronously: nil means the message is in every
-// queue it routed to. Publishing does not block.
+// queue it routed to. Publishing blocks only on a full queue with the [Block] overflow policy.
 //
 // # Ordering, requeue and redelivery
 //
