@@ -79,13 +79,7 @@ func (d *Delivery) NackWithDelay(delay time.Duration) error {
 		return d.Nack()
 	}
 	return d.settleWith(func(q *Queue) {
-		e := redelivered(d.e)
-		switch {
-		case q.expiredLocked(e):
-			q.deadLetterLocked(e, reasonExpired)
-		case q.overLimitLocked(e):
-			q.deadLetterLocked(e, reasonDeliveryLimit)
-		default:
+		if e := redelivered(d.e); q.mayReturnLocked(e) {
 			q.delayLocked(e, delay)
 		}
 	})
@@ -101,22 +95,25 @@ func redelivered(e entry) entry {
 // returnLocked puts back one message the application received, redelivered; or expires it if
 // its deadline passed meanwhile (R3.6), or dead-letters it past the delivery limit (R1.10).
 func (q *Queue) returnLocked(e entry) {
-	e = redelivered(e)
-	switch {
-	case q.endErr != nil: // a deleted queue keeps no references
-	case q.expiredLocked(e):
-		q.deadLetterLocked(e, reasonExpired)
-	case q.overLimitLocked(e):
-		q.deadLetterLocked(e, reasonDeliveryLimit)
-	default:
+	if e = redelivered(e); q.endErr == nil && q.mayReturnLocked(e) { // a deleted queue keeps nothing
 		q.ready.reinsert(e)
 		q.dropHeadLocked() // returned messages are at the head: the first dropped (R5.2)
 	}
 }
 
-// overLimitLocked reports whether e has come back more times than the delivery limit (R1.10).
-func (q *Queue) overLimitLocked(e entry) bool {
-	return q.cfg.deliveryLimit >= 0 && int64(e.returns) > q.cfg.deliveryLimit
+// mayReturnLocked reports whether a message coming back may go back: not if its deadline passed
+// meanwhile (R3.6) nor if it came back more times than the delivery limit (R1.10). Those it
+// dead-letters instead.
+func (q *Queue) mayReturnLocked(e entry) bool {
+	switch {
+	case q.expiredLocked(e):
+		q.deadLetterLocked(e, reasonExpired)
+	case q.cfg.deliveryLimit >= 0 && int64(e.returns) > q.cfg.deliveryLimit:
+		q.deadLetterLocked(e, reasonDeliveryLimit)
+	default:
+		return true
+	}
+	return false
 }
 
 // restoreAllLocked puts back messages that come back together, already marked as they return.
@@ -129,12 +126,7 @@ func (q *Queue) restoreAllLocked(es []entry) {
 	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
 	live := es[:0]
 	for _, e := range es {
-		switch {
-		case q.expiredLocked(e):
-			q.deadLetterLocked(e, reasonExpired)
-		case q.overLimitLocked(e):
-			q.deadLetterLocked(e, reasonDeliveryLimit)
-		default:
+		if q.mayReturnLocked(e) {
 			live = append(live, e)
 		}
 	}
