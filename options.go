@@ -65,6 +65,10 @@ type queueConfig struct {
 	deliveryLimit int64          // returns before dead-lettering; -1 for no limit
 }
 
+// limited reports whether the queue has a length limit: a plain integer check that keeps the
+// overflow policy off the path of queues without one.
+func (c *queueConfig) limited() bool { return c.maxLen >= 0 || c.maxBytes >= 0 }
+
 // parseArgs validates the queue arguments warren understands, as RabbitMQ does (406 →
 // [ErrPreconditionFailed]), and sets the typed fields from them.
 func (c *queueConfig) parseArgs() error {

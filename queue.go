@@ -356,9 +356,8 @@ func (q *Queue) waitFlushedLocked() {
 
 // enqueue appends a published message, with message TTL ttl (-1 for none), and dispatches; with
 // a delay, the message takes its place in the queue now but stays hidden until the delay passes
-// (see [DeliverAfter]). It
-// returns the queue's end error if the queue was deleted after routing chose it, and
-// [ErrQueueFull] when a length limit refuses the message. With the Block policy it waits for room
+// (see [DeliverAfter]). It returns the queue's end error if the queue was deleted after routing
+// chose it, and [ErrQueueFull] when a length limit refuses the message. With the Block policy it waits for room
 // until ctx ends; a ctx already done (a dead letter's) makes it refuse at once instead.
 func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl, delay time.Duration) error {
 	q.mu.Lock()
@@ -368,7 +367,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl, delay time.Dura
 			q.unlock()
 			return err
 		}
-		if q.cfg.overflow == DropHead || q.roomLocked(len(env.msg.Body)) {
+		if !q.cfg.limited() || q.cfg.overflow == DropHead || q.roomLocked(len(env.msg.Body)) {
 			break
 		}
 		// RejectPublish, RejectPublishDLX and Block check before enqueueing (R5.3).
@@ -436,7 +435,7 @@ func (q *Queue) roomLocked(n int) bool {
 // dropHeadLocked enforces the length limits of a drop-head queue: while over a limit, it drops
 // the head (the oldest, or the first returned) and dead-letters it with reason maxlen (R5.2).
 func (q *Queue) dropHeadLocked() {
-	if q.cfg.overflow != DropHead || q.cfg.maxLen < 0 && q.cfg.maxBytes < 0 {
+	if !q.cfg.limited() || q.cfg.overflow != DropHead {
 		return
 	}
 	for (q.cfg.maxLen >= 0 && int64(q.ready.len()) > q.cfg.maxLen) || (q.cfg.maxBytes >= 0 && q.ready.bytes > q.cfg.maxBytes) {

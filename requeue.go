@@ -153,16 +153,22 @@ func (c *Consumer) Recover() error {
 	if !c.stopped {
 		back = c.drainLocked(back)
 	}
-	for i := range c.unacked.len() {
-		if d := c.unacked.at(i); d.state == deliveryOutstanding {
-			q.releaseLocked(d, deliveryReturned)
-			back = append(back, redelivered(d.e))
-		}
-	}
-	q.restoreAllLocked(back)
+	q.restoreAllLocked(c.takeBackLocked(back))
 	c.tidyLocked()
 	q.dispatchLocked()
 	return nil
+}
+
+// takeBackLocked releases every delivery c received and has not settled, marking it returned,
+// and appends its entry to back, redelivered, for the caller to put back.
+func (c *Consumer) takeBackLocked(back []entry) []entry {
+	for i := range c.unacked.len() {
+		if d := c.unacked.at(i); d.state == deliveryOutstanding {
+			c.q.releaseLocked(d, deliveryReturned)
+			back = append(back, redelivered(d.e))
+		}
+	}
+	return back
 }
 
 // reap runs when a context that owns consumers or Get deliveries of this queue ends: AMQP's
@@ -195,12 +201,7 @@ func (q *Queue) reap() {
 			back = c.stopLocked(context.Cause(c.owner), back)
 			q.removeConsumerLocked(c)
 		}
-		for i := range c.unacked.len() {
-			if d := c.unacked.at(i); d.state == deliveryOutstanding {
-				q.releaseLocked(d, deliveryReturned)
-				back = append(back, redelivered(d.e))
-			}
-		}
+		back = c.takeBackLocked(back)
 		c.unacked.clear()
 		c.ended = true
 		ended = append(ended, c)
