@@ -1491,23 +1491,32 @@ func (h *modelHarness) finish() {
 // TestModel runs random sequences against the reference queue. WARREN_MODEL_SEED sets the seed
 // of the first sequence (sequence i uses seed+i), WARREN_MODEL_SEQS the number of sequences, and
 // WARREN_MODEL_TRACE=1 logs every op as it runs (with -v), for a sequence that deadlocks.
-func TestModel(t *testing.T) {
+// modelSeeds returns the first seed and the number of sequences of a model test: random, and
+// seqs (20 under -short), unless the environment variables PREFIX_SEED and PREFIX_SEQS say
+// otherwise. It logs how to reproduce the run.
+func modelSeeds(t *testing.T, prefix string, seqs, nops int) (uint64, int) {
+	t.Helper()
 	seed := rand.Uint64() >> 1
-	if s := os.Getenv("WARREN_MODEL_SEED"); s != "" {
+	if s := os.Getenv(prefix + "_SEED"); s != "" {
 		var err error
 		seed, err = strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "WARREN_MODEL_SEED")
+		require.NoError(t, err, prefix+"_SEED")
 	}
-	seqs, nops := 200, 300
 	if testing.Short() {
 		seqs = 20
 	}
-	if s := os.Getenv("WARREN_MODEL_SEQS"); s != "" {
+	if s := os.Getenv(prefix + "_SEQS"); s != "" {
 		var err error
 		seqs, err = strconv.Atoi(s)
-		require.NoError(t, err, "WARREN_MODEL_SEQS")
+		require.NoError(t, err, prefix+"_SEQS")
 	}
-	t.Logf("seeds %d..%d (%d sequences of %d ops; WARREN_MODEL_SEED=%d reproduces)", seed, seed+uint64(seqs)-1, seqs, nops, seed)
+	t.Logf("seeds %d..%d (%d sequences of %d ops; %s_SEED=%d reproduces)", seed, seed+uint64(seqs)-1, seqs, nops, prefix, seed)
+	return seed, seqs
+}
+
+func TestModel(t *testing.T) {
+	nops := 300
+	seed, seqs := modelSeeds(t, "WARREN_MODEL", 200, nops)
 	start := time.Now()
 	var stats modelStats
 	for i := range uint64(seqs) {

@@ -63,8 +63,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/warrenmq/warren"
 )
 
@@ -1006,22 +1004,8 @@ func (h *mtHarness) run(ops []mtOp) {
 // seed of the first sequence (sequence i uses seed+i), WARREN_MODELTIME_SEQS the number of
 // sequences.
 func TestModelTime(t *testing.T) {
-	seed := rand.Uint64() >> 1
-	if s := os.Getenv("WARREN_MODELTIME_SEED"); s != "" {
-		var err error
-		seed, err = strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "WARREN_MODELTIME_SEED")
-	}
-	seqs, nops := 250, 200
-	if testing.Short() {
-		seqs = 20
-	}
-	if s := os.Getenv("WARREN_MODELTIME_SEQS"); s != "" {
-		var err error
-		seqs, err = strconv.Atoi(s)
-		require.NoError(t, err, "WARREN_MODELTIME_SEQS")
-	}
-	t.Logf("seeds %d..%d (%d sequences of %d ops; WARREN_MODELTIME_SEED=%d reproduces)", seed, seed+uint64(seqs)-1, seqs, nops, seed)
+	nops := 200
+	seed, seqs := modelSeeds(t, "WARREN_MODELTIME", 250, nops)
 	start := time.Now()
 	stats := &mtStats{reasons: map[string]int{}}
 	for i := range uint64(seqs) {
