@@ -31,6 +31,7 @@ type Broker struct {
 	closeOnce sync.Once      // Close's work, which every Close call waits for
 	wg        sync.WaitGroup // feeders of AutoAck consumers
 	routers   sync.Pool      // *router scratch space for publishing
+	listeners listeners      // event listeners (events.go)
 	// noWait is a context that is already done: an internal publish (a dead letter) passes it so
 	// that a full queue with the Block policy refuses it instead of waiting.
 	noWait context.Context
@@ -134,6 +135,9 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	if err := cfg.parseArgs(); err != nil {
 		return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)
 	}
+	if cfg.owner != nil && cfg.owner.Err() != nil {
+		return nil, fmt.Errorf("warren: declare exclusive queue %q: owner: %w", name, cfg.owner.Err())
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
@@ -144,6 +148,9 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 			name = "amq.gen-" + rand.Text()
 		}
 	} else if q := b.queues[name]; q != nil {
+		if q.cfg.owner != nil && (cfg.owner == nil || !q.ownedBy(cfg.owner)) {
+			return nil, fmt.Errorf("warren: declare queue %q: exclusive to another context: %w", name, ErrResourceLocked)
+		}
 		if err := q.cfg.equivalent(cfg); err != nil {
 			return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)
 		}
@@ -152,7 +159,44 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	}
 	q := newQueue(b, name, cfg)
 	b.queues[name] = q
+	if cfg.owner != nil {
+		// Set under b.mu, before anything can end the queue; the callback takes b.mu.
+		q.ownerStop = context.AfterFunc(cfg.owner, func() { b.deleteOwned(q) })
+	}
 	return q, nil
+}
+
+// ownedBy reports whether ctx may use the queue: any context may use a queue that is not
+// exclusive; an exclusive queue only its owner, or a context that shares its Done channel (one
+// derived from it with context.WithValue).
+func (q *Queue) ownedBy(ctx context.Context) bool {
+	o := q.cfg.owner
+	return o == nil || ctx == o || (ctx.Done() != nil && ctx.Done() == o.Done())
+}
+
+// deleteOwned deletes an exclusive queue whose owner context ended (R2.6).
+func (b *Broker) deleteOwned(q *Queue) {
+	q.mu.Lock()
+	if q.endErr != nil {
+		q.mu.Unlock()
+		return
+	}
+	// Counted under mu before the queue ends, so Broker.Close waits for this goroutine too.
+	b.wg.Add(1)
+	defer b.wg.Done()
+	q.mu.Unlock()
+	var feeders []*Consumer
+	defer joinFeeders(&feeders)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q.mu.Lock()
+	if q.endErr != nil {
+		q.mu.Unlock()
+		return
+	}
+	feeders = q.endLocked(fmt.Errorf("warren: exclusive queue %q: owner ended: %w", q.name, ErrQueueDeleted))
+	q.mu.Unlock()
+	b.removeQueueLocked(q)
 }
 
 // equivalent reports whether a redeclaration matches the declaration: flags and the arguments
@@ -163,6 +207,9 @@ func (c queueConfig) equivalent(d queueConfig) error {
 	}
 	if c.autoDelete != d.autoDelete {
 		return fmt.Errorf("inequivalent auto-delete %t, was %t: %w", d.autoDelete, c.autoDelete, ErrPreconditionFailed)
+	}
+	if (c.owner != nil) != (d.owner != nil) {
+		return fmt.Errorf("inequivalent exclusive %t, was %t: %w", d.owner != nil, c.owner != nil, ErrPreconditionFailed)
 	}
 	for _, k := range comparedQueueArgs {
 		v1, ok1 := c.args[k]
@@ -271,7 +318,7 @@ func (b *Broker) DeleteQueue(name string, opts ...DeleteOption) error {
 	}
 	q.mu.Lock()
 	switch {
-	case cfg.ifUnused && len(q.consumers)+len(q.feeders) > 0:
+	case cfg.ifUnused && q.consumerCountLocked() > 0:
 		q.mu.Unlock()
 		return fmt.Errorf("warren: delete queue %q: in use: %w", name, ErrPreconditionFailed)
 	case cfg.ifEmpty && q.ready.len() > 0:

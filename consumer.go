@@ -23,12 +23,16 @@ import (
 // Create one with [Queue.Consume]; the zero Consumer is not usable. A Consumer is safe for
 // concurrent use.
 type Consumer struct {
-	q        *Queue
-	tag      string
-	prefetch int
-	autoAck  bool
-	ch       chan *Delivery // capacity = prefetch; push consumers: sent to and closed under q.mu
-	done     chan struct{}  // closed when the consumer has stopped and its messages are back (see Done)
+	q          *Queue
+	tag        string
+	prefetch   int
+	autoAck    bool
+	exclusive  bool
+	priority   int
+	selector   func(*Message) bool
+	ackTimeout int64          // on the queue's clock; 0 for none
+	ch         chan *Delivery // capacity = prefetch; push consumers: sent to and closed under q.mu
+	done       chan struct{}  // closed when the consumer has stopped and its messages are back (see Done)
 
 	// AutoAck consumers only: their feeder goroutine pulls from the queue and sends to ch. When
 	// halt is closed it puts back what it holds, closes ch and then done, and exits.
@@ -46,10 +50,15 @@ type Consumer struct {
 	nextTag uint64          // last delivery tag issued
 	waiting bool            // the feeder is waiting for wake
 	idle    bool            // the feeder is parked holding nothing (waiting, or woken and not yet run)
-	handoff *entry          // a TTL-0 message given to the idle feeder as it arrived (R3.5)
-	stopped bool            // no more deliveries; ch closed (or being closed by the feeder)
-	ended   bool            // nothing outstanding remains; the context is no longer watched
-	err     error           // why the consumer stopped; nil while active
+	handoff entry           // when handing: a message given to the idle feeder (dispatch.go, R3.5)
+	handing bool
+	active  bool   // in q.consumers or q.feeders: receiving (not waiting its turn, not stopped)
+	cursor  uint64 // selector: every ready key below it was rejected (dispatch.go)
+	turn    uint64 // general dispatch: when it last received, for round-robin
+	missed  uint64 // general dispatch: the pass in which it last found nothing to take
+	stopped bool   // no more deliveries; ch closed (or being closed by the feeder)
+	ended   bool   // nothing outstanding remains; the context is no longer watched
+	err     error  // why the consumer stopped; nil while active
 }
 
 // Consume starts a consumer on the queue. Deliveries arrive on [Consumer.Deliveries] in queue
@@ -69,6 +78,17 @@ func (q *Queue) Consume(ctx context.Context, opts ...ConsumeOption) (*Consumer, 
 			o.applyConsume(&cfg)
 		}
 	}
+	return q.consume(ctx, cfg)
+}
+
+// consume starts a consumer configured by cfg.
+func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, error) {
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	if cfg.autoAck && cfg.ackTimeout > 0 {
+		return nil, fmt.Errorf("warren: consume: an ack timeout needs manual acknowledgement: %w", ErrInvalidArgument)
+	}
 	if cfg.prefetch < 1 || cfg.prefetch > maxPrefetch {
 		return nil, fmt.Errorf("warren: consume: prefetch %d not in [1, %d]: %w", cfg.prefetch, maxPrefetch, ErrInvalidArgument)
 	}
@@ -76,18 +96,30 @@ func (q *Queue) Consume(ctx context.Context, opts ...ConsumeOption) (*Consumer, 
 		return nil, fmt.Errorf("warren: consume: consumer tag longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
 	c := &Consumer{
-		q:        q,
-		tag:      cfg.tag,
-		prefetch: cfg.prefetch,
-		autoAck:  cfg.autoAck,
-		owner:    ctx,
-		ch:       make(chan *Delivery, bufferSize(cfg)),
-		done:     make(chan struct{}),
+		q:         q,
+		tag:       cfg.tag,
+		prefetch:  cfg.prefetch,
+		autoAck:   cfg.autoAck,
+		exclusive: cfg.exclusive,
+		priority:  cfg.priority,
+		selector:  cfg.selector,
+		owner:     ctx,
+		ch:        make(chan *Delivery, bufferSize(cfg)),
+		done:      make(chan struct{}),
+	}
+	switch {
+	case cfg.ackTimeout > 0:
+		c.ackTimeout = int64(cfg.ackTimeout)
+	case cfg.ackTimeout < 0 && !cfg.autoAck:
+		c.ackTimeout = int64(q.cfg.ackTimeout)
 	}
 	q.mu.Lock()
 	defer q.unlock()
 	if q.endErr != nil {
 		return nil, fmt.Errorf("warren: consume from queue %q: %w", q.name, q.endErrLocked())
+	}
+	if !cfg.owned && !q.ownedBy(ctx) {
+		return nil, fmt.Errorf("warren: consume from exclusive queue %q: %w", q.name, ErrResourceLocked)
 	}
 	if c.tag == "" {
 		for c.tag == "" || q.consumerLocked(c.tag) != nil {
@@ -96,21 +128,23 @@ func (q *Queue) Consume(ctx context.Context, opts ...ConsumeOption) (*Consumer, 
 	} else if q.consumerLocked(c.tag) != nil {
 		return nil, fmt.Errorf("warren: consume from queue %q: consumer tag %q in use: %w", q.name, c.tag, ErrPreconditionFailed)
 	}
-	q.hadConsumer = true
-	q.holders = append(q.holders, c)
+	if err := q.addConsumerLocked(c); err != nil {
+		return nil, err
+	}
+	if c.ackTimeout > 0 {
+		q.ackTimed++
+	}
 	// Watch ctx under mu, so that stopCtx is in place before anything reads it; if ctx is
 	// already done the callback runs on its own goroutine and waits for mu.
 	c.stopCtx = context.AfterFunc(ctx, q.reap)
 	if c.autoAck {
 		c.wake = make(chan struct{}, 1)
 		c.halt = make(chan struct{})
-		q.feeders = append(q.feeders, c)
 		// Started under mu: Broker.Close ends this queue under mu before it waits for
 		// feeders, so the goroutine is either counted before that wait or never started.
 		q.b.wg.Go(c.feed)
 		return c, nil
 	}
-	q.consumers = append(q.consumers, c)
 	q.dispatchLocked()
 	return c, nil
 }
@@ -125,16 +159,13 @@ func bufferSize(cfg consumeConfig) int {
 	return cfg.prefetch
 }
 
-// consumerLocked returns the active consumer with tag, or nil.
+// consumerLocked returns the consumer with tag, active or waiting its turn, or nil.
 func (q *Queue) consumerLocked(tag string) *Consumer {
-	for _, c := range q.consumers {
-		if c.tag == tag {
-			return c
-		}
-	}
-	for _, c := range q.feeders {
-		if c.tag == tag {
-			return c
+	for _, cs := range [...][]*Consumer{q.consumers, q.feeders, q.standby} {
+		for _, c := range cs {
+			if c.tag == tag {
+				return c
+			}
 		}
 	}
 	return nil
@@ -250,29 +281,10 @@ func (c *Consumer) drainLocked(back []entry) []entry {
 	}
 }
 
-func (q *Queue) removeConsumerLocked(c *Consumer) {
-	defer q.touchLocked() // the expiry clock restarts when the last consumer goes (R3.8)
-	for i, x := range q.consumers {
-		if x == c {
-			if i < q.rr {
-				q.rr--
-			}
-			q.consumers = append(q.consumers[:i], q.consumers[i+1:]...)
-			return
-		}
-	}
-	for i, x := range q.feeders {
-		if x == c {
-			q.feeders = append(q.feeders[:i], q.feeders[i+1:]...)
-			return
-		}
-	}
-}
-
 // shouldAutoDeleteLocked reports whether an auto-delete queue has lost its last consumer (R6.11:
 // only after it has had one).
 func (q *Queue) shouldAutoDeleteLocked() bool {
-	return q.cfg.autoDelete && q.hadConsumer && q.endErr == nil && len(q.consumers)+len(q.feeders) == 0
+	return q.cfg.autoDelete && q.hadConsumer && q.endErr == nil && q.consumerCountLocked() == 0
 }
 
 // newDeliveryLocked returns a delivery of e to this consumer, with the consumer's next tag.
@@ -288,6 +300,9 @@ func (c *Consumer) newDeliveryLocked(e entry) *Delivery {
 func (c *Consumer) deliverLocked(e entry) *Delivery {
 	d := c.newDeliveryLocked(e)
 	d.c = c
+	if c.ackTimeout > 0 {
+		d.due = c.q.clock() + c.ackTimeout
+	}
 	c.unacked.push(d)
 	c.live++
 	c.q.unacked++
@@ -318,6 +333,14 @@ func (c *Consumer) finishLocked() {
 	q := c.q
 	if i := slices.Index(q.holders, c); i >= 0 {
 		q.holders = slices.Delete(q.holders, i, i+1)
+		q.unholdLocked(c)
+	}
+}
+
+// unholdLocked accounts for c leaving q.holders.
+func (q *Queue) unholdLocked(c *Consumer) {
+	if c.ackTimeout > 0 {
+		q.ackTimed--
 	}
 }
 
@@ -351,10 +374,17 @@ func (c *Consumer) feed() {
 			ok bool
 		)
 		c.idle = false
-		if c.handoff != nil { // taken for this feeder as it arrived; it may have expired since
-			e, ok, c.handoff = *c.handoff, true, nil
-		} else {
-			e, ok = q.takeLocked()
+		if !c.handing && c.active {
+			if q.general {
+				c.idle = true
+				q.dispatchLocked() // the general dispatch hands idle feeders their messages
+			} else {
+				e, ok = q.takeLocked()
+			}
+		}
+		if c.handing { // handed over by dispatch, or as it arrived with TTL 0 (R3.5)
+			e, ok, c.handoff, c.handing = c.handoff, true, entry{}, false
+			c.idle = false
 		}
 		if !ok {
 			c.waiting, c.idle = true, true
@@ -381,9 +411,9 @@ func (c *Consumer) feed() {
 	if held != nil {
 		back = append(back, held.e)
 	}
-	if c.handoff != nil {
-		back = append(back, *c.handoff) // expires as it comes back
-		c.handoff = nil
+	if c.handing {
+		back = append(back, c.handoff) // expires as it comes back, if it must
+		c.handoff, c.handing = entry{}, false
 	}
 	q.restoreAllLocked(c.drainLocked(back))
 	q.dispatchLocked()
@@ -495,6 +525,7 @@ type Delivery struct {
 	q     *Queue
 	c     *Consumer // nil for Get
 	e     entry     // the message's place in q
+	due   int64     // when its consumer's ack timeout ends it, on q's clock; 0 for never
 	state deliveryState
 	get   *getOwner // Get only, and only when the Get's context can end
 }

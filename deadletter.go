@@ -182,6 +182,6 @@ func (b *Broker) publishDeadLetter(src *Queue, d deadLetter, now time.Time) {
 				"queue", src.name, "reason", d.reason, "target", q.name)
 			continue
 		}
-		_ = q.enqueue(b.noWait, dl, -1, 0) // a queue deleted or full meanwhile takes nothing
+		_ = q.enqueue(b.noWait, dl, -1, publishConfig{}) // a queue deleted or full meanwhile takes nothing
 	}
 }

@@ -72,4 +72,26 @@ var (
 	// ErrQueueDeleted is the reason a [Consumer] reports when its queue was deleted under it.
 	// It wraps [ErrNotFound].
 	ErrQueueDeleted = fmt.Errorf("warren: queue deleted: %w", ErrNotFound)
+
+	// ErrAckTimeout is the reason a [Consumer] reports when it held a delivery unsettled for
+	// longer than its [AckTimeout] and was ended for it (RabbitMQ's consumer timeout; AMQP 406).
+	ErrAckTimeout = fmt.Errorf("warren: delivery acknowledgement timed out: %w", ErrPreconditionFailed)
 )
+
+// Errors for handlers run by [Queue.Serve].
+var (
+	// ErrPermanent marks a handler's error as one that retrying cannot fix: [Queue.Serve]
+	// rejects the message (dead-letters it with reason "rejected", or drops it) instead of
+	// returning it for another attempt. Wrap it (fmt.Errorf("…: %w", warren.ErrPermanent)) or
+	// use [Permanent].
+	ErrPermanent = errors.New("warren: permanent failure")
+)
+
+// Permanent returns err marked with [ErrPermanent]: errors.Is(Permanent(err), ErrPermanent)
+// and errors.Is(Permanent(err), err) both hold. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrPermanent, err)
+}

@@ -512,6 +512,9 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 	if b.closed.Load() {
 		return ErrClosed
 	}
+	if cfg.immediate && cfg.delay > 0 {
+		return fmt.Errorf("warren: publish: immediate with a delay: %w", ErrInvalidArgument)
+	}
 	if len(key) > maxNameLen {
 		return fmt.Errorf("warren: publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
@@ -560,15 +563,18 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 		headerKeys(bcc, func(k string) { keys = append(keys, k) })
 		env.bcc = &keys
 	}
-	routed := 0
+	routed, took := 0, 0
 	var full error
 	for _, q := range r.queues {
 		// A queue deleted since routing chose it takes nothing; as in RabbitMQ, that is not
 		// an error for the publisher. A broker closed meanwhile is, and so is a context that
 		// ended while a Block queue was full. A queue that refused the message leaves the
 		// others to take it, and the publisher is told (R5.3).
-		switch err := q.enqueue(ctx, env, ttl, cfg.delay); {
+		switch err := q.enqueue(ctx, env, ttl, cfg); {
 		case err == nil:
+			routed++
+			took++
+		case errors.Is(err, ErrNoConsumers):
 			routed++
 		case errors.Is(err, ErrQueueFull):
 			routed++
@@ -582,6 +588,9 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 	}
 	if routed == 0 && cfg.mandatory {
 		return fmt.Errorf("warren: publish to exchange %q with key %q: %w", name, key, ErrUnroutable)
+	}
+	if took == 0 && cfg.immediate {
+		return fmt.Errorf("warren: immediate publish to exchange %q with key %q: %w", name, key, ErrNoConsumers)
 	}
 	return nil
 }
@@ -597,13 +606,16 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg Message, tt
 		return ErrClosed
 	}
 	if q != nil {
-		err := q.enqueue(ctx, &envelope{msg: msg, exchange: b.defaultX, routingKey: key}, ttl, cfg.delay)
+		err := q.enqueue(ctx, &envelope{msg: msg, exchange: b.defaultX, routingKey: key}, ttl, cfg)
 		if !errors.Is(err, ErrNotFound) { // nil, or why it was not taken
 			return err
 		}
 	}
-	if cfg.mandatory {
+	switch {
+	case cfg.mandatory:
 		return fmt.Errorf("warren: publish to exchange \"\" with key %q: %w", key, ErrUnroutable)
+	case cfg.immediate:
+		return fmt.Errorf("warren: immediate publish with key %q: %w", key, ErrNoConsumers)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package warren
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -27,6 +28,15 @@ type ExchangeOption interface{ applyExchange(*exchangeConfig) }
 
 // ConsumeOption configures a consumer; see [Queue.Consume].
 type ConsumeOption interface{ applyConsume(*consumeConfig) }
+
+// ServeOption configures a handler runner; see [Queue.Serve].
+type ServeOption interface{ applyServe(*serveConfig) }
+
+// ConsumerOption configures a consumer started by either [Queue.Consume] or [Queue.Serve].
+type ConsumerOption interface {
+	ConsumeOption
+	ServeOption
+}
 
 // GetOption configures a [Queue.Get].
 type GetOption interface{ applyGet(*getConfig) }
@@ -58,12 +68,19 @@ type queueConfig struct {
 	hasDLX        bool
 	dlrk          string // dead-letter routing key, when hasDLRK
 	hasDLRK       bool
-	expires       time.Duration  // queue expiry; 0 for none
-	maxLen        int64          // ready messages; -1 for no limit
-	maxBytes      int64          // ready body bytes; -1 for no limit
-	overflow      OverflowPolicy // what a length limit does
-	deliveryLimit int64          // returns before dead-lettering; -1 for no limit
+	expires       time.Duration   // queue expiry; 0 for none
+	maxLen        int64           // ready messages; -1 for no limit
+	maxBytes      int64           // ready body bytes; -1 for no limit
+	overflow      OverflowPolicy  // what a length limit does
+	deliveryLimit int64           // returns before dead-lettering; -1 for no limit
+	maxPriority   int             // highest message priority; 0 for a queue without priorities
+	singleActive  bool            // single active consumer (R2.4)
+	ackTimeout    time.Duration   // x-consumer-timeout: consumers' default ack timeout; 0 for none
+	owner         context.Context // the context an exclusive queue belongs to; nil if not exclusive
 }
+
+// levels returns the number of priority levels of the queue's ready set.
+func (c *queueConfig) levels() int { return c.maxPriority + 1 }
 
 // limited reports whether the queue has a length limit: a plain integer check that keeps the
 // overflow policy off the path of queues without one.
@@ -102,6 +119,27 @@ func (c *queueConfig) parseArgs() error {
 			return fmt.Errorf("warren: argument x-overflow: %v (%T) is not drop-head, reject-publish, reject-publish-dlx or block: %w", v, v, ErrPreconditionFailed)
 		}
 	}
+	if v, ok := c.args["x-max-priority"]; ok {
+		n, ok := intArg(v)
+		if !ok || n < 0 || n > maxPriority {
+			return fmt.Errorf("warren: argument x-max-priority: %v (%T) is not an integer from 0 to %d: %w", v, v, maxPriority, ErrPreconditionFailed)
+		}
+		c.maxPriority = int(n)
+	}
+	if v, ok := c.args["x-single-active-consumer"]; ok {
+		b, ok := v.(bool)
+		if !ok {
+			return fmt.Errorf("warren: argument x-single-active-consumer: %v (%T) is not a boolean: %w", v, v, ErrPreconditionFailed)
+		}
+		c.singleActive = b
+	}
+	if v, ok := c.args["x-consumer-timeout"]; ok {
+		d, err := ttlArg("x-consumer-timeout", v)
+		if err != nil || d == 0 {
+			return fmt.Errorf("warren: argument x-consumer-timeout: %v (%T) is not an integer from 1 to 2^32-1: %w", v, v, ErrPreconditionFailed)
+		}
+		c.ackTimeout = d
+	}
 	if v, ok := c.args["x-message-ttl"]; ok {
 		ttl, err := ttlArg("x-message-ttl", v)
 		if err != nil {
@@ -138,13 +176,19 @@ type exchangeConfig struct {
 }
 
 type consumeConfig struct {
-	prefetch int
-	autoAck  bool
-	tag      string
+	prefetch   int
+	autoAck    bool
+	tag        string
+	exclusive  bool
+	priority   int
+	selector   func(*Message) bool
+	ackTimeout time.Duration // -1 for the queue's default
+	owned      bool          // Serve checked that its context may use an exclusive queue
+	err        error         // the first invalid option
 }
 
 func defaultConsumeConfig() consumeConfig {
-	return consumeConfig{prefetch: DefaultPrefetch}
+	return consumeConfig{prefetch: DefaultPrefetch, ackTimeout: -1}
 }
 
 type getConfig struct {
@@ -153,6 +197,7 @@ type getConfig struct {
 
 type publishConfig struct {
 	mandatory bool
+	immediate bool
 	delay     time.Duration
 }
 
@@ -275,12 +320,12 @@ func (o msTTLOption) applyQueue(c *queueConfig) {
 // MaxLength limits the queue to n ready messages, the "x-max-length" argument; unacknowledged
 // messages do not count (R5.1). What happens at the limit is the [Overflow] policy. Range n ≥ 0;
 // default: no limit.
-func MaxLength(n int) QueueOption { return intOption{"x-max-length", int64(n), 0} }
+func MaxLength(n int) QueueOption { return intOption{"x-max-length", int64(n), 0, 0} }
 
 // MaxLengthBytes limits the total body size of the queue's ready messages to n bytes, the
 // "x-max-length-bytes" argument (headers and properties do not count, R5.1). What happens at the
 // limit is the [Overflow] policy. Range n ≥ 0; default: no limit.
-func MaxLengthBytes(n int) QueueOption { return intOption{"x-max-length-bytes", int64(n), 0} }
+func MaxLengthBytes(n int) QueueOption { return intOption{"x-max-length-bytes", int64(n), 0, 0} }
 
 // DeliveryLimit dead-letters a message with reason "delivery_limit" (or drops it, without a
 // dead-letter exchange) when it comes back to the queue more than n times, the
@@ -288,17 +333,20 @@ func MaxLengthBytes(n int) QueueOption { return intOption{"x-max-length-bytes", 
 // Nack, a consumer or Get context that ended, Recover; [Delivery.DeliveryCount] says how many
 // there were before a delivery. It is the guard against a poison message redelivered forever.
 // Range n ≥ 0; default: no limit.
-func DeliveryLimit(n int) QueueOption { return intOption{"x-delivery-limit", int64(n), 0} }
+func DeliveryLimit(n int) QueueOption { return intOption{"x-delivery-limit", int64(n), 0, 0} }
 
 type intOption struct {
-	arg      string
-	n, least int64
+	arg            string
+	n, least, most int64 // most 0: no upper bound
 }
 
 func (o intOption) applyQueue(c *queueConfig) {
 	var v any = o.n
-	if o.n < o.least {
+	switch {
+	case o.n < o.least:
 		v = invalidOption{fmt.Errorf("warren: %s %d: below %d: %w", o.arg, o.n, o.least, ErrInvalidArgument)}
+	case o.most != 0 && o.n > o.most:
+		v = invalidOption{fmt.Errorf("warren: %s %d: above %d: %w", o.arg, o.n, o.most, ErrInvalidArgument)}
 	}
 	c.args = mergeTables(c.args, Table{o.arg: v})
 }
@@ -371,19 +419,103 @@ func (o deadLetterOption) applyQueue(c *queueConfig) {
 // AMQP's "0 = unlimited" is not offered: an unbounded buffer would hide a slow consumer. An
 // AutoAck consumer holds at most this many messages too: prefetch-1 buffered in its channel and
 // one being handed over.
-func Prefetch(n int) ConsumeOption { return prefetchOption(n) }
+func Prefetch(n int) ConsumerOption { return consumerOption(func(c *consumeConfig) { c.prefetch = n }) }
 
-type prefetchOption int
+// consumerOption is a ConsumerOption: Serve passes it on to the consumer it starts.
+type consumerOption func(*consumeConfig)
 
-func (o prefetchOption) applyConsume(c *consumeConfig) { c.prefetch = int(o) }
+func (o consumerOption) applyConsume(c *consumeConfig) { o(c) }
+func (o consumerOption) applyServe(c *serveConfig)     { o(&c.consume) }
 
-// ConsumerTag names a consumer. Tags are unique among a queue's active consumers. Default: a
+// ConsumerTag names a consumer. Tags are unique among a queue's consumers. Default: a
 // generated "amq.ctag-…".
-func ConsumerTag(tag string) ConsumeOption { return tagOption(tag) }
+func ConsumerTag(tag string) ConsumerOption {
+	return consumerOption(func(c *consumeConfig) { c.tag = tag })
+}
 
-type tagOption string
+// Exclusive makes a consumer the queue's only one (AMQP's exclusive consume, R2.5): it fails
+// with [ErrAccessRefused] if the queue has consumers, and while it is active every other
+// [Queue.Consume] on the queue fails with [ErrAccessRefused]. Exclusivity ends when the consumer
+// stops; nothing takes over (contrast [SingleActiveConsumer]). Not allowed on a single
+// active consumer queue ([ErrAccessRefused]).
+func Exclusive() ConsumerOption { return consumerOption(func(c *consumeConfig) { c.exclusive = true }) }
 
-func (o tagOption) applyConsume(c *consumeConfig) { c.tag = string(o) }
+// ConsumerPriority sets a consumer's priority, AMQP's "x-priority" consumer argument (R2.3):
+// while any consumer of a higher priority has credit (and, with a [Selector], accepts the
+// message), consumers of lower priorities receive nothing; consumers of one priority share
+// round-robin. Any int; larger is higher; default 0.
+func ConsumerPriority(p int) ConsumerOption {
+	return consumerOption(func(c *consumeConfig) { c.priority = p })
+}
+
+// Selector gives a consumer a filter (Qpid's selectors, Q8.4): it receives only the messages
+// for which accept returns true, the first such in queue order each time, so what it receives
+// keeps the queue's order. Messages it skips keep their places for other consumers and for
+// [Queue.Get]; a message no consumer accepts stays until its TTL, a length limit or a purge
+// removes it.
+//
+// accept runs under the queue's lock, as messages are dispatched: it must be fast, must not
+// block and must not call into the broker, and it should depend on the message alone (it may be
+// called from any goroutine). A panic in it counts as false.
+//
+// Cost: each consumer keeps a cursor in the queue, so accept sees each ready message at most once
+// while the message stays ready — and again only after a message returns ahead of the cursor (a
+// Nack, a context end), when the cursor moves back to it. A dispatch to a selective consumer
+// therefore costs O(log n) plus the messages it skips, and skipping is paid once per message,
+// not once per delivery.
+func Selector(accept func(*Message) bool) ConsumerOption {
+	return consumerOption(func(c *consumeConfig) {
+		if accept == nil && c.err == nil {
+			c.err = fmt.Errorf("warren: consume: nil selector: %w", ErrInvalidArgument)
+		}
+		c.selector = accept
+	})
+}
+
+// AckTimeout bounds how long a consumer may hold a delivery unsettled (RabbitMQ's consumer
+// timeout, R2.8): when a delivery made to it d ago, buffered or received, is still outstanding,
+// the consumer is ended as if its context had: it stops with [Consumer.Err] wrapping
+// [ErrAckTimeout], Deliveries is closed, and everything it holds returns to its original
+// position — buffered unread deliveries unchanged, received ones redelivered with their delivery
+// count one higher (so [DeliveryLimit] bounds a message that hangs every handler). Settling a
+// returned delivery later fails with [ErrAlreadySettled]. It applies to consumers with manual
+// acknowledgement only. Default: the queue's "x-consumer-timeout" argument, else none; d ≤ 0
+// means none.
+func AckTimeout(d time.Duration) ConsumerOption {
+	return consumerOption(func(c *consumeConfig) { c.ackTimeout = max(d, 0) })
+}
+
+// MaxPriority makes the queue a priority queue, the "x-max-priority" argument (R7.1): messages
+// with a higher [Message.Priority] are delivered first, those of one priority in queue order,
+// and a priority above n counts as n. A returned message goes back to its original position
+// within its priority. Range 1 to 255 (RabbitMQ advises at most 10); default: no priorities.
+func MaxPriority(n int) QueueOption { return intOption{"x-max-priority", int64(n), 1, maxPriority} }
+
+// maxPriority is the largest "x-max-priority" (R7.1).
+const maxPriority = 255
+
+// SingleActiveConsumer makes the queue deliver to one consumer at a time, the
+// "x-single-active-consumer" argument (R2.4). The first consumer is active; the others wait,
+// registered but receiving nothing, highest [ConsumerPriority] first, then in the order they
+// arrived. When the active consumer stops (Cancel, its context ends, an ack timeout), the next
+// waiting one becomes active at once; when it stopped because its context ended, everything it
+// held is back in its place before the next one receives, so the queue's order holds across
+// the change.
+func SingleActiveConsumer() QueueOption {
+	return argumentsOption(Table{"x-single-active-consumer": true})
+}
+
+// ExclusiveTo makes the queue exclusive to ctx (AMQP's exclusive queue, R2.6, with ctx as the
+// connection): it is deleted, with its messages, when ctx ends, and only ctx may use it. Declaring
+// it again with another owner or none, or consuming from it or getting from it with another
+// context, fails with [ErrResourceLocked]. A context is the owner if it is ctx or was derived from
+// ctx with [context.WithValue] (it shares ctx's Done channel); one derived with its own
+// cancellation is not — consume with the owner and use [Consumer.Cancel] to stop early.
+func ExclusiveTo(ctx context.Context) QueueOption { return exclusiveOption{ctx} }
+
+type exclusiveOption struct{ ctx context.Context }
+
+func (o exclusiveOption) applyQueue(c *queueConfig) { c.owner = o.ctx }
 
 // AutoAck settles each delivery as it is handed over (AMQP's no-ack mode): nothing is
 // outstanding, nothing comes back, and the settlement methods return [ErrUnknownDelivery]. A
@@ -405,11 +537,20 @@ func (autoAckOption) applyGet(c *getConfig)         { c.autoAck = true }
 
 // Mandatory makes a publish that reaches no queue fail with [ErrUnroutable] instead of being
 // dropped (AMQP's mandatory flag, basic.return). Default: off.
-func Mandatory() PublishOption { return mandatoryOption{} }
+func Mandatory() PublishOption { return publishFlag{mandatory: true} }
 
-type mandatoryOption struct{}
+// Immediate makes a publish deliver at once or not at all (AMQP 0-9-1's immediate flag, which
+// Qpid keeps and RabbitMQ dropped, Q8.7): each queue the message routes to takes it only if one
+// of its consumers with credit takes it now — with nothing ready ahead of it — and otherwise
+// leaves it out. If no queue took it, [Broker.Publish] returns [ErrNoConsumers]. Default: off.
+func Immediate() PublishOption { return publishFlag{immediate: true} }
 
-func (mandatoryOption) applyPublish(c *publishConfig) { c.mandatory = true }
+type publishFlag struct{ mandatory, immediate bool }
+
+func (o publishFlag) applyPublish(c *publishConfig) {
+	c.mandatory = c.mandatory || o.mandatory
+	c.immediate = c.immediate || o.immediate
+}
 
 // DeliverAfter delays a message: in each queue it reaches it takes its place at once (ahead of
 // what is published after it, once visible) but stays hidden from consumers until d has passed.

@@ -27,32 +27,42 @@ type entry struct {
 	deadline    int64     // when it expires, on the queue's clock; 0 for never (see ttl.go)
 	returns     uint32    // times the message came back after a delivery (x-delivery-count)
 	redelivered bool      // delivered before and returned
+	rank        uint8     // priority level, 0 first: max priority − message priority (R7.1); 0 without priorities
 }
 
-// key orders the ready set: ascending key = delivery order. The priority issue will pack the
-// priority into the top byte as (255-priority)<<56 | seq; until then it is the sequence id.
-func (e entry) key() uint64 { return e.seq }
+// seqBits is how many low bits of a key hold the sequence id; the rank takes the top byte.
+const seqBits = 56
+
+// key orders the ready set: ascending key = delivery order, (priority desc, seq asc) packed as
+// rank<<56 | seq (R7.2). Without priorities every rank is 0 and the key is the sequence id.
+// Sequence ids stay below 2^56: at a billion messages a second, for two years.
+func (e entry) key() uint64 { return uint64(e.rank)<<seqBits | e.seq }
 
 func entryLess(a, b entry) bool { return a.key() < b.key() }
 
 // readySet is the ordered store of a queue's ready messages: one set ordered by key, kept in
 // three parts. It is unsafe for concurrent use: its Queue's mu guards it.
-//   - fresh: a FIFO ring that new messages are appended to; keys ascend along it.
+//   - fresh: FIFO rings that new messages are appended to, one per priority level (fresh for
+//     rank 0, the only one without priorities, and lower[rank-1] for the others); keys ascend
+//     along each ring.
 //   - returned: a btree of messages that came back one at a time (a Nack), each under its
 //     original key, so it lands exactly where it was: O(log n) instead of a merge.
 //   - run: messages that came back together (a consumer's context ended, Recover, NackUpTo),
 //     sorted by key once and merged in O(n) rather than inserted one by one; run[runAt:] are
 //     still ready.
 //
-// popMin takes the least key of the three heads. Every returned message is older than every
-// fresh one (an entry leaves the set only from its minimum, and fresh entries are the newest),
-// but popMin does not rely on it.
+// popMin takes the least key of the heads. Within a level every returned message is older
+// than every fresh one (an entry leaves the set only from its level's minimum, and fresh entries
+// are the newest), but popMin does not rely on it.
 //
-// A message removed from the middle (it expired) leaves a tombstone in the ring or the run,
-// skipped when it reaches the head; dead counts them. expiries indexes the entries with a
-// deadline (ttl.go).
+// A message removed from the middle (it expired, or a selector took it) leaves a tombstone in
+// a ring or the run, skipped when it reaches the head; dead counts them. expiries indexes the
+// entries with a deadline (ttl.go).
 type readySet struct {
 	fresh    ring[entry]
+	lower    []ring[entry] // priority queues only: the rings of ranks 1 and up
+	low      int           // every lower ring before lower[low] is empty
+	nLower   int           // entries in the lower rings, tombstones included
 	returned *btree.BTreeG[entry]
 	run      []entry
 	runAt    int
@@ -62,28 +72,61 @@ type readySet struct {
 	// countBytes is set for a queue with MaxLengthBytes: only then is bytes kept, which reads
 	// each message's envelope on every insert and removal.
 	countBytes bool
+	// floor is the least key put back or pushed ahead of the fresh ring's tail since the queue
+	// last read it (see Queue.cursorsLocked): selector cursors past it must move back.
+	floor uint64
 }
 
-// newReadySet returns an empty ready set whose btree takes its nodes from free, a free list
-// shared by a broker's queues, so that the nodes one queue's burst of returns released serve
-// the next burst anywhere.
-func newReadySet(free *btree.FreeListG[entry]) readySet {
-	return readySet{returned: btree.NewWithFreeListG(32, entryLess, free), expiries: newExpiryIndex()}
+// noFloor is readySet.floor when nothing was inserted ahead of the selector cursors.
+const noFloor = ^uint64(0)
+
+// newReadySet returns an empty ready set with levels priority levels, whose btree takes its
+// nodes from free, a free list shared by a broker's queues, so that the nodes one queue's burst
+// of returns released serve the next burst anywhere.
+func newReadySet(free *btree.FreeListG[entry], levels int) readySet {
+	r := readySet{returned: btree.NewWithFreeListG(32, entryLess, free), expiries: newExpiryIndex(), floor: noFloor}
+	if levels > 1 {
+		r.lower = make([]ring[entry], levels-1)
+	}
+	return r
 }
 
 func (r *readySet) len() int {
-	return r.fresh.len() + r.returned.Len() + len(r.run) - r.runAt - r.dead
+	return r.fresh.len() + r.nLower + r.returned.Len() + len(r.run) - r.runAt - r.dead
 }
 
-// push appends a fresh entry, newer than every entry in the set.
+// level returns the fresh ring of a rank.
+func (r *readySet) level(rank uint8) *ring[entry] {
+	if rank == 0 {
+		return &r.fresh
+	}
+	return &r.lower[rank-1]
+}
+
+// push appends a fresh entry, newer than every entry of its level.
 func (r *readySet) push(e entry) {
-	r.fresh.push(e)
+	if e.rank == 0 {
+		r.fresh.push(e)
+	} else {
+		r.lower[e.rank-1].push(e)
+		r.nLower++
+		r.low = min(r.low, int(e.rank-1))
+		r.lowered(e.key())
+	}
 	r.index(e)
+}
+
+// lowered records that an entry with key k joined the set, possibly ahead of a selector's cursor.
+func (r *readySet) lowered(k uint64) {
+	if k < r.floor {
+		r.floor = k
+	}
 }
 
 // reinsert puts back an entry that left the set, at its original position.
 func (r *readySet) reinsert(e entry) {
 	r.returned.ReplaceOrInsert(e)
+	r.lowered(e.key())
 	r.index(e)
 }
 
@@ -91,6 +134,10 @@ func (r *readySet) reinsert(e entry) {
 // much smaller than the run still waiting goes into the tree instead: merging copies the run,
 // and a few returns beside a large run must not cost O(run) each.
 func (r *readySet) merge(sorted []entry) {
+	if len(sorted) == 0 {
+		return
+	}
+	r.lowered(sorted[0].key())
 	rest := r.run[r.runAt:]
 	if len(rest) == 0 {
 		for _, e := range sorted {
@@ -119,6 +166,34 @@ func (r *readySet) merge(sorted []entry) {
 	r.run, r.runAt = append(append(merged, rest...), sorted...), 0
 }
 
+// freshHead returns the fresh ring holding the least fresh key, its head a live entry, or nil
+// when every ring is empty. It drops the tombstones it finds at the heads.
+func (r *readySet) freshHead() *ring[entry] {
+	if r.fresh.len() > 0 {
+		return &r.fresh
+	}
+	for ; r.low < len(r.lower); r.low++ {
+		l := &r.lower[r.low]
+		for l.len() > 0 && l.front().env == nil {
+			l.pop()
+			r.nLower--
+			r.dead--
+		}
+		if l.len() > 0 {
+			return l
+		}
+	}
+	return nil
+}
+
+// popFresh removes the head of a fresh ring.
+func (r *readySet) popFresh(l *ring[entry]) entry {
+	if l != &r.fresh {
+		r.nLower--
+	}
+	return l.pop()
+}
+
 // popMin removes and returns the first entry in delivery order.
 func (r *readySet) popMin() (entry, bool) {
 	if r.dead > 0 {
@@ -127,6 +202,11 @@ func (r *readySet) popMin() (entry, bool) {
 	if r.returned.Len() == 0 && r.runAt == len(r.run) {
 		if r.fresh.len() > 0 { // the common case: nothing came back
 			e := r.fresh.pop()
+			r.unindex(e)
+			return e, true
+		}
+		if l := r.freshHead(); l != nil {
+			e := r.popFresh(l)
 			r.unindex(e)
 			return e, true
 		}
@@ -148,8 +228,9 @@ func (r *readySet) popMin() (entry, bool) {
 	if r.runAt < len(r.run) && (from == 0 || r.run[r.runAt].key() < best.key()) {
 		best, from = r.run[r.runAt], fromRun
 	}
-	if r.fresh.len() > 0 && r.fresh.front().key() < best.key() {
-		best, from = r.fresh.front(), fromFresh
+	l := r.freshHead()
+	if l != nil && l.front().key() < best.key() {
+		best, from = l.front(), fromFresh
 	}
 	switch from {
 	case fromTree:
@@ -160,13 +241,14 @@ func (r *readySet) popMin() (entry, bool) {
 			r.run, r.runAt = nil, 0
 		}
 	case fromFresh:
-		r.fresh.pop()
+		r.popFresh(l)
 	}
 	r.unindex(best)
 	return best, true
 }
 
-// skipDead drops tombstones from the heads of the run and the ring.
+// skipDead drops tombstones from the heads of the run and the rank-0 ring (freshHead drops
+// those of the lower rings).
 func (r *readySet) skipDead() {
 	for r.runAt < len(r.run) && r.run[r.runAt].env == nil {
 		r.run[r.runAt] = entry{}
@@ -182,30 +264,56 @@ func (r *readySet) skipDead() {
 	}
 }
 
-// ascend calls fn for each ready entry in delivery order until fn returns false. It copies the
-// tree's entries; it is for inspection, not for the hot path.
-func (r *readySet) ascend(fn func(entry) bool) {
-	var tree []entry
-	r.returned.Ascend(func(e entry) bool {
-		tree = append(tree, e)
-		return true
-	})
+// ascend calls fn for each ready entry with a key of at least from, in delivery order, until fn
+// returns false. It is for inspection and selectors: it walks the tree in place and the rings
+// and the run by index, and fn must not change the set.
+func (r *readySet) ascend(from uint64, fn func(entry) bool) {
+	// The fresh rings, in rank order, form one ascending sequence; so does the run. The tree
+	// is walked in step with them, entry by entry, as it yields.
+	levels := make([]*ring[entry], 0, 1+len(r.lower))
+	for rank := uint8(from >> seqBits); int(rank) <= len(r.lower); rank++ {
+		levels = append(levels, r.level(rank))
+	}
+	li, fi := 0, 0
+	if len(levels) > 0 {
+		fi = searchKey(levels[0].len(), levels[0].at, from)
+	}
 	run := r.run[r.runAt:]
-	for i := 0; len(tree)+len(run) > 0 || i < r.fresh.len(); {
-		var e entry
+	run = run[searchKey(len(run), func(i int) entry { return run[i] }, from):]
+	// next returns the least of the run's and the rings' heads up to key limit, advancing past it.
+	next := func(limit uint64) (entry, bool) {
+		for li < len(levels) && fi == levels[li].len() {
+			li, fi = li+1, 0
+		}
 		switch {
-		case len(tree) > 0 && (len(run) == 0 || tree[0].key() < run[0].key()) &&
-			(i == r.fresh.len() || tree[0].key() < r.fresh.at(i).key()):
-			e, tree = tree[0], tree[1:]
-		case len(run) > 0 && (i == r.fresh.len() || run[0].key() < r.fresh.at(i).key()):
-			e, run = run[0], run[1:]
-		default:
-			e = r.fresh.at(i)
-			i++
+		case len(run) > 0 && run[0].key() <= limit && (li == len(levels) || run[0].key() < levels[li].at(fi).key()):
+			e := run[0]
+			run = run[1:]
+			return e, true
+		case li < len(levels) && levels[li].at(fi).key() <= limit:
+			e := levels[li].at(fi)
+			fi++
+			return e, true
 		}
+		return entry{}, false
+	}
+	stopped := false
+	emit := func(e entry) bool {
 		if e.env != nil && !fn(e) {
-			return
+			stopped = true
 		}
+		return !stopped
+	}
+	r.returned.AscendGreaterOrEqual(entry{seq: from & (1<<seqBits - 1), rank: uint8(from >> seqBits)}, func(t entry) bool {
+		for e, ok := next(t.key()); ok; e, ok = next(t.key()) {
+			if !emit(e) {
+				return false
+			}
+		}
+		return emit(t)
+	})
+	for e, ok := next(noFloor); ok && !stopped; e, ok = next(noFloor) {
+		emit(e)
 	}
 }
 
@@ -213,6 +321,10 @@ func (r *readySet) ascend(fn func(entry) bool) {
 func (r *readySet) clear() int {
 	n := r.len()
 	r.fresh.clear()
+	for i := range r.lower {
+		r.lower[i].clear()
+	}
+	r.low, r.nLower = 0, 0
 	r.returned.Clear(true)
 	r.run, r.runAt = nil, 0
 	r.dead = 0
@@ -248,9 +360,15 @@ type Queue struct {
 	nextSeq     uint64                      // sequence id of the next enqueued message
 	holders     []*Consumer                 // consumers not ended: active, or cancelled and holding deliveries
 	gets        map[*Delivery]struct{}      // outstanding Get deliveries
-	consumers   []*Consumer                 // active push consumers, in registration order
+	consumers   []*Consumer                 // active push consumers, by priority then arrival (dispatch.go)
 	feeders     []*Consumer                 // active AutoAck consumers, which pull through their own goroutine
-	rr          int                         // round-robin cursor into consumers
+	standby     []*Consumer                 // single active consumer: those waiting their turn, in order
+	order       []*Consumer                 // consumers and feeders by priority, for the general dispatch
+	general     bool                        // dispatch must heed priorities or selectors
+	exclusive   bool                        // the active consumer is exclusive (R2.5)
+	rr          int                         // round-robin cursor into consumers (simple dispatch)
+	pass        uint64                      // general dispatch passes, to mark consumers found wanting
+	turns       uint64                      // deliveries made by the general dispatch, for round-robin
 	hadConsumer bool                        // for auto-delete: a consumer ever existed
 	gotTag      uint64                      // last delivery tag issued to a Get
 	arriving    uint64                      // seq of the message being enqueued, which TTL 0 lets through once
@@ -266,14 +384,16 @@ type Queue struct {
 	lastUsed    int64                       // when the queue was last used, for Expires (R3.8)
 	delayed     *btree.BTreeG[delayedEntry] // hidden until due: NackWithDelay, DeliverAfter; nil until used
 	unacked     int                         // deliveries outstanding, all consumers and Gets
+	ackTimed    int                         // holders with an ack timeout (ttl.go)
 	endErr      error                       // non-nil once the queue is deleted or its broker closed
 	slab        []Delivery                  // the next deliveries to hand out
+	ownerStop   func() bool                 // an exclusive queue: stops watching its owner context
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
 	q := &Queue{
 		b: b, name: name, cfg: cfg, epoch: time.Now(),
-		ready: newReadySet(b.freeNodes), nextSeq: 1, gets: make(map[*Delivery]struct{}),
+		ready: newReadySet(b.freeNodes, cfg.levels()), nextSeq: 1, gets: make(map[*Delivery]struct{}),
 		lastUsed: 1,
 	}
 	q.flushed.L = &q.mu
@@ -300,11 +420,12 @@ func (q *Queue) Unacked() int {
 	return q.unacked
 }
 
-// ConsumerCount returns the number of active consumers (AMQP's consumer_count).
+// ConsumerCount returns the number of active consumers (AMQP's consumer_count), counting those
+// waiting their turn on a single-active-consumer queue.
 func (q *Queue) ConsumerCount() int {
 	q.mu.Lock()
 	defer q.unlock()
-	return len(q.consumers) + len(q.feeders)
+	return q.consumerCountLocked()
 }
 
 // unlock releases mu, first arming the timer for the earliest deadline, then publishes the
@@ -317,7 +438,7 @@ func (q *Queue) ConsumerCount() int {
 // in progress — publishes the outbox batch by batch until it is empty. A dead letter routed back
 // into this queue joins the outbox of the flush in progress, so nothing waits on itself.
 func (q *Queue) unlock() {
-	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil {
+	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil || q.ackTimed > 0 {
 		q.armLocked()
 	}
 	if len(q.blocked) > 0 && q.roomLocked(0) {
@@ -356,10 +477,11 @@ func (q *Queue) waitFlushedLocked() {
 
 // enqueue appends a published message, with message TTL ttl (-1 for none), and dispatches; with
 // a delay, the message takes its place in the queue now but stays hidden until the delay passes
-// (see [DeliverAfter]). It returns the queue's end error if the queue was deleted after routing
+// (see [DeliverAfter]); with immediate, it is taken out again, and [ErrNoConsumers] returned, if
+// no consumer took it at once (see [Immediate]). It returns the queue's end error if the queue was deleted after routing
 // chose it, and [ErrQueueFull] when a length limit refuses the message. With the Block policy it waits for room
 // until ctx ends; a ctx already done (a dead letter's) makes it refuse at once instead.
-func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl, delay time.Duration) error {
+func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, opt publishConfig) error {
 	q.mu.Lock()
 	for {
 		if q.endErr != nil {
@@ -384,12 +506,15 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl, delay time.Dura
 		return fmt.Errorf("warren: queue %q: %w", q.name, ErrQueueFull)
 	}
 	e := entry{env: env, seq: q.nextSeq}
+	if p := q.cfg.maxPriority; p > 0 {
+		e.rank = uint8(p - min(p, int(env.msg.Priority))) // above the maximum counts as the maximum (R7.1)
+	}
 	if ttl >= 0 || q.cfg.ttl >= 0 {
 		e.deadline = q.deadlineFor(ttl)
 	}
-	if delay > 0 {
+	if opt.delay > 0 {
 		q.nextSeq++
-		q.delayLocked(e, delay)
+		q.delayLocked(e, opt.delay)
 		q.unlock()
 		return nil
 	}
@@ -398,6 +523,13 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl, delay time.Dura
 	q.arriving = e.seq
 	q.dispatchLocked()
 	q.arriving = 0
+	if opt.immediate {
+		q.handOffLocked(e)
+		if _, ok := q.ready.remove(e.key()); ok { // no consumer took it: it was never here (Q8.7)
+			q.unlock()
+			return fmt.Errorf("warren: queue %q: %w", q.name, ErrNoConsumers)
+		}
+	}
 	if ttl == 0 || q.cfg.ttl == 0 {
 		q.handOffLocked(e)
 		q.expireDueLocked(q.clock()) // a TTL-0 message no consumer took expires now (R3.5)
@@ -412,13 +544,13 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl, delay time.Dura
 // not expire (R3.5). A feeder takes messages only after this critical section, so an idle one is
 // handed the message here.
 func (q *Queue) handOffLocked(e entry) {
-	if q.ready.len() != 1 {
+	if q.ready.len() != 1 || q.general { // the general dispatch hands feeders their messages itself
 		return
 	}
 	for _, c := range q.feeders {
-		if c.idle && c.handoff == nil {
-			if got, ok := q.ready.remove(e.seq); ok {
-				c.handoff = &got
+		if c.idle && !c.handing {
+			if got, ok := q.ready.remove(e.key()); ok {
+				c.handoff, c.handing = got, true
 				c.wakeLocked()
 			}
 			return
@@ -483,36 +615,6 @@ func (q *Queue) takeLocked() (entry, bool) {
 	}
 }
 
-// dispatchLocked hands ready messages to consumers with credit, round-robin, until either runs
-// out. Sends never block: a push consumer's channel has room for its whole prefetch, and a
-// consumer only receives while its outstanding deliveries are fewer than its prefetch.
-func (q *Queue) dispatchLocked() {
-	if q.ready.len() == 0 {
-		return
-	}
-	for _, c := range q.feeders {
-		c.wakeLocked()
-	}
-	n := len(q.consumers)
-	for misses := 0; misses < n && q.ready.len() > 0; {
-		if q.rr >= n {
-			q.rr = 0
-		}
-		c := q.consumers[q.rr]
-		q.rr++
-		if c.live >= c.prefetch {
-			misses++
-			continue
-		}
-		e, ok := q.takeLocked()
-		if !ok {
-			return // everything ready had expired
-		}
-		c.ch <- c.deliverLocked(e)
-		misses = 0
-	}
-}
-
 // newDeliveryLocked returns a delivery of e with the fields common to consumers and Gets.
 func (q *Queue) newDeliveryLocked(e entry) *Delivery {
 	if len(q.slab) == 0 {
@@ -549,6 +651,9 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 	var cfg getConfig
 	if len(opts) > 0 {
 		cfg = getOptions(opts) // only here: the options' interface calls move cfg to the heap
+	}
+	if !q.ownedBy(ctx) {
+		return nil, fmt.Errorf("warren: get from exclusive queue %q: %w", q.name, ErrResourceLocked)
 	}
 	q.mu.Lock()
 	if q.endErr != nil {
@@ -621,8 +726,11 @@ func (q *Queue) endLocked(err error) []*Consumer {
 		close(ready) // waiting publishers see endErr
 	}
 	q.blocked = nil
-	feeders := q.feeders
+	var feeders []*Consumer
 	for _, c := range q.holders {
+		if c.autoAck {
+			feeders = append(feeders, c)
+		}
 		c.stopLocked(err, nil) // the queue's messages are discarded
 		c.ended = true
 		c.signalStopLocked()
@@ -631,7 +739,11 @@ func (q *Queue) endLocked(err error) []*Consumer {
 	for d := range q.gets {
 		d.stopWatching()
 	}
-	q.holders, q.consumers, q.feeders, q.gets = nil, nil, nil, nil
+	q.holders, q.consumers, q.feeders, q.standby, q.order, q.gets = nil, nil, nil, nil, nil, nil
+	q.ackTimed = 0
+	if q.ownerStop != nil {
+		q.ownerStop()
+	}
 	q.ready.clear()
 	q.unacked = 0
 	return feeders

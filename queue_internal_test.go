@@ -18,7 +18,7 @@ import (
 func checkReadySet(t *testing.T, r *readySet) []uint64 {
 	t.Helper()
 	var keys []uint64
-	r.ascend(func(e entry) bool {
+	r.ascend(0, func(e entry) bool {
 		keys = append(keys, e.key())
 		return true
 	})
@@ -44,7 +44,7 @@ func TestReadySetAgainstSortedSlice(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
 	for range 20 {
-		r := newReadySet(btree.NewFreeListG[entry](8))
+		r := newReadySet(btree.NewFreeListG[entry](8), 1)
 		var model []uint64 // ready keys, ascending
 		var out []entry    // popped, not yet returned
 		next := uint64(1)
@@ -100,7 +100,7 @@ func TestReadySetAgainstSortedSlice(t *testing.T) {
 // prefetch-1 consumer receiving and Recovering one message at a time went quadratic.)
 func TestSmallMergeBesideLargeRunIsCheap(t *testing.T) {
 	const n = 1 << 16
-	r := newReadySet(btree.NewFreeListG[entry](8))
+	r := newReadySet(btree.NewFreeListG[entry](8), 1)
 	big := make([]entry, n)
 	for i := range big {
 		big[i] = entry{env: testEnv, seq: uint64(i + 1)}

@@ -174,11 +174,8 @@ func (c *Consumer) takeBackLocked(back []entry) []entry {
 // reap runs when a context that owns consumers or Get deliveries of this queue ends: AMQP's
 // channel close. Everything owned by any context that has ended — not only the one whose
 // callback runs, since one context may own several consumers and Gets, each with its own
-// callback — goes back in one critical section: consumers stop, their buffered unread
-// deliveries come back unchanged, their received outstanding ones and the outstanding Get
-// deliveries come back redelivered (settling them now fails with [ErrAlreadySettled]), and only
-// then is anything dispatched, so a consumer of this queue sees them in queue order. The
-// consumers' Done channels close once all of it is back.
+// callback — goes back in one critical section (see orphanLocked). The consumers' Done
+// channels close once all of it is back.
 func (q *Queue) reap() {
 	q.mu.Lock()
 	if q.endErr != nil {
@@ -189,28 +186,51 @@ func (q *Queue) reap() {
 	// it waits, waits for this goroutine too.
 	q.b.wg.Add(1)
 	defer q.b.wg.Done()
+	ended := q.orphanLocked(func(c *Consumer) error {
+		if c.owner.Err() != nil {
+			return context.Cause(c.owner)
+		}
+		return nil
+	}, func(d *Delivery) bool { return d.get.ctx.Err() != nil })
+	q.dispatchLocked()
+	q.finishOrphans(ended)
+}
+
+// orphanLocked ends every holder for which why returns a reason, and returns every outstanding
+// Get delivery for which get (if not nil) returns true, in one critical section: the consumers
+// stop with that reason, their buffered unread deliveries come back unchanged, their received
+// outstanding ones and those Get deliveries come back redelivered (settling them now fails with
+// [ErrAlreadySettled]). On a single-active-consumer queue the next consumer becomes active as
+// the active one ends, and receives once the caller dispatches, after everything is back: so a
+// consumer of this queue sees them in queue order. It returns the consumers it ended, for
+// finishOrphans.
+func (q *Queue) orphanLocked(why func(*Consumer) error, get func(*Delivery) bool) []*Consumer {
 	var (
 		back  []entry
 		ended []*Consumer
 	)
 	q.holders = slices.DeleteFunc(q.holders, func(c *Consumer) bool {
-		if c.owner.Err() == nil {
+		reason := why(c)
+		if reason == nil {
 			return false
 		}
 		if !c.stopped {
-			back = c.stopLocked(context.Cause(c.owner), back)
+			back = c.stopLocked(reason, back)
 			q.removeConsumerLocked(c)
 		}
 		back = c.takeBackLocked(back)
 		c.unacked.clear()
 		c.ended = true
+		q.unholdLocked(c)
 		ended = append(ended, c)
 		return true
 	})
-	for d := range q.gets {
-		if d.get.ctx.Err() != nil {
-			q.releaseLocked(d, deliveryReturned)
-			back = append(back, redelivered(d.e))
+	if get != nil {
+		for d := range q.gets {
+			if get(d) {
+				q.releaseLocked(d, deliveryReturned)
+				back = append(back, redelivered(d.e))
+			}
 		}
 	}
 	q.restoreAllLocked(back)
@@ -219,10 +239,19 @@ func (q *Queue) reap() {
 			c.signalStopLocked() // the feeder puts its messages back, then closes done
 		}
 	}
-	q.dispatchLocked()
-	autoDelete := q.shouldAutoDeleteLocked()
-	q.unlock() // publishes the dead letters of what had expired meanwhile, or hands them over
-	// Done closes only now: by then what came back has been dealt with, dead letters included.
+	return ended
+}
+
+// finishOrphans finishes ending the consumers orphanLocked ended, and releases mu: it publishes
+// the dead letters of what had expired meanwhile (or hands them to the flush in progress), and
+// only then closes the consumers' Done channels, so that by then what came back has been dealt
+// with, dead letters included. It deletes an auto-delete queue whose last consumer they were.
+func (q *Queue) finishOrphans(ended []*Consumer) {
+	autoDelete := len(ended) > 0 && q.shouldAutoDeleteLocked()
+	q.unlock()
+	if len(ended) == 0 {
+		return
+	}
 	q.mu.Lock()
 	q.waitFlushedLocked()
 	for _, c := range ended {

@@ -42,6 +42,16 @@ func (r *ring[T]) pop() T {
 	return v
 }
 
+// popBack removes and returns the back element; the ring must not be empty.
+func (r *ring[T]) popBack() T {
+	var zero T
+	i := (r.head + r.n - 1) & (len(r.buf) - 1)
+	v := r.buf[i]
+	r.buf[i] = zero
+	r.n--
+	return v
+}
+
 // ringKeep is the capacity (1.5 MiB of entries) below which a ring never shrinks: shrinking
 // smaller rings would make a queue whose depth swings reallocate over and over.
 const ringKeep = 1 << 16

@@ -35,17 +35,17 @@ import (
 // maxTTL is RabbitMQ's largest TTL, 2^32-1 milliseconds (R3.1).
 const maxTTL = (1<<32 - 1) * time.Millisecond
 
-// expiry is a key of the expiry index.
+// expiry is a key of the expiry index: an entry's deadline and its key in the ready set.
 type expiry struct {
 	deadline int64
-	seq      uint64
+	key      uint64
 }
 
 func expiryLess(a, b expiry) bool {
 	if a.deadline != b.deadline {
 		return a.deadline < b.deadline
 	}
-	return a.seq < b.seq
+	return a.key < b.key
 }
 
 // clock returns the queue's time: nanoseconds since its epoch, at least 1.
@@ -77,7 +77,7 @@ func (q *Queue) expireDueLocked(now int64) {
 		if !ok || k.deadline > now {
 			break
 		}
-		e, ok := q.ready.remove(k.seq)
+		e, ok := q.ready.remove(k.key)
 		if !ok { // cannot happen: the index holds only ready entries; do not spin on it
 			q.ready.expiries.Delete(k)
 			continue
@@ -96,7 +96,13 @@ func (r *readySet) tidy() {
 	}
 	r.skipDead()
 	if r.dead > 1024 && r.dead > r.len() {
-		r.fresh.filter(func(e entry) bool { return e.env != nil })
+		live := func(e entry) bool { return e.env != nil }
+		r.fresh.filter(live)
+		r.nLower = 0
+		for i := range r.lower {
+			r.lower[i].filter(live)
+			r.nLower += r.lower[i].len()
+		}
 		kept := r.run[:0]
 		for _, e := range r.run[r.runAt:] {
 			if e.env != nil {
@@ -123,12 +129,33 @@ func (q *Queue) wakeAtLocked() int64 {
 			at = k.due
 		}
 	}
-	if q.cfg.expires > 0 && len(q.consumers)+len(q.feeders) == 0 {
+	if q.cfg.expires > 0 && q.consumerCountLocked() == 0 {
 		if x := q.lastUsed + int64(q.cfg.expires); at == 0 || x < at {
 			at = x
 		}
 	}
+	if q.ackTimed > 0 {
+		for _, c := range q.holders {
+			if due := c.ackDueLocked(); due != 0 && (at == 0 || due < at) {
+				at = due
+			}
+		}
+	}
 	return at
+}
+
+// ackDueLocked returns when c's ack timeout next ends it: the due time of its oldest
+// outstanding delivery (deliveries are in tag order, and so in due order); 0 for never.
+func (c *Consumer) ackDueLocked() int64 {
+	if c.ackTimeout == 0 {
+		return 0
+	}
+	for i := range c.unacked.len() {
+		if d := c.unacked.at(i); d.state == deliveryOutstanding {
+			return d.due
+		}
+	}
+	return 0
 }
 
 // armLocked points the queue's timer at wakeAtLocked.
@@ -156,23 +183,34 @@ func (q *Queue) armLocked() {
 }
 
 // onTimer runs on the timer's goroutine when the earliest deadline comes: it expires the
-// messages due, and deletes the queue if it has been unused for its expiry.
+// messages due, promotes the delayed ones due, ends the consumers whose ack timeout passed, and
+// deletes the queue if it has been unused for its expiry.
 func (q *Queue) onTimer() {
 	q.mu.Lock()
 	q.timerAt = 0
-	expired := false
-	if q.endErr == nil {
-		// Counted under mu before the queue ends, so that Broker.Close, which ends every
-		// queue before it waits, waits for this callback's dead letters too.
-		q.b.wg.Add(1)
-		defer q.b.wg.Done()
-		now := q.clock()
-		q.expireDueLocked(now)
-		q.promoteDueLocked(now)
-		q.dispatchLocked()
-		expired = q.unusedLocked(now)
+	if q.endErr != nil {
+		q.unlock()
+		return
 	}
-	q.unlock()
+	// Counted under mu before the queue ends, so that Broker.Close, which ends every queue
+	// before it waits, waits for this callback's dead letters too.
+	q.b.wg.Add(1)
+	defer q.b.wg.Done()
+	now := q.clock()
+	q.expireDueLocked(now)
+	q.promoteDueLocked(now)
+	var timedOut []*Consumer
+	if q.ackTimed > 0 {
+		timedOut = q.orphanLocked(func(c *Consumer) error {
+			if due := c.ackDueLocked(); due != 0 && due <= now {
+				return ErrAckTimeout
+			}
+			return nil
+		}, nil)
+	}
+	q.dispatchLocked()
+	expired := q.unusedLocked(now)
+	q.finishOrphans(timedOut)
 	if expired {
 		q.b.expireQueue(q)
 	}
@@ -180,7 +218,7 @@ func (q *Queue) onTimer() {
 
 // unusedLocked reports whether the queue has been unused for its expiry, at now (R3.8).
 func (q *Queue) unusedLocked(now int64) bool {
-	return q.cfg.expires > 0 && q.endErr == nil && len(q.consumers)+len(q.feeders) == 0 &&
+	return q.cfg.expires > 0 && q.endErr == nil && q.consumerCountLocked() == 0 &&
 		now >= q.lastUsed+int64(q.cfg.expires)
 }
 
@@ -203,29 +241,39 @@ func (q *Queue) touch() {
 	q.mu.Unlock()
 }
 
-// remove takes the ready entry with sequence id seq out of the set, wherever it is.
-func (r *readySet) remove(seq uint64) (entry, bool) {
-	if r.fresh.len() > 0 && r.fresh.front().seq == seq && r.fresh.front().env != nil {
+// remove takes the ready entry with key k out of the set, wherever it is.
+func (r *readySet) remove(k uint64) (entry, bool) {
+	l := r.level(uint8(k >> seqBits))
+	if l.len() > 0 && l.front().key() == k && l.front().env != nil {
 		// The common case with a queue TTL alone: the oldest message expires first.
-		e := r.fresh.pop()
+		e := r.popFresh(l)
 		r.unindex(e)
 		return e, true
 	}
-	if e, ok := r.returned.Delete(entry{seq: seq}); ok {
+	if l.len() > 0 && l.at(l.len()-1).key() == k && l.at(l.len()-1).env != nil {
+		// An immediate publish that no consumer took: the newest message of its level.
+		e := l.popBack()
+		if l != &r.fresh {
+			r.nLower--
+		}
+		r.unindex(e)
+		return e, true
+	}
+	if e, ok := r.returned.Delete(entry{seq: k & (1<<seqBits - 1), rank: uint8(k >> seqBits)}); ok {
 		r.unindex(e)
 		return e, true
 	}
 	run := r.run[r.runAt:]
-	if i, ok := searchEntries(len(run), func(i int) entry { return run[i] }, seq); ok {
+	if i := searchKey(len(run), func(i int) entry { return run[i] }, k); i < len(run) && run[i].key() == k && run[i].env != nil {
 		e := run[i]
 		run[i].env = nil // a tombstone, skipped by popMin and ascend
 		r.dead++
 		r.unindex(e)
 		return e, true
 	}
-	if i, ok := searchEntries(r.fresh.len(), r.fresh.at, seq); ok {
-		e := r.fresh.at(i)
-		r.fresh.set(i, entry{seq: seq})
+	if i := searchKey(l.len(), l.at, k); i < l.len() && l.at(i).key() == k && l.at(i).env != nil {
+		e := l.at(i)
+		l.set(i, entry{seq: e.seq, rank: e.rank})
 		r.dead++
 		r.unindex(e)
 		return e, true
@@ -233,18 +281,18 @@ func (r *readySet) remove(seq uint64) (entry, bool) {
 	return entry{}, false
 }
 
-// searchEntries finds the live entry with sequence id seq among n entries sorted by it.
-func searchEntries(n int, at func(int) entry, seq uint64) (int, bool) {
+// searchKey returns the index of the first of n entries sorted by key whose key is at least k.
+func searchKey(n int, at func(int) entry, k uint64) int {
 	lo, hi := 0, n
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if at(m).seq < seq {
+		if at(m).key() < k {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	return lo, lo < n && at(lo).seq == seq && at(lo).env != nil
+	return lo
 }
 
 // index accounts for an entry entering the ready set: its body bytes and its deadline.
@@ -253,7 +301,7 @@ func (r *readySet) index(e entry) {
 		r.bytes += int64(len(e.env.msg.Body))
 	}
 	if e.deadline != 0 {
-		r.expiries.ReplaceOrInsert(expiry{e.deadline, e.seq})
+		r.expiries.ReplaceOrInsert(expiry{e.deadline, e.key()})
 	}
 }
 
@@ -263,7 +311,7 @@ func (r *readySet) unindex(e entry) {
 		r.bytes -= int64(len(e.env.msg.Body))
 	}
 	if e.deadline != 0 {
-		r.expiries.Delete(expiry{e.deadline, e.seq})
+		r.expiries.Delete(expiry{e.deadline, e.key()})
 	}
 }
 
