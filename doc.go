@@ -57,6 +57,30 @@
 //   - Settling twice returns [ErrAlreadySettled]; settling a delivery that already went back
 //     returns it too; settling one the consumer never issued returns [ErrUnknownDelivery].
 //
+// # Priorities, exclusivity and selectors
+//
+//   - A queue declared with [MaxPriority] delivers higher [Message.Priority] first, in queue order
+//     within a priority; a returned message goes back to its place within its priority.
+//   - A consumer with a higher [ConsumerPriority] receives every message while it has credit;
+//     consumers of one priority share round robin.
+//   - [Exclusive] makes a consumer the queue's only one; [SingleActiveConsumer] makes the queue
+//     deliver to one consumer at a time, the others waiting their turn and taking over in order.
+//   - A [Selector] makes a consumer receive only the messages it accepts, still in queue order;
+//     the others keep their places.
+//   - [ExclusiveTo] ties a queue to a context, which alone may use it and whose end deletes it;
+//     [AutoDelete] deletes a queue when its last consumer goes.
+//   - [AckTimeout] ends a consumer that holds a delivery unsettled for too long, returning
+//     everything it holds; [Immediate] publishes only if a consumer takes the message at once.
+//
+// # Running handlers
+//
+// [Queue.Serve] runs a handler on a fixed pool of [Workers] and settles each delivery by its
+// result: nil acks, an error returns the message to its place (at once or after a [Backoff]),
+// [ErrPermanent] rejects it, and a panic is recovered, logged and counted as a failure. The
+// queue's [DeliveryLimit] bounds the attempts, after which the message is dead-lettered. When its
+// context ends, Serve stops taking messages, lets the running handlers finish and returns what
+// is left to the queue.
+//
 // # Differences from RabbitMQ
 //
 //   - There are no connections or channels, only contexts; delivery tags are per consumer (per
@@ -67,6 +91,15 @@
 //     until the channel closes and then come back redelivered.
 //   - Multiple-acknowledgement ([Consumer.AckUpTo] and the like) covers received deliveries only.
 //   - Prefetch 0 (unlimited) is not offered; see [Prefetch].
+//   - [AckTimeout] is per consumer (or per queue, "x-consumer-timeout"), measured from the
+//     dispatch of each delivery and enforced to the nanosecond by the queue's timer, not checked
+//     once a minute. It ends the consumer, not the channel, as RabbitMQ 4.3's quorum queues do;
+//     the deliveries it returns count as redeliveries, so a [DeliveryLimit] bounds a message
+//     that hangs every handler.
+//   - [Immediate] publishing exists (RabbitMQ removed AMQP's immediate flag; Qpid keeps it), and
+//     so do selectors (Qpid's) and [Queue.Serve].
+//   - Waiting single active consumers take over highest [ConsumerPriority] first, then in arrival
+//     order.
 //
 // # TTL and dead-lettering
 //

@@ -2,7 +2,9 @@ package warren_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/warrenmq/warren"
 )
@@ -105,4 +107,42 @@ func ExampleBroker_Close() {
 	// Output:
 	// false warren: broker closed
 	// warren: broker closed
+}
+
+// Serve runs a handler on a fixed pool of workers and settles each delivery by its result: nil
+// acks, an error nacks (the message is tried again at its place, here after a backoff), and past
+// the queue's delivery limit the message is dead-lettered.
+func ExampleQueue_Serve() {
+	b := warren.New()
+	defer b.Close()
+	dead, _ := b.DeclareQueue("jobs.dead")
+	q, _ := b.DeclareQueue("jobs", warren.DeliveryLimit(1), warren.DeadLetter("", "jobs.dead"))
+	for _, body := range []string{"ok", "broken"} {
+		_ = b.Publish(context.Background(), "", "jobs", warren.Message{Body: []byte(body)})
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = q.Serve(ctx, func(ctx context.Context, d *warren.Delivery) error {
+			fmt.Println("handling", string(d.Message.Body), "attempt", d.DeliveryCount+1)
+			if string(d.Message.Body) == "broken" {
+				if d.DeliveryCount == 1 {
+					defer stop() // the last attempt: stop serving once it is settled
+				}
+				return errors.New("cannot handle it")
+			}
+			return nil
+		}, warren.Workers(1), warren.Backoff(time.Millisecond, time.Second))
+	}()
+	<-done // Serve returns once ctx ends and its handlers have finished and been settled
+
+	d, _ := dead.Get(context.Background())
+	fmt.Println("dead-lettered:", string(d.Message.Body), d.Message.Headers["x-first-death-reason"])
+	// Output:
+	// handling ok attempt 1
+	// handling broken attempt 1
+	// handling broken attempt 2
+	// dead-lettered: broken delivery_limit
 }

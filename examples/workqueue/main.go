@@ -1,7 +1,8 @@
-// Command workqueue shows warren as an in-process work queue: a producer, a pool of workers
-// that acknowledge what they finish, a worker that crashes while holding jobs, and a job whose
-// handler fails once. Jobs that come back are redelivered at their original positions, ahead of
-// everything published after them.
+// Command workqueue shows warren as an in-process work queue: a producer, a worker that crashes
+// while holding jobs, and a pool of workers run by Queue.Serve, with a job whose handler fails
+// once and a poison job whose handler panics every time. Jobs that come back are redelivered at
+// their original positions, ahead of everything published after them; the poison job is
+// dead-lettered after its delivery limit.
 //
 //	go run ./examples/workqueue
 package main
@@ -32,7 +33,13 @@ func run() error {
 	b := warren.New()
 	defer b.Close()
 
-	q, err := b.DeclareQueue("jobs")
+	// Failed jobs are retried at most twice, then dead-lettered through the default exchange
+	// to "jobs.dead".
+	dlq, err := b.DeclareQueue("jobs.dead")
+	if err != nil {
+		return err
+	}
+	q, err := b.DeclareQueue("jobs", warren.DeliveryLimit(2), warren.DeadLetter("", "jobs.dead"))
 	if err != nil {
 		return err
 	}
@@ -60,65 +67,79 @@ func run() error {
 	<-c.Done() // closed once the three jobs are back in the queue
 	fmt.Printf("queue holds %d ready, %d unacked\n\n", q.Len(), q.Unacked())
 
-	// A pool of three workers, one job at a time each. job-5's handler fails on its first
-	// attempt; the worker nacks it and it goes back to its original position.
-	poolCtx, stopPool := context.WithCancel(ctx)
-	defer stopPool()
+	// A pool of three workers run by Serve, one job at a time each. A handler's error nacks
+	// the job: it goes back to its original position and is tried again. job-5 fails once;
+	// job-7 panics every time: the panic is recovered and counted as a failure, and after its
+	// delivery limit the job is dead-lettered to "jobs.dead" instead of looping forever.
 	var (
-		wg      sync.WaitGroup
 		mu      sync.Mutex // serialises printing and the delivery log
 		order   []string   // jobs in the order workers received them
-		acked   atomic.Int32
+		settled atomic.Int32
 		allDone = make(chan struct{})
 	)
-	for w := 1; w <= 3; w++ {
-		c, err := q.Consume(poolCtx, warren.Prefetch(1), warren.ConsumerTag(fmt.Sprintf("worker-%d", w)))
-		if err != nil {
-			return err
+	stop := b.Listen(func(e warren.Event) {
+		if e.Kind == warren.EventHandlerPanicked {
+			mu.Lock()
+			fmt.Printf("handler panicked on %s: recovered (%v)\n", e.Message.Body, e.Err)
+			mu.Unlock()
 		}
-		wg.Go(func() {
-			for d := range c.Deliveries() {
-				job := string(d.Message.Body)
-				mu.Lock()
-				if d.Redelivered {
-					job += "*"
-					fmt.Printf("%s received %s (redelivered, delivery count %d)\n", c.Tag(), d.Message.Body, d.DeliveryCount)
-				} else {
-					fmt.Printf("%s received %s\n", c.Tag(), d.Message.Body)
-				}
-				order = append(order, job)
-				mu.Unlock()
-				if err := handle(d); err != nil {
-					fmt.Printf("%s: %s failed (%v): nack, back to its place in the queue\n", c.Tag(), d.Message.Body, err)
-					_ = d.Nack()
-					continue
-				}
-				_ = d.Ack()
-				if acked.Add(1) == jobs {
+	})
+	defer stop()
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	served := make(chan error, 1)
+	go func() {
+		served <- q.Serve(serveCtx, func(ctx context.Context, d *warren.Delivery) error {
+			job := string(d.Message.Body)
+			mu.Lock()
+			if d.Redelivered {
+				fmt.Printf("received %s (redelivered, delivery count %d)\n", job, d.DeliveryCount)
+				job += "*"
+			} else {
+				fmt.Printf("received %s\n", job)
+			}
+			order = append(order, job)
+			mu.Unlock()
+			defer func() {
+				if settled.Add(1) == jobs+1+2 { // each job once, job-5 once more, job-7 twice more
 					close(allDone)
 				}
-			}
-		})
-	}
+			}()
+			return handle(d)
+		}, warren.Workers(3))
+	}()
 	select {
 	case <-allDone:
 	case <-time.After(10 * time.Second):
 		return errors.New("workqueue: jobs did not finish in 10s")
 	}
-	stopPool()
-	wg.Wait()
-	fmt.Printf("\ndelivery order (* = redelivered): %s\n", strings.Join(order, " "))
-	fmt.Printf("all %d jobs acknowledged; queue holds %d ready, %d unacked\n", jobs, q.Len(), q.Unacked())
-	return nil
+	stopServing()
+	if err := <-served; err != nil {
+		return err
+	}
+	dead, err := dlq.Get(ctx)
+	if err != nil {
+		return fmt.Errorf("workqueue: dead-letter queue: %w", err)
+	}
+	reason := dead.Message.Headers["x-first-death-reason"]
+	fmt.Printf("\norder handlers started (* = redelivered): %s\n", strings.Join(order, " "))
+	fmt.Printf("dead-lettered: %s (reason %v)\n", dead.Message.Body, reason)
+	fmt.Printf("queue holds %d ready, %d unacked\n", q.Len(), q.Unacked())
+	return dead.Ack()
 }
 
 var failedOnce atomic.Bool
 
-// handle does the work of one job. job-5 fails the first time it is tried.
+// handle does the work of one job. job-5 fails the first time it is tried; job-7 always panics.
 func handle(d *warren.Delivery) error {
 	time.Sleep(5 * time.Millisecond) // the work
-	if string(d.Message.Body) == "job-5" && failedOnce.CompareAndSwap(false, true) {
-		return errors.New("transient error")
+	switch string(d.Message.Body) {
+	case "job-5":
+		if failedOnce.CompareAndSwap(false, true) {
+			return errors.New("transient error")
+		}
+	case "job-7":
+		panic("job-7 cannot be processed")
 	}
 	return nil
 }
