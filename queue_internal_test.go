@@ -1,9 +1,11 @@
 package warren
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -223,4 +225,114 @@ func TestExpiredSlotsDoNotAccumulate(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestReadySetLevelsAgainstSortedSlice drives a ready set with priority levels and a sorted
+// slice of keys with the same random operations — pushes at random levels, pops, single and bulk
+// returns, removals from anywhere (the expiry timer's and a selector's), tidying, and ascents
+// from a random key (a selector's scan) — and compares them after every step.
+func TestReadySetLevelsAgainstSortedSlice(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("WARREN_READYSET_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (WARREN_READYSET_SEED)", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	for round := range 16 {
+		levels := 1 + rng.IntN(6)
+		r := newReadySet(btree.NewFreeListG[entry](8), levels)
+		insert := func(model []uint64, k uint64) []uint64 {
+			j, found := slices.BinarySearch(model, k)
+			if found {
+				t.Fatalf("round %d: key %x inserted twice", round, k)
+			}
+			return slices.Insert(model, j, k)
+		}
+		var model []uint64
+		var out []entry
+		next := uint64(1)
+		for step := range 1000 {
+			switch op := rng.IntN(20); {
+			case op < 7:
+				e := entry{env: testEnv, seq: next, rank: uint8(rng.IntN(levels))}
+				next++
+				r.push(e)
+				model = insert(model, e.key())
+			case op < 11:
+				e, ok := r.popMin()
+				if ok != (len(model) > 0) {
+					t.Fatalf("round %d step %d: popMin ok = %t, want %t", round, step, ok, len(model) > 0)
+				}
+				if !ok {
+					continue
+				}
+				if e.key() != model[0] {
+					t.Fatalf("round %d step %d: popMin = %x, want %x", round, step, e.key(), model[0])
+				}
+				model = model[1:]
+				out = append(out, e)
+			case op < 13 && len(model) > 0:
+				i := rng.IntN(len(model))
+				e, ok := r.remove(model[i])
+				if !ok || e.key() != model[i] {
+					t.Fatalf("round %d step %d: remove(%x) = %x, %t", round, step, model[i], e.key(), ok)
+				}
+				model = slices.Delete(model, i, i+1)
+				if _, ok := r.remove(e.key()); ok {
+					t.Fatalf("round %d step %d: removed %x twice", round, step, e.key())
+				}
+				out = append(out, e)
+			case op == 13:
+				r.tidy()
+			case op == 14:
+				// A scan from a random key sees exactly the model's keys from there, in order,
+				// and stops when told to.
+				from := uint64(0)
+				if len(model) > 0 && rng.IntN(4) > 0 {
+					from = model[rng.IntN(len(model))] + uint64(rng.IntN(2))
+				}
+				limit := rng.IntN(len(model) + 2)
+				var got []uint64
+				r.ascend(from, func(e entry) bool {
+					got = append(got, e.key())
+					return len(got) < limit
+				})
+				j, _ := slices.BinarySearch(model, from)
+				want := model[j:]
+				if len(want) > limit {
+					want = want[:limit]
+				}
+				if limit == 0 && len(want) == 0 && len(got) == 0 {
+					break
+				}
+				if limit == 0 {
+					want = model[j:min(j+1, len(model))] // fn is called once before it can say stop
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("round %d step %d: ascend(%x) = %x, want %x", round, step, from, got, want)
+				}
+			case op < 17 && len(out) > 0:
+				k := 1 + rng.IntN(len(out))
+				batch := slices.Clone(out[:k])
+				out = out[k:]
+				slices.SortFunc(batch, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
+				r.merge(batch)
+				for _, e := range batch {
+					model = insert(model, e.key())
+				}
+			case len(out) > 0:
+				i := rng.IntN(len(out))
+				e := out[i]
+				out = slices.Delete(out, i, i+1)
+				r.reinsert(e)
+				model = insert(model, e.key())
+			}
+			if got := checkReadySet(t, &r); !slices.Equal(got, model) {
+				t.Fatalf("round %d step %d: ready = %x, want %x", round, step, got, model)
+			}
+			if n := r.expiries.Len(); n != 0 {
+				t.Fatalf("round %d step %d: %d expiry entries without deadlines", round, step, n)
+			}
+		}
+	}
 }
