@@ -148,8 +148,11 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 			name = "amq.gen-" + rand.Text()
 		}
 	} else if q := b.queues[name]; q != nil {
-		if q.cfg.owner != nil && (cfg.owner == nil || !q.ownedBy(cfg.owner)) {
+		switch {
+		case q.cfg.owner != nil && (cfg.owner == nil || !q.ownedBy(cfg.owner)):
 			return nil, fmt.Errorf("warren: declare queue %q: exclusive to another context: %w", name, ErrResourceLocked)
+		case q.cfg.owner == nil && cfg.owner != nil:
+			return nil, fmt.Errorf("warren: declare queue %q exclusive: it exists and is not: %w", name, ErrResourceLocked)
 		}
 		if err := q.cfg.equivalent(cfg); err != nil {
 			return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)

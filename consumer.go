@@ -1,6 +1,7 @@
 package warren
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -52,13 +53,13 @@ type Consumer struct {
 	idle    bool            // the feeder is parked holding nothing (waiting, or woken and not yet run)
 	handoff entry           // when handing: a message given to the idle feeder (dispatch.go, R3.5)
 	handing bool
-	active  bool   // in q.consumers or q.feeders: receiving (not waiting its turn, not stopped)
-	cursor  uint64 // selector: every ready key below it was rejected (dispatch.go)
-	turn    uint64 // general dispatch: when it last received, for round-robin
-	missed  uint64 // general dispatch: the pass in which it last found nothing to take
-	stopped bool   // no more deliveries; ch closed (or being closed by the feeder)
-	ended   bool   // nothing outstanding remains; the context is no longer watched
-	err     error  // why the consumer stopped; nil while active
+	active  bool     // in q.consumers or q.feeders: receiving (not waiting its turn, not stopped)
+	cursor  []uint64 // selector: per rank, every ready key below it was rejected (dispatch.go)
+	turn    uint64   // general dispatch: when it last received, for round-robin
+	missed  uint64   // general dispatch: the pass in which it last found nothing to take
+	stopped bool     // no more deliveries; ch closed (or being closed by the feeder)
+	ended   bool     // nothing outstanding remains; the context is no longer watched
+	err     error    // why the consumer stopped; nil while active
 }
 
 // Consume starts a consumer on the queue. Deliveries arrive on [Consumer.Deliveries] in queue
@@ -107,6 +108,12 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 		ch:        make(chan *Delivery, bufferSize(cfg)),
 		done:      make(chan struct{}),
 	}
+	if c.selector != nil {
+		c.cursor = make([]uint64, q.cfg.levels())
+		for rank := range c.cursor {
+			c.cursor[rank] = uint64(rank) << seqBits
+		}
+	}
 	switch {
 	case cfg.ackTimeout > 0:
 		c.ackTimeout = int64(cfg.ackTimeout)
@@ -118,7 +125,7 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 	if q.endErr != nil {
 		return nil, fmt.Errorf("warren: consume from queue %q: %w", q.name, q.endErrLocked())
 	}
-	if !cfg.owned && !q.ownedBy(ctx) {
+	if owner := cmp.Or(cfg.owner, ctx); !q.ownedBy(owner) {
 		return nil, fmt.Errorf("warren: consume from exclusive queue %q: %w", q.name, ErrResourceLocked)
 	}
 	if c.tag == "" {
@@ -416,6 +423,7 @@ func (c *Consumer) feed() {
 		c.handoff, c.handing = entry{}, false
 	}
 	q.restoreAllLocked(c.drainLocked(back))
+	q.handOverLocked(c)
 	q.dispatchLocked()
 	q.unlock()
 	close(c.ch)

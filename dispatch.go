@@ -30,10 +30,13 @@ import (
 //   - A consumer receives only while it has credit, so a send into its channel never blocks.
 //   - Every message a consumer receives is the first ready message it accepts at that moment;
 //     so each consumer receives in queue order, and skipped messages keep their places.
-//   - A selector's cursor: every ready message with a key below c.cursor has been rejected by
-//     c's selector (or had expired). A message that joins the set below a cursor — returned,
-//     promoted from a delay, or fresh at a higher priority — lowers readySet.floor, and the
-//     cursors are moved back to the floor before the next scan (cursorsLocked).
+//   - A selector's cursors, one per priority rank: every ready message of rank r with a key
+//     below c.cursor[r] has been rejected by c's selector (or had expired). A fresh message is
+//     the newest of its rank, so it lands past every cursor of its rank. A message that comes
+//     back — returned, promoted from a delay — lowers readySet.floors[rank], and the cursors of
+//     that rank are moved back to the floor before the next scan (cursorsLocked). So each
+//     message is shown to a selector once while it stays ready, plus once per return ahead of
+//     the cursor; a scan costs O(log n) per rank plus the messages it shows.
 
 // consumerCountLocked returns the number of active consumers of every kind, waiting single-active
 // consumers included (AMQP's consumer_count).
@@ -56,7 +59,7 @@ func (q *Queue) addConsumerLocked(c *Consumer) error {
 	q.exclusive = c.exclusive
 	q.hadConsumer = true
 	q.holders = append(q.holders, c)
-	if q.cfg.singleActive && len(q.consumers)+len(q.feeders) > 0 {
+	if q.cfg.singleActive && (len(q.consumers)+len(q.feeders) > 0 || q.handover != nil) {
 		q.standby = insertByPriority(q.standby, c)
 		return nil
 	}
@@ -71,18 +74,27 @@ func (q *Queue) activateLocked(c *Consumer) {
 		q.feeders = insertByPriority(q.feeders, c)
 		c.wakeLocked()
 	} else {
-		q.consumers = insertByPriority(q.consumers, c)
+		i := priorityIndex(q.consumers, c)
+		if i < q.rr {
+			q.rr++ // the round-robin turn stays with the consumer it was at
+		}
+		q.consumers = slices.Insert(q.consumers, i, c)
 	}
 	q.reorderLocked()
 }
 
 // insertByPriority inserts c after every consumer of its priority or higher.
 func insertByPriority(cs []*Consumer, c *Consumer) []*Consumer {
+	return slices.Insert(cs, priorityIndex(cs, c), c)
+}
+
+// priorityIndex returns where c goes in cs: after every consumer of its priority or higher.
+func priorityIndex(cs []*Consumer, c *Consumer) int {
 	i := 0
 	for i < len(cs) && cs[i].priority >= c.priority {
 		i++
 	}
-	return slices.Insert(cs, i, c)
+	return i
 }
 
 // removeConsumerLocked takes a stopped consumer out of dispatch; on a single-active-consumer
@@ -108,13 +120,36 @@ func (q *Queue) removeConsumerLocked(c *Consumer) {
 	} else if i := slices.Index(q.feeders, c); i >= 0 {
 		q.feeders = slices.Delete(q.feeders, i, i+1)
 	}
-	if q.cfg.singleActive && len(q.standby) > 0 {
+	if q.cfg.singleActive && c.autoAck && !q.b.closed.Load() && q.endErr == nil {
+		// The feeder puts back what it holds and has buffered only after this critical
+		// section; the next consumer becomes active once it has (handOverLocked), so that
+		// it receives them in their places.
+		q.handover = c
+		q.reorderLocked()
+		return
+	}
+	q.promoteLocked()
+}
+
+// promoteLocked makes the first waiting consumer of a single-active-consumer queue active, if
+// no consumer is.
+func (q *Queue) promoteLocked() {
+	if q.cfg.singleActive && len(q.standby) > 0 && len(q.consumers)+len(q.feeders) == 0 && q.handover == nil {
 		next := q.standby[0]
 		q.standby = slices.Delete(q.standby, 0, 1)
 		q.activateLocked(next)
 		return
 	}
 	q.reorderLocked()
+}
+
+// handOverLocked is called by a stopping feeder once its messages are back: if it was the
+// active consumer of a single-active-consumer queue, the next one takes over.
+func (q *Queue) handOverLocked(c *Consumer) {
+	if q.handover == c {
+		q.handover = nil
+		q.promoteLocked()
+	}
 }
 
 // reorderLocked recomputes, after the active consumers changed, whether dispatch needs the
@@ -196,18 +231,27 @@ func (q *Queue) dispatchGeneralLocked() {
 			}
 			q.turns++
 			c.turn = q.turns
-			if c.autoAck {
+			switch {
+			case !c.autoAck:
+				c.ch <- c.deliverLocked(e)
+			case len(c.ch) < cap(c.ch):
+				// An idle feeder sends nothing itself, so sending here keeps the channel's
+				// order; what does not fit is handed to the feeder, and nothing more is sent
+				// here until it has sent that.
+				d := c.newDeliveryLocked(e)
+				d.state = deliveryAutoAcked
+				c.ch <- d
+			default:
 				c.handoff, c.handing = e, true
 				c.wakeLocked()
-			} else {
-				c.ch <- c.deliverLocked(e)
 			}
 		}
 	}
 }
 
 // hasCreditLocked reports whether c can receive a message now: a push consumer while it holds
-// fewer than its prefetch, a feeder while it is idle with nothing handed to it.
+// fewer than its prefetch; a feeder while it is idle with nothing handed to it, which then
+// receives into its channel while that has room and then one hand-off.
 func (c *Consumer) hasCreditLocked() bool {
 	if c.autoAck {
 		return c.idle && !c.handing && !c.stopped
@@ -216,52 +260,89 @@ func (c *Consumer) hasCreditLocked() bool {
 }
 
 // takeForLocked removes and returns the first ready message c accepts, expiring (and
-// dead-lettering) expired messages it meets at the head.
+// dead-lettering) expired messages it meets at the head. A selective consumer scans each rank
+// from its cursor for that rank, highest priority first.
 func (q *Queue) takeForLocked(c *Consumer) (entry, bool) {
 	if c.selector == nil {
 		return q.takeLocked()
 	}
-	var (
-		found entry
-		ok    bool
-	)
-	q.ready.ascend(c.cursor, func(e entry) bool {
-		c.cursor = e.key() + 1 // rejected or taken: either way behind the cursor now
-		if q.expiredLocked(e) || !c.accepts(&e.env.msg) {
-			return true // an expired message is the timer's to remove
+	q.scan.c = c
+	defer func() { q.scan = selectorScan{visit: q.scan.visit} }()
+	for rank := range c.cursor {
+		q.ready.scanRank(uint8(rank), c.cursor[rank], q.scan.visit)
+		if q.scan.ok {
+			q.ready.remove(q.scan.found.key())
+			return q.scan.found, true
 		}
-		found, ok = e, true
-		return false
-	})
-	if ok {
-		q.ready.remove(found.key())
 	}
-	return found, ok
+	return entry{}, false
 }
 
-// accepts runs c's selector on m. A selector that panics rejects the message: the panic is
-// the application's bug, but it runs under the queue lock and must not take the broker down.
-func (c *Consumer) accepts(m *Message) (ok bool) {
+// selectorScan is the state of one selector scan, kept in the queue so that the callback is
+// bound once (see newQueue) rather than allocated per scan.
+type selectorScan struct {
+	visit func(entry) bool // q.selectorVisit
+	c     *Consumer
+	found entry
+	ok    bool
+}
+
+// selectorVisit is the callback of a selector scan: it moves the consumer's cursor past e and
+// stops at the first message the consumer accepts.
+func (q *Queue) selectorVisit(e entry) bool {
+	c := q.scan.c
+	c.cursor[e.rank] = e.key() + 1 // rejected or taken: either way behind the cursor now
+	if q.expiredLocked(e) || !q.acceptsLocked(c, &e.env.msg) {
+		return true // an expired message is the timer's to remove
+	}
+	q.scan.found, q.scan.ok = e, true
+	return false
+}
+
+// acceptsLocked runs c's selector on m. A selector that panics rejects the message: the panic
+// is the application's bug, but it runs under the queue lock and must not take the broker down.
+// The panic is logged after the lock is released.
+func (q *Queue) acceptsLocked(c *Consumer, m *Message) (ok bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			ok = false
-			c.q.b.cfg.logger.Error("warren: selector panicked; message skipped", "queue", c.q.name, "consumer", c.tag, "panic", p)
+			q.panics = append(q.panics, selectorPanic{c.tag, p})
 		}
 	}()
 	return c.selector(m)
 }
 
-// cursorsLocked moves the selector cursors back to the least key that joined the ready set
-// since the last dispatch, if it is below them.
+// selectorPanic is a selector's panic, to be logged once the queue lock is released.
+type selectorPanic struct {
+	consumer string
+	value    any
+}
+
+// logPanics logs selector panics; the caller holds no lock.
+func (q *Queue) logPanics(ps []selectorPanic) {
+	for _, p := range ps {
+		q.b.cfg.logger.Error("warren: selector panicked; message skipped", "queue", q.name, "consumer", p.consumer, "panic", p.value)
+	}
+}
+
+// cursorsLocked moves the selector cursors back to the least key of each rank that came back
+// to the ready set since the last dispatch, where it is below them.
 func (q *Queue) cursorsLocked() {
-	if q.ready.floor == noFloor {
+	if !q.ready.lowered {
 		return
 	}
-	for _, c := range q.order {
-		c.cursor = min(c.cursor, q.ready.floor)
+	for rank, floor := range q.ready.floors {
+		if floor == noFloor {
+			continue
+		}
+		for _, cs := range [...][]*Consumer{q.order, q.standby} {
+			for _, c := range cs {
+				if c.selector != nil {
+					c.cursor[rank] = min(c.cursor[rank], floor)
+				}
+			}
+		}
+		q.ready.floors[rank] = noFloor
 	}
-	for _, c := range q.standby {
-		c.cursor = min(c.cursor, q.ready.floor)
-	}
-	q.ready.floor = noFloor
+	q.ready.lowered = false
 }

@@ -49,6 +49,9 @@ type listener struct{ fn func(Event) }
 // goroutine is a publisher, a consumer's settlement or a handler worker. Listeners registered
 // several times are called once per registration.
 func (b *Broker) Listen(fn func(Event)) (stop func()) {
+	if fn == nil {
+		return func() {}
+	}
 	l := &listener{fn: fn}
 	b.listeners.mu.Lock()
 	defer b.listeners.mu.Unlock()
@@ -81,6 +84,17 @@ func (b *Broker) emit(e Event) {
 		return
 	}
 	for _, l := range *p {
-		l.fn(e)
+		b.call(l, e)
 	}
+}
+
+// call calls one listener. A listener that panics is a bug of the application's, but it runs on
+// a broker goroutine or inside a broker call: the panic is logged, not propagated.
+func (b *Broker) call(l *listener, e Event) {
+	defer func() {
+		if p := recover(); p != nil {
+			b.cfg.logger.Error("warren: event listener panicked", "event", e.Kind.String(), "panic", p)
+		}
+	}()
+	l.fn(e)
 }

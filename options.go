@@ -176,15 +176,16 @@ type exchangeConfig struct {
 }
 
 type consumeConfig struct {
-	prefetch   int
-	autoAck    bool
-	tag        string
-	exclusive  bool
-	priority   int
-	selector   func(*Message) bool
-	ackTimeout time.Duration // -1 for the queue's default
-	owned      bool          // Serve checked that its context may use an exclusive queue
-	err        error         // the first invalid option
+	prefetch    int
+	autoAck     bool
+	tag         string
+	exclusive   bool
+	priority    int
+	selector    func(*Message) bool
+	ackTimeout  time.Duration // -1 for the queue's default
+	prefetchSet bool
+	owner       context.Context // whose use of an exclusive queue this is; nil: the consumer's context
+	err         error           // the first invalid option
 }
 
 func defaultConsumeConfig() consumeConfig {
@@ -419,7 +420,9 @@ func (o deadLetterOption) applyQueue(c *queueConfig) {
 // AMQP's "0 = unlimited" is not offered: an unbounded buffer would hide a slow consumer. An
 // AutoAck consumer holds at most this many messages too: prefetch-1 buffered in its channel and
 // one being handed over.
-func Prefetch(n int) ConsumerOption { return consumerOption(func(c *consumeConfig) { c.prefetch = n }) }
+func Prefetch(n int) ConsumerOption {
+	return consumerOption(func(c *consumeConfig) { c.prefetch, c.prefetchSet = n, true })
+}
 
 // consumerOption is a ConsumerOption: Serve passes it on to the consumer it starts.
 type consumerOption func(*consumeConfig)
@@ -480,10 +483,14 @@ func Selector(accept func(*Message) bool) ConsumerOption {
 // count one higher (so [DeliveryLimit] bounds a message that hangs every handler). Settling a
 // returned delivery later fails with [ErrAlreadySettled]. It applies to consumers with manual
 // acknowledgement only. Default: the queue's "x-consumer-timeout" argument, else none; d ≤ 0
-// means none.
+// means none; d is capped at about 146 years (1<<62 ns).
 func AckTimeout(d time.Duration) ConsumerOption {
-	return consumerOption(func(c *consumeConfig) { c.ackTimeout = max(d, 0) })
+	return consumerOption(func(c *consumeConfig) { c.ackTimeout = min(max(d, 0), maxAckTimeout) })
 }
+
+// maxAckTimeout bounds [AckTimeout] (about 146 years), so that a deadline never overflows the
+// queue's clock.
+const maxAckTimeout = time.Duration(1<<62 - 1)
 
 // MaxPriority makes the queue a priority queue, the "x-max-priority" argument (R7.1): messages
 // with a higher [Message.Priority] are delivered first, those of one priority in queue order,
@@ -515,7 +522,13 @@ func ExclusiveTo(ctx context.Context) QueueOption { return exclusiveOption{ctx} 
 
 type exclusiveOption struct{ ctx context.Context }
 
-func (o exclusiveOption) applyQueue(c *queueConfig) { c.owner = o.ctx }
+func (o exclusiveOption) applyQueue(c *queueConfig) {
+	if o.ctx == nil {
+		c.args = mergeTables(c.args, Table{"exclusive": invalidOption{fmt.Errorf("warren: ExclusiveTo(nil): %w", ErrInvalidArgument)}})
+		return
+	}
+	c.owner = o.ctx
+}
 
 // AutoAck settles each delivery as it is handed over (AMQP's no-ack mode): nothing is
 // outstanding, nothing comes back, and the settlement methods return [ErrUnknownDelivery]. A

@@ -72,19 +72,25 @@ type readySet struct {
 	// countBytes is set for a queue with MaxLengthBytes: only then is bytes kept, which reads
 	// each message's envelope on every insert and removal.
 	countBytes bool
-	// floor is the least key put back or pushed ahead of the fresh ring's tail since the queue
-	// last read it (see Queue.cursorsLocked): selector cursors past it must move back.
-	floor uint64
+	// floors[rank] is the least key of that rank put back (not pushed: a push is the newest of
+	// its rank) since the queue last read it (see Queue.cursorsLocked): selector cursors of the
+	// rank past it must move back. lowered says whether any floor is set.
+	floors  []uint64
+	lowered bool
 }
 
-// noFloor is readySet.floor when nothing was inserted ahead of the selector cursors.
+// noFloor is a floor when nothing was put back.
 const noFloor = ^uint64(0)
 
 // newReadySet returns an empty ready set with levels priority levels, whose btree takes its
 // nodes from free, a free list shared by a broker's queues, so that the nodes one queue's burst
 // of returns released serve the next burst anywhere.
 func newReadySet(free *btree.FreeListG[entry], levels int) readySet {
-	r := readySet{returned: btree.NewWithFreeListG(32, entryLess, free), expiries: newExpiryIndex(), floor: noFloor}
+	r := readySet{returned: btree.NewWithFreeListG(32, entryLess, free), expiries: newExpiryIndex()}
+	r.floors = make([]uint64, levels)
+	for i := range r.floors {
+		r.floors[i] = noFloor
+	}
 	if levels > 1 {
 		r.lower = make([]ring[entry], levels-1)
 	}
@@ -111,22 +117,22 @@ func (r *readySet) push(e entry) {
 		r.lower[e.rank-1].push(e)
 		r.nLower++
 		r.low = min(r.low, int(e.rank-1))
-		r.lowered(e.key())
 	}
 	r.index(e)
 }
 
-// lowered records that an entry with key k joined the set, possibly ahead of a selector's cursor.
-func (r *readySet) lowered(k uint64) {
-	if k < r.floor {
-		r.floor = k
+// putBack records that an entry that left the set came back, possibly behind a selector's cursor.
+func (r *readySet) putBack(e entry) {
+	if k := e.key(); k < r.floors[e.rank] {
+		r.floors[e.rank] = k
+		r.lowered = true
 	}
 }
 
 // reinsert puts back an entry that left the set, at its original position.
 func (r *readySet) reinsert(e entry) {
 	r.returned.ReplaceOrInsert(e)
-	r.lowered(e.key())
+	r.putBack(e)
 	r.index(e)
 }
 
@@ -134,13 +140,10 @@ func (r *readySet) reinsert(e entry) {
 // much smaller than the run still waiting goes into the tree instead: merging copies the run,
 // and a few returns beside a large run must not cost O(run) each.
 func (r *readySet) merge(sorted []entry) {
-	if len(sorted) == 0 {
-		return
-	}
-	r.lowered(sorted[0].key())
 	rest := r.run[r.runAt:]
 	if len(rest) == 0 {
 		for _, e := range sorted {
+			r.putBack(e)
 			r.index(e)
 		}
 		r.run, r.runAt = sorted, 0
@@ -153,6 +156,7 @@ func (r *readySet) merge(sorted []entry) {
 		return
 	}
 	for _, e := range sorted {
+		r.putBack(e)
 		r.index(e)
 	}
 	merged := make([]entry, 0, len(rest)+len(sorted))
@@ -265,56 +269,79 @@ func (r *readySet) skipDead() {
 }
 
 // ascend calls fn for each ready entry with a key of at least from, in delivery order, until fn
-// returns false. It is for inspection and selectors: it walks the tree in place and the rings
-// and the run by index, and fn must not change the set.
+// returns false. fn must not change the set.
 func (r *readySet) ascend(from uint64, fn func(entry) bool) {
-	// The fresh rings, in rank order, form one ascending sequence; so does the run. The tree
-	// is walked in step with them, entry by entry, as it yields.
-	levels := make([]*ring[entry], 0, 1+len(r.lower))
-	for rank := uint8(from >> seqBits); int(rank) <= len(r.lower); rank++ {
-		levels = append(levels, r.level(rank))
+	for rank := int(from >> seqBits); rank <= len(r.lower); rank++ {
+		if !r.scanRank(uint8(rank), max(from, uint64(rank)<<seqBits), fn) {
+			return
+		}
 	}
-	li, fi := 0, 0
-	if len(levels) > 0 {
-		fi = searchKey(levels[0].len(), levels[0].at, from)
-	}
+}
+
+// scanRank calls fn for each ready entry of one rank with a key of at least from, in order,
+// until fn returns false; it reports whether fn never did. The rank's ring and the run are
+// searched and walked by index; the tree, only when it holds something, in step with them.
+func (r *readySet) scanRank(rank uint8, from uint64, fn func(entry) bool) bool {
+	l := r.level(rank)
 	run := r.run[r.runAt:]
-	run = run[searchKey(len(run), func(i int) entry { return run[i] }, from):]
-	// next returns the least of the run's and the rings' heads up to key limit, advancing past it.
-	next := func(limit uint64) (entry, bool) {
-		for li < len(levels) && fi == levels[li].len() {
-			li, fi = li+1, 0
-		}
-		switch {
-		case len(run) > 0 && run[0].key() <= limit && (li == len(levels) || run[0].key() < levels[li].at(fi).key()):
-			e := run[0]
-			run = run[1:]
-			return e, true
-		case li < len(levels) && levels[li].at(fi).key() <= limit:
-			e := levels[li].at(fi)
-			fi++
-			return e, true
-		}
-		return entry{}, false
+	s := rankScan{
+		ring:  l,
+		at:    searchKey(l.len(), l.at, from),
+		run:   run[searchKey(len(run), func(i int) entry { return run[i] }, from):],
+		limit: uint64(rank)<<seqBits | (1<<seqBits - 1),
 	}
-	stopped := false
-	emit := func(e entry) bool {
-		if e.env != nil && !fn(e) {
-			stopped = true
-		}
-		return !stopped
-	}
-	r.returned.AscendGreaterOrEqual(entry{seq: from & (1<<seqBits - 1), rank: uint8(from >> seqBits)}, func(t entry) bool {
-		for e, ok := next(t.key()); ok; e, ok = next(t.key()) {
-			if !emit(e) {
+	if r.returned.Len() > 0 {
+		stopped := false
+		r.returned.AscendGreaterOrEqual(entry{seq: from & (1<<seqBits - 1), rank: rank}, func(t entry) bool {
+			if t.rank != rank {
 				return false
 			}
+			for e, ok := s.next(t.key()); ok; e, ok = s.next(t.key()) {
+				if e.env != nil && !fn(e) {
+					stopped = true
+					return false
+				}
+			}
+			stopped = !fn(t)
+			return !stopped
+		})
+		if stopped {
+			return false
 		}
-		return emit(t)
-	})
-	for e, ok := next(noFloor); ok && !stopped; e, ok = next(noFloor) {
-		emit(e)
 	}
+	for e, ok := s.next(s.limit); ok; e, ok = s.next(s.limit) {
+		if e.env != nil && !fn(e) {
+			return false
+		}
+	}
+	return true
+}
+
+// rankScan walks one rank's ring and the run together, in key order.
+type rankScan struct {
+	ring  *ring[entry]
+	at    int
+	run   []entry
+	limit uint64 // the rank's largest key
+}
+
+// next returns the lesser of the ring's and the run's next entries if its key is at most upto
+// (and within the rank), and moves past it.
+func (s *rankScan) next(upto uint64) (entry, bool) {
+	upto = min(upto, s.limit)
+	inRing := s.at < s.ring.len() && s.ring.at(s.at).key() <= upto
+	inRun := len(s.run) > 0 && s.run[0].key() <= upto
+	switch {
+	case inRun && (!inRing || s.run[0].key() < s.ring.at(s.at).key()):
+		e := s.run[0]
+		s.run = s.run[1:]
+		return e, true
+	case inRing:
+		e := s.ring.at(s.at)
+		s.at++
+		return e, true
+	}
+	return entry{}, false
 }
 
 // clear removes every entry and returns how many there were.
@@ -388,6 +415,9 @@ type Queue struct {
 	endErr      error                       // non-nil once the queue is deleted or its broker closed
 	slab        []Delivery                  // the next deliveries to hand out
 	ownerStop   func() bool                 // an exclusive queue: stops watching its owner context
+	scan        selectorScan                // the selector scan in progress (dispatch.go)
+	panics      []selectorPanic             // selector panics to log once mu is released
+	handover    *Consumer                   // single active consumer: an AutoAck one still putting back what it held
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
@@ -397,6 +427,7 @@ func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
 		lastUsed: 1,
 	}
 	q.flushed.L = &q.mu
+	q.scan.visit = q.selectorVisit
 	q.ready.countBytes = cfg.maxBytes >= 0
 	return q
 }
@@ -438,6 +469,10 @@ func (q *Queue) ConsumerCount() int {
 // in progress — publishes the outbox batch by batch until it is empty. A dead letter routed back
 // into this queue joins the outbox of the flush in progress, so nothing waits on itself.
 func (q *Queue) unlock() {
+	if q.panics != nil {
+		defer q.logPanics(q.panics) // after mu is released
+		q.panics = nil
+	}
 	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil || q.ackTimed > 0 {
 		q.armLocked()
 	}
@@ -493,7 +528,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 			break
 		}
 		// RejectPublish, RejectPublishDLX and Block check before enqueueing (R5.3).
-		if q.cfg.overflow == Block && ctx.Err() == nil {
+		if q.cfg.overflow == Block && ctx.Err() == nil && !opt.immediate { // immediate never waits
 			if err := q.waitRoomLocked(ctx); err != nil {
 				return err
 			}
@@ -652,14 +687,15 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 	if len(opts) > 0 {
 		cfg = getOptions(opts) // only here: the options' interface calls move cfg to the heap
 	}
-	if !q.ownedBy(ctx) {
-		return nil, fmt.Errorf("warren: get from exclusive queue %q: %w", q.name, ErrResourceLocked)
-	}
 	q.mu.Lock()
 	if q.endErr != nil {
 		err := q.endErrLocked()
 		q.unlock()
 		return nil, fmt.Errorf("warren: get from queue %q: %w", q.name, err)
+	}
+	if !q.ownedBy(ctx) {
+		q.unlock()
+		return nil, fmt.Errorf("warren: get from exclusive queue %q: %w", q.name, ErrResourceLocked)
 	}
 	e, ok := q.takeLocked()
 	q.touchLocked() // a Get is a use, even of an empty queue (R3.8)
@@ -741,6 +777,7 @@ func (q *Queue) endLocked(err error) []*Consumer {
 	}
 	q.holders, q.consumers, q.feeders, q.standby, q.order, q.gets = nil, nil, nil, nil, nil, nil
 	q.ackTimed = 0
+	q.handover = nil
 	if q.ownerStop != nil {
 		q.ownerStop()
 	}

@@ -182,6 +182,14 @@ func (q *Queue) reap() {
 		q.unlock()
 		return
 	}
+	if o := q.cfg.owner; o != nil && o.Err() != nil {
+		// The owner of this exclusive queue ended, and with it every context that may use
+		// the queue: the queue is deleted (R2.6), and its consumers end with that reason
+		// rather than with their contexts'.
+		q.unlock()
+		q.b.deleteOwned(q)
+		return
+	}
 	// Counted under mu before the queue ends, so Broker.Close, which ends every queue before
 	// it waits, waits for this goroutine too.
 	q.b.wg.Add(1)

@@ -38,6 +38,9 @@ func Backoff(initial, max time.Duration) ServeOption {
 		c.backoff = func(attempt int) time.Duration {
 			d := initial
 			for ; attempt > 0 && d < max; attempt-- {
+				if d > max/2 {
+					return max
+				}
 				d *= 2
 			}
 			return min(d, max)
@@ -68,14 +71,14 @@ func (o serveOption) applyServe(c *serveConfig) { o(c) }
 // done) and their results are applied, and anything still outstanding goes back to its place
 // before Serve returns nil. If the consumer ends for another reason — the queue is deleted, the
 // broker closes, an [AckTimeout] passes — the handlers' context is cancelled with that reason,
-// and Serve returns it once they finish.
+// and Serve returns it once they finish. ([Broker.Close] does not wait for handlers; Serve
+// does. Their settlements then fail with [ErrClosed], which Serve ignores.)
 //
 // opts are [Workers], [Backoff], and the consumer options: [Prefetch], [ConsumerTag],
 // [ConsumerPriority], [Selector], [AckTimeout], [Exclusive]. Serve fails at once, as
 // [Queue.Consume] does, if the consumer cannot start.
 func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error {
 	cfg := serveConfig{consume: defaultConsumeConfig(), workers: 1}
-	cfg.consume.prefetch = 0 // 0: default to the worker count
 	for _, o := range opts {
 		if o != nil {
 			o.applyServe(&cfg)
@@ -92,17 +95,14 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !q.ownedBy(ctx) {
-		return fmt.Errorf("warren: serve exclusive queue %q: %w", q.name, ErrResourceLocked)
-	}
-	if cfg.consume.prefetch == 0 {
+	if !cfg.consume.prefetchSet {
 		cfg.consume.prefetch = cfg.workers
 	}
 	// The consumer outlives ctx by the drain: its own context ends only once every handler
 	// has finished, and takes back whatever is left.
 	owner, release := context.WithCancel(context.WithoutCancel(ctx))
 	defer release()
-	cfg.consume.owned = true
+	cfg.consume.owner = ctx // the pool's use of an exclusive queue is ctx's
 	c, err := q.consume(owner, cfg.consume)
 	if err != nil {
 		return err
