@@ -263,7 +263,8 @@ func (c *Consumer) stopLocked(reason error, back []entry) []entry {
 	c.stopped = true
 	c.err = reason
 	if c.autoAck {
-		return back // the feeder drains and closes ch
+		c.q.returning++ // dispatch waits until the feeder has put back what it holds
+		return back     // the feeder drains and closes ch
 	}
 	back = c.drainLocked(back)
 	close(c.ch)
@@ -423,6 +424,9 @@ func (c *Consumer) feed() {
 		c.handoff, c.handing = entry{}, false
 	}
 	q.restoreAllLocked(c.drainLocked(back))
+	if q.endErr == nil {
+		q.returning--
+	}
 	q.handOverLocked(c)
 	q.dispatchLocked()
 	q.unlock()

@@ -170,7 +170,7 @@ func (q *Queue) reorderLocked() {
 // never block: a push consumer's channel has room for its whole prefetch, and a consumer only
 // receives while its outstanding deliveries are fewer than its prefetch.
 func (q *Queue) dispatchLocked() {
-	if q.ready.len() == 0 {
+	if q.ready.len() == 0 || q.returning > 0 {
 		return
 	}
 	if q.general {

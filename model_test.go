@@ -13,14 +13,33 @@ package warren_test
 // owns at once, smallest sequence id first, followed by a single dispatch; ending one that owns
 // nothing on the queue changes nothing.
 //
+// Priorities, selectors and consumer priorities. Some sequences declare a priority queue
+// (MaxPriority 1 to 5) and publish with priorities up to two above the maximum, or none: the
+// reference keeps ready messages by (rank, seq), rank = max − min(priority, max), and a returned
+// message goes back to its place within its level. Messages carry a "k" header (0 to 3); some
+// consumers get a Selector accepting a set of k values (a pure function of the message; some
+// panic instead of returning false, which counts as false) and a ConsumerPriority from -1 to 2.
+// refQueue.dispatch then follows dispatch.go: the simple path (every active consumer of one
+// priority, no selector) is round-robin among the push consumers with credit, from a cursor
+// that stays with the consumer it is at when one is added or removed before it; otherwise the
+// general path serves bands of equal priority, highest first, and within a band the consumer
+// with credit, not yet found wanting in this pass, with the oldest turn (a counter of
+// general-path deliveries; 0 for a new consumer; ties to the earlier in band order: priority,
+// then arrival) takes the first ready message it accepts, and one that finds none sits out the
+// rest of the pass. modelAvoidBugs can keep the operations away from known bugs (see there).
+//
 // AutoAck consumers are modelled one at a time and never together with an active push
 // consumer: the feeder takes one message at a time outside the queue lock, so after
 // synctest.Wait it is parked either waiting for a wake-up (nothing ready) or on a send into its
-// full channel while holding one more message taken from the queue (refConsumer.feeding). With
-// push consumers beside it, the stop of a feeder returns its messages in two steps (what it
-// holds, then what is buffered, each possibly followed by another goroutine's dispatch), so the
-// outcome would depend on the scheduler; a Consume that would break this rule is skipped and
-// noted in the history.
+// full channel while holding one more message taken from the queue (refConsumer.feeding). When
+// a feeder stops, what it holds and what is buffered go back on its own goroutine, and dispatch
+// waits for them (TestContextEndAutoAckReturnsBeforeDispatch, TestSingleActiveAutoAckContextEnd);
+// and on the general path a feeder has credit while its goroutine is idle, so a model of a
+// feeder among other consumers would mirror the goroutine's steps rather than the documented
+// semantics. So a Consume that would put an AutoAck consumer beside another
+// active consumer is skipped and noted in the history, and the general path's hand-off to a
+// feeder among other consumers is not covered; a lone AutoAck consumer may have a selector, and
+// then takes, by hand-off, the first message it accepts rather than the head.
 //
 // Some sequences end with DeleteQueue (possibly IfUnused/IfEmpty, which may fail and let the
 // sequence go on) or Broker.Close, followed by more operations: every later call must fail with
@@ -52,12 +71,21 @@ import (
 type refMsg struct {
 	id          int    // the body is "m<id>"
 	seq         uint64 // position in the queue, never changed
+	prio        uint8  // Message.Priority as published
+	rank        int    // priority level, 0 first: max priority − min(prio, max priority); 0 without priorities
+	k           uint8  // the "k" header (0..3; 0 also when absent), which selectors look at
 	redelivered bool
 	returns     int // DeliveryCount of its next delivery
 }
 
 func (m refMsg) String() string {
 	s := "m" + strconv.Itoa(m.id)
+	if m.prio > 0 {
+		s += "^" + strconv.Itoa(int(m.prio))
+	}
+	if m.k > 0 {
+		s += "~" + strconv.Itoa(int(m.k))
+	}
 	if m.redelivered {
 		s += "*"
 	}
@@ -65,6 +93,48 @@ func (m refMsg) String() string {
 		s += "x" + strconv.Itoa(m.returns)
 	}
 	return s
+}
+
+// before reports whether m comes before o in delivery order: (rank, seq) ascending, that is,
+// (priority desc, seq asc).
+func (m refMsg) before(o refMsg) bool {
+	return m.rank < o.rank || m.rank == o.rank && m.seq < o.seq
+}
+
+// refSel is a consumer's selector: it accepts the messages whose "k" header is in mask. A
+// panicking one panics where it would return false, which the queue must take as false.
+type refSel struct {
+	mask   uint8
+	panics bool
+}
+
+func (s *refSel) String() string {
+	if s == nil {
+		return "none"
+	}
+	p := fmt.Sprintf("k in %04b", s.mask)
+	if s.panics {
+		p += ", else panics"
+	}
+	return p
+}
+
+// accepts reports whether the consumer with selector s takes m: always without a selector.
+func (s *refSel) accepts(m refMsg) bool { return s == nil || s.mask>>m.k&1 != 0 }
+
+// real returns the selector's function for warren.Selector: a pure function of the message.
+func (s *refSel) real() func(*warren.Message) bool {
+	mask, panics := s.mask, s.panics
+	return func(m *warren.Message) bool {
+		k, _ := m.Headers["k"].(int64)
+		if mask>>k&1 != 0 {
+			return true
+		}
+		if panics {
+			panic("model selector: rejected by panicking")
+		}
+		return false
+	}
 }
 
 type refState uint8
@@ -93,6 +163,9 @@ type refConsumer struct {
 	tag      string
 	prefetch int
 	autoAck  bool
+	priority int            // ConsumerPriority
+	sel      *refSel        // nil: no selector
+	turn     uint64         // general dispatch: refQueue.turns when it last received; 0 for never
 	ctx      int            // index of the owning context
 	active   bool           // receiving: not cancelled, its context not ended, the queue not ended
 	ended    bool           // its context ended
@@ -111,24 +184,29 @@ func (c *refConsumer) outstanding() int {
 	return len(c.buffered) + len(c.held)
 }
 
-// refQueue is the reference queue: a slice of ready messages sorted by seq with linear scans,
-// push consumers in registration order with a round-robin cursor, at most one AutoAck consumer,
-// and the outstanding Gets.
+// refQueue is the reference queue: a slice of ready messages sorted by (rank, seq) with linear
+// scans, push consumers by priority then registration order with a round-robin cursor, at most
+// one AutoAck consumer, and the outstanding Gets.
 type refQueue struct {
-	ready   []refMsg
+	maxPrio int      // MaxPriority; 0 for a queue without priorities
+	ready   []refMsg // in delivery order
 	nextSeq uint64
 	all     []*refConsumer // every consumer ever registered, by index
-	active  []*refConsumer // active push consumers, registration order
+	active  []*refConsumer // active push consumers, by priority (highest first), then registration
 	feeder  *refConsumer   // the active AutoAck consumer, if any
-	cursor  int
+	cursor  int            // simple dispatch's round-robin cursor into active
+	turns   uint64         // deliveries made by the general dispatch
 	getTag  uint64
 	gets    []*refDelivery // outstanding Gets
 	endErr  error          // the queue ended: warren.ErrQueueDeleted or warren.ErrClosed
 	closed  bool           // the broker closed: calls fail with ErrClosed, even if deleted before
 	pushed  int            // deliveries dispatched to push consumers, for the statistics
+	stats   *modelStats
 }
 
-func newRefQueue() *refQueue { return &refQueue{nextSeq: 1} }
+func newRefQueue(maxPrio int, stats *modelStats) *refQueue {
+	return &refQueue{maxPrio: maxPrio, nextSeq: 1, stats: stats}
+}
 
 // err is what calls on the ended queue, its consumers and its deliveries fail with: ErrClosed
 // once the broker closed, even if the queue was deleted before; else the deletion error.
@@ -139,13 +217,13 @@ func (r *refQueue) err() error {
 	return r.endErr
 }
 
-// insert puts m back at its seq's position.
+// insert puts m at its place: by rank, and within its rank by seq.
 func (r *refQueue) insert(m refMsg) {
 	i := 0
-	for i < len(r.ready) && r.ready[i].seq < m.seq {
+	for i < len(r.ready) && r.ready[i].before(m) {
 		i++
 	}
-	if i < len(r.ready) && r.ready[i].seq == m.seq {
+	if slices.ContainsFunc(r.ready, func(x refMsg) bool { return x.seq == m.seq }) {
 		panic(fmt.Sprintf("refQueue: seq %d twice", m.seq))
 	}
 	r.ready = slices.Insert(r.ready, i, m)
@@ -166,15 +244,48 @@ func (r *refQueue) giveBack(d *refDelivery) {
 	r.insert(m)
 }
 
-func (r *refQueue) popHead() refMsg {
-	m := r.ready[0]
-	r.ready = slices.Delete(r.ready, 0, 1)
+func (r *refQueue) popHead() refMsg { return r.popAt(0) }
+
+func (r *refQueue) popAt(i int) refMsg {
+	m := r.ready[i]
+	if r.maxPrio > 0 && slices.ContainsFunc(r.ready[i+1:], func(x refMsg) bool { return x.seq < m.seq }) {
+		r.stats.prioOrder++
+	}
+	r.ready = slices.Delete(r.ready, i, i+1)
 	return m
 }
 
-// dispatch hands ready messages to push consumers with credit, round-robin. An AutoAck
-// consumer's feeder takes its messages in feed, after the step.
+// firstAccepted returns the index of the first ready message c accepts, or -1.
+func (r *refQueue) firstAccepted(c *refConsumer) int {
+	return slices.IndexFunc(r.ready, c.sel.accepts)
+}
+
+// general reports whether dispatch takes the general path: the active consumers (push ones, or
+// the one AutoAck consumer) differ in priority or one has a selector.
+func (r *refQueue) general() bool {
+	cs := r.active
+	if r.feeder != nil {
+		cs = []*refConsumer{r.feeder} // never beside push consumers
+	}
+	for _, c := range cs {
+		if c.sel != nil || c.priority != cs[0].priority {
+			return true
+		}
+	}
+	return false
+}
+
+// dispatch hands ready messages to push consumers with credit: round-robin on the simple path,
+// band by band on the general one. An AutoAck consumer's feeder takes its messages in feed,
+// after the step.
 func (r *refQueue) dispatch() {
+	if len(r.ready) == 0 {
+		return
+	}
+	if r.general() {
+		r.dispatchGeneral()
+		return
+	}
 	misses := 0
 	for len(r.ready) > 0 && misses < len(r.active) {
 		if r.cursor >= len(r.active) {
@@ -186,10 +297,60 @@ func (r *refQueue) dispatch() {
 			misses++
 			continue
 		}
-		c.nextTag++
-		c.buffered = append(c.buffered, &refDelivery{msg: r.popHead(), tag: c.nextTag, consumer: c.idx, owner: -1})
+		r.push(c, r.popHead())
 		misses = 0
-		r.pushed++
+	}
+}
+
+// push buffers a delivery of m for push consumer c.
+func (r *refQueue) push(c *refConsumer, m refMsg) {
+	c.nextTag++
+	c.buffered = append(c.buffered, &refDelivery{msg: m, tag: c.nextTag, consumer: c.idx, owner: -1})
+	r.pushed++
+}
+
+// dispatchGeneral is the general path of dispatch.go: bands of equal priority, highest first,
+// each served until every consumer in it is out of credit or has found nothing in this pass;
+// within a band the consumer with credit whose last turn is the oldest (the first in band order
+// on a tie) takes the first ready message it accepts.
+func (r *refQueue) dispatchGeneral() {
+	missed := make(map[*refConsumer]bool)
+	higher := false // a higher band exists
+	for lo := 0; lo < len(r.active) && len(r.ready) > 0; {
+		hi := lo + 1
+		for hi < len(r.active) && r.active[hi].priority == r.active[lo].priority {
+			hi++
+		}
+		band := r.active[lo:hi]
+		lo = hi
+		for len(r.ready) > 0 {
+			var c *refConsumer
+			for _, x := range band {
+				if !missed[x] && x.outstanding() < x.prefetch && (c == nil || x.turn < c.turn) {
+					c = x
+				}
+			}
+			if c == nil {
+				break
+			}
+			i := r.firstAccepted(c)
+			if i < 0 {
+				missed[c] = true
+				r.stats.selectorMisses++
+				continue
+			}
+			r.turns++
+			c.turn = r.turns
+			r.stats.generalPushes++
+			if i > 0 {
+				r.stats.selectorSkips++
+			}
+			if higher {
+				r.stats.lowerBand++
+			}
+			r.push(c, r.popAt(i))
+		}
+		higher = true
 	}
 }
 
@@ -206,9 +367,17 @@ func (r *refQueue) feed() {
 		case c.feeding != nil && len(c.buffered) < c.prefetch-1:
 			c.buffered = append(c.buffered, c.feeding)
 			c.feeding = nil
-		case c.feeding == nil && len(r.ready) > 0:
+		case c.feeding == nil && r.firstAccepted(c) >= 0:
+			// The simple path's feeder takes the head; on the general path (a selector) it
+			// is handed the first message it accepts, which is a turn.
+			i := r.firstAccepted(c)
+			if c.sel != nil {
+				r.turns++
+				c.turn = r.turns
+				r.stats.selectorFeeder++
+			}
 			c.nextTag++
-			c.feeding = &refDelivery{msg: r.popHead(), tag: c.nextTag, consumer: c.idx, owner: -1, state: refAutoAcked}
+			c.feeding = &refDelivery{msg: r.popAt(i), tag: c.nextTag, consumer: c.idx, owner: -1, state: refAutoAcked}
 		default:
 			return
 		}
@@ -240,14 +409,18 @@ func (r *refQueue) deactivate(c *refConsumer, reason error) {
 }
 
 // publish is Publish to the queue through the default exchange.
-func (r *refQueue) publish(id int) error {
+func (r *refQueue) publish(m refMsg) error {
 	switch {
 	case r.closed:
 		return warren.ErrClosed
 	case r.endErr != nil:
 		return nil // the queue is gone: routed nowhere, dropped
 	}
-	r.ready = append(r.ready, refMsg{id: id, seq: r.nextSeq})
+	m.seq = r.nextSeq
+	if r.maxPrio > 0 {
+		m.rank = r.maxPrio - min(r.maxPrio, int(m.prio)) // above the maximum counts as the maximum
+	}
+	r.insert(m)
 	r.nextSeq++
 	r.dispatch()
 	return nil
@@ -288,8 +461,9 @@ func (r *refQueue) consumeErr(prefetch int, tag string) error {
 }
 
 // consume registers a consumer; consumeErr must have said yes.
-func (r *refQueue) consume(prefetch int, tag string, autoAck bool, ctx int) *refConsumer {
-	c := &refConsumer{idx: len(r.all), tag: tag, prefetch: prefetch, autoAck: autoAck, ctx: ctx, active: true}
+func (r *refQueue) consume(prefetch int, tag string, autoAck bool, priority int, sel *refSel, ctx int) *refConsumer {
+	c := &refConsumer{idx: len(r.all), tag: tag, prefetch: prefetch, autoAck: autoAck, priority: priority, sel: sel,
+		ctx: ctx, active: true}
 	r.all = append(r.all, c)
 	if autoAck {
 		if r.feeder != nil || len(r.active) > 0 {
@@ -301,9 +475,26 @@ func (r *refQueue) consume(prefetch int, tag string, autoAck bool, ctx int) *ref
 	if r.feeder != nil {
 		panic("refQueue: a push consumer beside an AutoAck consumer is not modelled")
 	}
-	r.active = append(r.active, c)
+	// After every consumer of its priority or higher (priorityIndex). The round-robin turn
+	// stays with the consumer it was at: inserted before the cursor, the consumer moves it on.
+	i := 0
+	for i < len(r.active) && r.active[i].priority >= c.priority {
+		i++
+	}
+	if i < r.cursor {
+		r.cursor++
+	}
+	r.active = slices.Insert(r.active, i, c)
 	r.dispatch()
 	return c
+}
+
+// selective reports whether an active consumer has a selector.
+func (r *refQueue) selective() bool {
+	if r.feeder != nil && r.feeder.sel != nil {
+		return true
+	}
+	return slices.ContainsFunc(r.active, func(c *refConsumer) bool { return c.sel != nil })
 }
 
 // rendezvous reports whether c's feeder is parked sending into an unbuffered channel (an
@@ -551,17 +742,17 @@ type modelOpKind uint8
 // (if any), 6 any live one, the sel-th newest (shared with whatever it owns); 7 an ended one
 // (the call fails).
 const (
-	mopPublish     modelOpKind = iota
-	mopGet                     // a%4 == 3: AutoAck; b%8: context choice, b/8: which
-	mopConsume                 // a: prefetch 1+a%4 (a%16 == 0: invalid 0), a/16%4 == 3 AutoAck; b%8: context choice; b/8%4: tag (0 an inactive consumer's, 1 any earlier one, else fresh); b/32: which
-	mopReceive                 // a: consumer; b: 1+b%4 receives
-	mopSettle                  // a%4 == 0: the newest held delivery but a consumer's oldest, else a,b: any; b%3: how
-	mopUpTo                    // a: consumer; b%3: how; b/3%8: 0 tag 0, 1 a buffered tag, 7 not outstanding, else a received tag; b/24: which
-	mopSettleAgain             // a,b: a delivery no longer outstanding (a%16 == 0: zero Delivery)
-	mopCancel                  // a: consumer
-	mopEndConsumer             // a: consumer; ends its context, with all else that context owns
-	mopEndContext              // a%8 == 0: a fresh context, owning nothing; else a live one, the a/8-th newest
-	mopRecover                 // a: consumer
+	mopPublish     modelOpKind = iota // a%(max priority+4): Priority, max priority+3 for none; b%4: the "k" header
+	mopGet                            // a%4 == 3: AutoAck; b%8: context choice, b/8: which
+	mopConsume                        // a: prefetch 1+a%4 (a%16 == 0: invalid 0), a/16%4 == 3 AutoAck; b%8: context choice; b/8%4: tag (0 an inactive consumer's, 1 any earlier one, else fresh); b/32: which; c: see consumeArgs
+	mopReceive                        // a: consumer; b: 1+b%4 receives
+	mopSettle                         // a%4 == 0: the newest held delivery but a consumer's oldest, else a,b: any; b%3: how
+	mopUpTo                           // a: consumer; b%3: how; b/3%8: 0 tag 0, 1 a buffered tag, 7 not outstanding, else a received tag; b/24: which
+	mopSettleAgain                    // a,b: a delivery no longer outstanding (a%16 == 0: zero Delivery)
+	mopCancel                         // a: consumer
+	mopEndConsumer                    // a: consumer; ends its context, with all else that context owns
+	mopEndContext                     // a%8 == 0: a fresh context, owning nothing; else a live one, the a/8-th newest
+	mopRecover                        // a: consumer
 	mopPurge
 	numRegularOps
 )
@@ -580,23 +771,56 @@ func (k modelOpKind) String() string { return modelOpNames[k] }
 
 // modelOp is one step; its arguments are raw and resolved against the state when it runs.
 type modelOp struct {
-	kind modelOpKind
-	a, b uint8
+	kind    modelOpKind
+	a, b, c uint8
 }
 
-// randomModelOps returns n operations with per-sequence jittered weights, and in one sequence
-// in four a terminal operation (DeleteQueue or Close) followed by a tail of n/16 more, possibly
-// repeated (Close after DeleteQueue, a DeleteQueue that failed its condition). One
-// sequence in four may create AutoAck consumers (in the others, Consume is always push); one in
-// three publishes less than it settles, so that consumers wait with credit. One
+// consumeArgs reads a Consume's priority and selector from its c byte: c%4 the priority, 0, 1,
+// 2 or -1; with c&0x40, a selector accepting the "k" values in the mask (c>>2)&15, and panicking
+// instead of returning false when c&0x80.
+func consumeArgs(c uint8) (priority int, sel *refSel) {
+	priority = [...]int{0, 1, 2, -1}[c%4]
+	if c&0x40 != 0 {
+		sel = &refSel{mask: c >> 2 & 15, panics: c&0x80 != 0}
+	}
+	return priority, sel
+}
+
+// modelCfg is the queue's declaration: its maximum priority (0 for none).
+type modelCfg struct {
+	maxPrio int
+}
+
+func (c modelCfg) options() []warren.QueueOption {
+	if c.maxPrio > 0 {
+		return []warren.QueueOption{warren.MaxPriority(c.maxPrio)}
+	}
+	return nil
+}
+
+// randomModelOps returns a queue declaration and n operations with per-sequence jittered
+// weights, and in one sequence in four a terminal operation (DeleteQueue or Close) followed by
+// a tail of n/16 more, possibly repeated (Close after DeleteQueue, a DeleteQueue that failed its
+// condition). One sequence in four may create AutoAck consumers (in the others, Consume is always
+// push); one in three publishes less than it settles, so that consumers wait with credit. One
 // sequence in sixteen hoards: three times as long, two consumers that do not end, and it
 // settles the newest delivery, so that each consumer's oldest delivery stays outstanding while
 // many later ones are settled (a consumer's bookkeeping compacts after 64).
-func randomModelOps(rng *rand.Rand, n int) []modelOp {
+//
+// Independently, one sequence in three declares a priority queue (maximum priority 1 to 5), and
+// two in five give consumers selectors (half of them), two in five consumer priorities: then
+// dispatch takes the general path whenever the active consumers differ in priority or one has a
+// selector.
+func randomModelOps(rng *rand.Rand, n int) (modelCfg, []modelOp) {
 	base := [numRegularOps]int{
 		mopPublish: 20, mopGet: 6, mopConsume: 8, mopReceive: 18, mopSettle: 16, mopUpTo: 6,
 		mopSettleAgain: 3, mopCancel: 3, mopEndConsumer: 3, mopEndContext: 3, mopRecover: 3, mopPurge: 1,
 	}
+	var cfg modelCfg
+	if rng.IntN(3) == 0 {
+		cfg.maxPrio = 1 + rng.IntN(5)
+	}
+	selectors, priorities := rng.IntN(5) < 2, rng.IntN(5) < 2
 	var ops []modelOp
 	hoard := rng.IntN(16) == 0
 	autoAck := !hoard && rng.IntN(4) == 0
@@ -624,7 +848,7 @@ func randomModelOps(rng *rand.Rand, n int) []modelOp {
 			x -= w[k]
 			k++
 		}
-		o := modelOp{kind: k, a: uint8(rng.Uint32()), b: uint8(rng.Uint32())}
+		o := modelOp{kind: k, a: uint8(rng.Uint32()), b: uint8(rng.Uint32()), c: uint8(rng.Uint32())}
 		switch {
 		case hoard && k == mopSettle:
 			o.a &^= 3 // the newest delivery
@@ -632,6 +856,14 @@ func randomModelOps(rng *rand.Rand, n int) []modelOp {
 			o.a |= 0x30
 		case k == mopConsume && !autoAck && o.a/16%4 == 3:
 			o.a &^= 0x10
+		}
+		if k == mopConsume {
+			if !priorities {
+				o.c &^= 3
+			}
+			if !selectors {
+				o.c &^= 0x40
+			}
 		}
 		return o
 	}
@@ -644,17 +876,24 @@ func randomModelOps(rng *rand.Rand, n int) []modelOp {
 			ops = append(ops, draw())
 		}
 	}
-	return ops
+	return cfg, ops
 }
 
-// decodeModelOps reads three bytes per operation: kind, a, b. Kind bytes 252 and 253 are
+// decodeModelOps reads the queue's declaration from the first byte (maximum priority: byte%6, 0
+// for none), then four bytes per operation: kind, a, b, c. Kind bytes 252 and 253 are
 // DeleteQueue, 254 and 255 Close, the others regular operations, evenly.
-func decodeModelOps(data []byte) []modelOp {
+func decodeModelOps(data []byte) (modelCfg, []modelOp) {
 	const maxOps = 1000
+	var cfg modelCfg
+	if len(data) > 0 {
+		cfg.maxPrio = int(data[0] % 6)
+	}
 	var ops []modelOp
-	for i := 0; i < len(data) && len(ops) < maxOps; i += 3 {
-		var o modelOp
-		switch k := data[i]; {
+	for i := 1; i < len(data) && len(ops) < maxOps; i += 4 {
+		var p [4]byte
+		copy(p[:], data[i:])
+		o := modelOp{a: p[1], b: p[2], c: p[3]}
+		switch k := p[0]; {
 		case k >= 254:
 			o.kind = mopClose
 		case k >= 252:
@@ -662,20 +901,14 @@ func decodeModelOps(data []byte) []modelOp {
 		default:
 			o.kind = modelOpKind(k % byte(numRegularOps))
 		}
-		if i+1 < len(data) {
-			o.a = data[i+1]
-		}
-		if i+2 < len(data) {
-			o.b = data[i+2]
-		}
 		ops = append(ops, o)
 	}
-	return ops
+	return cfg, ops
 }
 
 // encodeModelOps is the inverse of decodeModelOps.
-func encodeModelOps(ops ...modelOp) []byte {
-	var b []byte
+func encodeModelOps(cfg modelCfg, ops ...modelOp) []byte {
+	b := []byte{byte(cfg.maxPrio)}
 	for _, o := range ops {
 		k := byte(o.kind)
 		switch o.kind {
@@ -684,7 +917,7 @@ func encodeModelOps(ops ...modelOp) []byte {
 		case mopClose:
 			k = 254
 		}
-		b = append(b, k, o.a, o.b)
+		b = append(b, k, o.a, o.b, o.c)
 	}
 	return b
 }
@@ -714,13 +947,26 @@ type modelStats struct {
 	deletes        int // DeleteQueue that deleted the queue
 	closes         int // Close
 	failedDeletes  int // DeleteQueue IfUnused/IfEmpty that failed
+	prioQueues     int // sequences on a priority queue
+	prioOrder      int // deliveries (or Gets) of a message that was not the oldest ready one
+	generalPushes  int // deliveries made by the general dispatch
+	selectorSkips  int // ... of a message behind one the consumer skipped
+	lowerBand      int // ... to a consumer below the highest priority band
+	selectorMisses int // consumers found wanting in a general dispatch pass
+	selectorFeeder int // messages an AutoAck consumer with a selector took
+	skippedPublish int // publishes skipped to avoid a known bug (modelAvoidBugs)
 }
 
 func (s *modelStats) String() string {
 	return fmt.Sprintf("UpTo buffered tag %d, UpTo(0) beside buffered %d, shared context ends %d (dispatching %d), "+
 		"empty context ends %d, tag reuses %d, AutoAck receives %d, feeder holding %d, skipped consumes %d, "+
-		"deletes %d (failed %d), closes %d", s.upToBuffered, s.upTo0Buffered, s.sharedEnds, s.sharedDispatch,
-		s.emptyEnds, s.tagReuse, s.autoAckRecv, s.feederHolds, s.skipped, s.deletes, s.failedDeletes, s.closes)
+		"deletes %d (failed %d), closes %d; priority queues %d (out of seq order %d); general dispatch %d "+
+		"(past a skipped message %d, to a lower band %d, consumers found wanting %d), taken by a selective feeder %d; "+
+		"publishes skipped for a known bug %d",
+		s.upToBuffered, s.upTo0Buffered, s.sharedEnds, s.sharedDispatch,
+		s.emptyEnds, s.tagReuse, s.autoAckRecv, s.feederHolds, s.skipped, s.deletes, s.failedDeletes, s.closes,
+		s.prioQueues, s.prioOrder, s.generalPushes, s.selectorSkips, s.lowerBand, s.selectorMisses, s.selectorFeeder,
+		s.skippedPublish)
 }
 
 type seenDelivery struct {
@@ -744,12 +990,16 @@ type modelHarness struct {
 	history []string // one line per op, with what it returned
 }
 
-func newModelHarness(t *testing.T, label string, stats *modelStats) *modelHarness {
+func newModelHarness(t *testing.T, label string, cfg modelCfg, stats *modelStats) *modelHarness {
 	if stats == nil {
 		stats = new(modelStats)
 	}
-	h := &modelHarness{t: t, label: label, b: newBroker(t), m: newRefQueue(), stats: stats}
-	h.q = declare(t, h.b, "q")
+	h := &modelHarness{t: t, label: label, b: newBroker(t), m: newRefQueue(cfg.maxPrio, stats), stats: stats}
+	h.q = declare(t, h.b, "q", cfg.options()...)
+	if cfg.maxPrio > 0 {
+		stats.prioQueues++
+		h.history = append(h.history, fmt.Sprintf("   0  declare q with MaxPriority(%d)", cfg.maxPrio))
+	}
 	return h
 }
 
@@ -767,6 +1017,14 @@ func (h *modelHarness) logf(format string, args ...any) {
 		h.t.Log(h.history[len(h.history)-1])
 	}
 }
+
+// modelAvoidBugs keeps the random operations away from a bug the model found, so that it can
+// go on looking for others while that bug is open; the bug has its own test. With it true, a
+// publish at the top priority of a priority queue while a consumer with a selector is active is
+// skipped (TestSelectorSeesFreshTopPriority: with the one selector cursor of 441cd5e and this
+// switch false, WARREN_MODEL_SEED=2028544219101712623 WARREN_MODEL_SEQS=1 fails at step 155).
+// The cursors per priority rank fix it, so it is off.
+const modelAvoidBugs = false
 
 // modelTrace logs every op as it starts (WARREN_MODEL_TRACE=1), for failures that end the test
 // binary before fail can print the history: a real call that deadlocks inside the bubble.
@@ -808,6 +1066,11 @@ func (h *modelHarness) checkDelivery(call string, got *warren.Delivery, want *re
 		h.fail("%s: %s MessageCount = %d, want %d", call, got.Message.Body, got.MessageCount, want.msgCount)
 	case got.Exchange != "" || got.RoutingKey != "q":
 		h.fail("%s: %s Exchange, RoutingKey = %q, %q, want \"\", \"q\"", call, got.Message.Body, got.Exchange, got.RoutingKey)
+	case got.Message.Priority != want.msg.prio:
+		h.fail("%s: %s Priority = %d, want %d", call, got.Message.Body, got.Message.Priority, want.msg.prio)
+	}
+	if k, _ := got.Message.Headers["k"].(int64); k != int64(want.msg.k) {
+		h.fail("%s: %s header k = %d, want %d", call, got.Message.Body, k, want.msg.k)
 	}
 }
 
@@ -826,7 +1089,14 @@ func (h *modelHarness) check() {
 	for i, rc := range h.m.all {
 		c := h.cons[i]
 		if got, want := len(c.Deliveries()), len(rc.buffered); got != want {
-			h.fail("consumer %s: len(Deliveries()) = %d, want %d", consName(rc), got, want)
+			var all []string
+			for j, x := range h.m.all {
+				if x.active {
+					all = append(all, fmt.Sprintf("%s %d (want %d)", consName(x), len(h.cons[j].Deliveries()), len(x.buffered)))
+				}
+			}
+			h.fail("consumer %s: len(Deliveries()) = %d, want %d; active consumers' buffered: %s", consName(rc), got, want,
+				strings.Join(all, ", "))
 		}
 		if len(rc.buffered) == 0 && !rc.rendezvous() {
 			// Nothing to take: an active consumer's channel is open and empty (the feeder of an
@@ -1073,20 +1343,48 @@ func (h *modelHarness) run(ops []modelOp) {
 		if c := h.m.feeder; c != nil && c.feeding != nil {
 			h.stats.feederHolds++
 		}
+		if modelTrace {
+			h.note(" ⇒ %s", h.m.state())
+		}
 		h.check()
 	}
 	h.finish()
+}
+
+// state describes the model for a trace: ready messages and each active consumer's holdings.
+func (r *refQueue) state() string {
+	s := []string{r.picture()}
+	for _, c := range r.all {
+		if c.active {
+			s = append(s, fmt.Sprintf("%s p%d turn %d: %d buffered, %d held", consName(c), c.priority, c.turn,
+				len(c.buffered), len(c.held)))
+		}
+	}
+	return strings.Join(s, "; ")
 }
 
 func (h *modelHarness) do(o modelOp) {
 	h.t.Helper()
 	switch o.kind {
 	case mopPublish:
-		id := h.nextID
+		m := refMsg{id: h.nextID, k: o.b % 4}
+		msg := warren.Message{Body: []byte("m" + strconv.Itoa(m.id))}
+		if p := int(o.a) % (h.m.maxPrio + 4); p != h.m.maxPrio+3 {
+			m.prio = uint8(p)
+			msg.Priority = m.prio
+		}
+		if m.k != 0 {
+			msg.Headers = warren.Table{"k": int64(m.k)}
+		}
+		if modelAvoidBugs && h.m.maxPrio > 0 && int(m.prio) >= h.m.maxPrio && h.m.selective() {
+			h.logf("publish %v: skipped, a selector would miss it (TestSelectorSeesFreshTopPriority)", m)
+			h.stats.skippedPublish++
+			return
+		}
 		h.nextID++
-		h.logf("publish m%d", id)
-		err := h.b.Publish(h.t.Context(), "", "q", warren.Message{Body: []byte("m" + strconv.Itoa(id))})
-		h.checkErr("Publish", err, h.m.publish(id))
+		h.logf("publish %v", m)
+		err := h.b.Publish(h.t.Context(), "", "q", msg)
+		h.checkErr("Publish", err, h.m.publish(m))
 
 	case mopGet:
 		autoAck := o.a%4 == 3
@@ -1142,10 +1440,18 @@ func (h *modelHarness) do(o modelOp) {
 			}
 		}
 		i := h.ctxFor(o.b, o.b/32)
-		h.logf("consume tag %s prefetch %d autoAck %v, context x%d owning %s", tag, prefetch, autoAck, i, h.owns(i))
+		priority, sel := consumeArgs(o.c)
+		h.logf("consume tag %s prefetch %d autoAck %v priority %d selector %v, context x%d owning %s", tag, prefetch,
+			autoAck, priority, sel, i, h.owns(i))
 		opts := []warren.ConsumeOption{warren.Prefetch(prefetch), warren.ConsumerTag(tag)}
 		if autoAck {
 			opts = append(opts, warren.AutoAck())
+		}
+		if priority != 0 {
+			opts = append(opts, warren.ConsumerPriority(priority))
+		}
+		if sel != nil {
+			opts = append(opts, warren.Selector(sel.real()))
 		}
 		wantErr := h.m.consumeErr(prefetch, tag)
 		if h.ctxs[i].ended {
@@ -1164,7 +1470,7 @@ func (h *modelHarness) do(o modelOp) {
 			h.note(" → %v", err)
 			return
 		}
-		rc := h.m.consume(prefetch, tag, autoAck, i)
+		rc := h.m.consume(prefetch, tag, autoAck, priority, sel, i)
 		if rc.idx > 0 && tag != "c"+strconv.Itoa(rc.idx) {
 			h.stats.tagReuse++
 		}
@@ -1526,7 +1832,8 @@ func TestModel(t *testing.T) {
 				t.Logf("sequence seed %d", s)
 			}
 			label := fmt.Sprintf("seed %d: rerun with WARREN_MODEL_SEED=%d WARREN_MODEL_SEQS=1", s, s)
-			newModelHarness(t, label, &stats).run(randomModelOps(rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), nops))
+			cfg, ops := randomModelOps(rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)), nops)
+			newModelHarness(t, label, cfg, &stats).run(ops)
 		})
 		if t.Failed() {
 			return
@@ -1539,41 +1846,61 @@ func TestModel(t *testing.T) {
 // see decodeModelOps) and compares the queue with the reference queue.
 func FuzzModel(f *testing.F) {
 	type op = modelOp
-	pub := op{mopPublish, 0, 0}
+	pub := op{mopPublish, 0, 0, 0}
 	// Two consumers take alternate messages, one receives and nacks, the other's context ends.
-	f.Add(encodeModelOps(op{mopConsume, 2, 16}, op{mopConsume, 2, 16}, pub, pub, pub, pub, op{mopReceive, 1, 1},
-		op{mopReceive, 9, 1}, op{mopSettle, 0, 1}, op{mopEndConsumer, 9, 0}, op{mopRecover, 1, 0}, op{mopReceive, 1, 3}))
+	f.Add(encodeModelOps(modelCfg{}, op{mopConsume, 2, 16, 0}, op{mopConsume, 2, 16, 0}, pub, pub, pub, pub, op{mopReceive, 1, 1, 0},
+		op{mopReceive, 9, 1, 0}, op{mopSettle, 0, 1, 0}, op{mopEndConsumer, 9, 0, 0}, op{mopRecover, 1, 0, 0}, op{mopReceive, 1, 3, 0}))
 	// Gets owned by fresh and shared contexts, their contexts end, a consumer arrives.
-	f.Add(encodeModelOps(pub, pub, pub, op{mopGet, 0, 0}, op{mopGet, 0, 4}, op{mopGet, 0, 4}, op{mopEndContext, 9, 0},
-		op{mopEndContext, 1, 0}, op{mopConsume, 3, 16}, op{mopReceive, 1, 3}, op{mopUpTo, 1, 0}, op{mopSettleAgain, 1, 2}))
+	f.Add(encodeModelOps(modelCfg{}, pub, pub, pub, op{mopGet, 0, 0, 0}, op{mopGet, 0, 4, 0}, op{mopGet, 0, 4, 0}, op{mopEndContext, 9, 0, 0},
+		op{mopEndContext, 1, 0, 0}, op{mopConsume, 3, 16, 0}, op{mopReceive, 1, 3, 0}, op{mopUpTo, 1, 0, 0}, op{mopSettleAgain, 1, 2, 0}))
 	// Cancel with buffered and received deliveries, settle after Cancel, purge, a buffered UpTo tag.
-	f.Add(encodeModelOps(op{mopConsume, 3, 16}, pub, pub, pub, pub, op{mopReceive, 1, 0}, op{mopCancel, 1, 0},
-		op{mopPurge, 0, 0}, op{mopSettle, 0, 1}, op{mopConsume, 1, 16}, op{mopReceive, 9, 0}, op{mopUpTo, 9, 3},
-		op{mopUpTo, 9, 21}))
+	f.Add(encodeModelOps(modelCfg{}, op{mopConsume, 3, 16, 0}, pub, pub, pub, pub, op{mopReceive, 1, 0, 0}, op{mopCancel, 1, 0, 0},
+		op{mopPurge, 0, 0, 0}, op{mopSettle, 0, 1, 0}, op{mopConsume, 1, 16, 0}, op{mopReceive, 9, 0, 0}, op{mopUpTo, 9, 3, 0},
+		op{mopUpTo, 9, 21, 0}))
 	// Three consumers and a Get share one context, which ends: one dispatch to a fourth.
-	f.Add(encodeModelOps(op{mopConsume, 1, 16}, op{mopConsume, 2, 4}, op{mopConsume, 2, 4}, pub, pub, pub, pub, pub,
-		pub, pub, op{mopGet, 0, 4}, op{mopReceive, 9, 3}, op{mopReceive, 17, 3}, op{mopReceive, 25, 1},
-		op{mopConsume, 3, 16}, op{mopEndConsumer, 9, 0}, op{mopReceive, 25, 3}, op{mopCancel, 1, 0},
-		op{mopConsume, 3, 0}))
+	f.Add(encodeModelOps(modelCfg{}, op{mopConsume, 1, 16, 0}, op{mopConsume, 2, 4, 0}, op{mopConsume, 2, 4, 0}, pub, pub, pub, pub, pub,
+		pub, pub, op{mopGet, 0, 4, 0}, op{mopReceive, 9, 3, 0}, op{mopReceive, 17, 3, 0}, op{mopReceive, 25, 1, 0},
+		op{mopConsume, 3, 16, 0}, op{mopEndConsumer, 9, 0, 0}, op{mopReceive, 25, 3, 0}, op{mopCancel, 1, 0, 0},
+		op{mopConsume, 3, 0, 0}))
 	// An AutoAck consumer: its feeder fills the channel and holds one more; receive, Get, nack,
 	// cancel, then a push consumer reusing its tag.
-	f.Add(encodeModelOps(pub, pub, pub, pub, pub, op{mopConsume, 0x31, 16}, op{mopReceive, 1, 0}, op{mopGet, 0, 0},
-		op{mopSettle, 1, 1}, pub, op{mopUpTo, 1, 0}, op{mopRecover, 1, 0}, op{mopCancel, 1, 0}, op{mopConsume, 2, 0},
-		op{mopReceive, 9, 3}))
+	f.Add(encodeModelOps(modelCfg{}, pub, pub, pub, pub, pub, op{mopConsume, 0x31, 16, 0}, op{mopReceive, 1, 0, 0}, op{mopGet, 0, 0, 0},
+		op{mopSettle, 1, 1, 0}, pub, op{mopUpTo, 1, 0, 0}, op{mopRecover, 1, 0, 0}, op{mopCancel, 1, 0, 0}, op{mopConsume, 2, 0, 0},
+		op{mopReceive, 9, 3, 0}))
 	// Delete the queue under consumers and Gets, then keep going.
-	f.Add(encodeModelOps(op{mopConsume, 2, 16}, pub, pub, pub, op{mopGet, 0, 0}, op{mopReceive, 1, 0},
-		op{mopDeleteQueue, 0, 0}, op{mopSettleAgain, 1, 0}, op{mopReceive, 1, 0}, pub, op{mopEndContext, 1, 0}))
+	f.Add(encodeModelOps(modelCfg{}, op{mopConsume, 2, 16, 0}, pub, pub, pub, op{mopGet, 0, 0, 0}, op{mopReceive, 1, 0, 0},
+		op{mopDeleteQueue, 0, 0, 0}, op{mopSettleAgain, 1, 0, 0}, op{mopReceive, 1, 0, 0}, pub, op{mopEndContext, 1, 0, 0}))
 	// Close the broker under an AutoAck consumer.
-	f.Add(encodeModelOps(pub, pub, op{mopConsume, 0x33, 16}, op{mopReceive, 1, 0}, op{mopClose, 0, 0},
-		op{mopReceive, 1, 0}, op{mopConsume, 1, 16}, op{mopSettleAgain, 1, 0}))
+	f.Add(encodeModelOps(modelCfg{}, pub, pub, op{mopConsume, 0x33, 16, 0}, op{mopReceive, 1, 0, 0}, op{mopClose, 0, 0, 0},
+		op{mopReceive, 1, 0, 0}, op{mopConsume, 1, 16, 0}, op{mopSettleAgain, 1, 0, 0}))
 	// Delete, then Close: ErrClosed wins.
-	f.Add(encodeModelOps(op{mopConsume, 1, 16}, pub, op{mopReceive, 1, 0}, op{mopDeleteQueue, 0, 0}, op{mopClose, 0, 0},
-		op{mopSettleAgain, 1, 0}, op{mopUpTo, 1, 0}))
+	f.Add(encodeModelOps(modelCfg{}, op{mopConsume, 1, 16, 0}, pub, op{mopReceive, 1, 0, 0}, op{mopDeleteQueue, 0, 0, 0}, op{mopClose, 0, 0, 0},
+		op{mopSettleAgain, 1, 0, 0}, op{mopUpTo, 1, 0, 0}))
+	// A priority queue (maximum 3): priorities 1, 5 (counts as 3), none, 3, 0; a consumer takes
+	// the two at the top, nacks one, which goes back to the head of its level; a Get.
+	f.Add(encodeModelOps(modelCfg{maxPrio: 3}, op{mopPublish, 1, 0, 0}, op{mopPublish, 5, 0, 0}, op{mopPublish, 6, 0, 0},
+		op{mopPublish, 3, 0, 0}, op{mopPublish, 0, 0, 0}, op{mopConsume, 1, 16, 0}, op{mopReceive, 1, 1, 0},
+		op{mopSettle, 1, 1, 0}, op{mopReceive, 1, 1, 0}, op{mopGet, 0, 0, 0}, op{mopEndConsumer, 1, 0, 0}))
+	// Consumer priorities and selectors: priority 2 taking k=1 only, priority 0 taking all, and
+	// priority -1 taking all and panicking on nothing; messages with k 1, 0, 2, 1; the top one
+	// leaves, so the band below takes over.
+	f.Add(encodeModelOps(modelCfg{}, op{mopConsume, 2, 16, 74}, op{mopConsume, 2, 16, 0}, op{mopConsume, 1, 16, 255},
+		op{mopPublish, 0, 1, 0}, op{mopPublish, 0, 0, 0}, op{mopPublish, 0, 2, 0}, op{mopPublish, 0, 1, 0},
+		op{mopReceive, 1, 3, 0}, op{mopSettle, 1, 1, 0}, op{mopCancel, 1, 0, 0}, op{mopReceive, 9, 3, 0},
+		op{mopPublish, 0, 3, 0}, op{mopRecover, 9, 0, 0}))
+	// A lone AutoAck consumer with a selector (k 0 or 2) takes the first message it accepts.
+	f.Add(encodeModelOps(modelCfg{}, op{mopPublish, 0, 1, 0}, op{mopPublish, 0, 2, 0}, op{mopPublish, 0, 3, 0},
+		op{mopPublish, 0, 0, 0}, op{mopConsume, 0x31, 16, 84}, op{mopReceive, 1, 3, 0}, op{mopGet, 0, 0, 0},
+		op{mopPublish, 0, 2, 0}, op{mopReceive, 1, 1, 0}))
+	// Selectors on a priority queue (maximum 2): consumers with selectors for k=1 and k=2.
+	f.Add(encodeModelOps(modelCfg{maxPrio: 2}, op{mopPublish, 0, 1, 0}, op{mopPublish, 2, 2, 0}, op{mopPublish, 1, 0, 0},
+		op{mopConsume, 1, 16, 72}, op{mopConsume, 1, 16, 80}, op{mopPublish, 2, 1, 0}, op{mopPublish, 1, 2, 0},
+		op{mopReceive, 1, 1, 0}, op{mopSettle, 1, 1, 0}, op{mopReceive, 9, 1, 0}, op{mopEndContext, 1, 0, 0}))
 	f.Add([]byte("the quick brown fox jumps over the lazy dog, twice: the quick brown fox"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ops := decodeModelOps(data)
+		cfg, ops := decodeModelOps(data)
 		synctest.Test(t, func(t *testing.T) {
-			newModelHarness(t, "fuzz input", nil).run(ops)
+			newModelHarness(t, "fuzz input", cfg, nil).run(ops)
 		})
 	})
 }
@@ -1686,4 +2013,80 @@ func TestAutoAckDoneAfterReturn(t *testing.T) {
 			require.Equal(t, 3, q.Len(), "run %d: ready right after Done closed", i)
 		})
 	}
+}
+
+// TestSelectorSeesFreshTopPriority: on a priority queue, a consumer with a selector that has
+// looked at a ready message of a lower priority receives a message it accepts published
+// afterwards at the top priority. (A regression test, found by TestModel: with one cursor per
+// consumer, the cursor was then past the top level's keys, and readySet.push lowered
+// readySet.floor, which moves cursors back, only for a fresh message of rank 1 and up, not for
+// rank 0, whose key is its bare sequence id; "x" stayed ready although the consumer had credit,
+// and beside other consumers it went to the wrong one.)
+func TestSelectorSeesFreshTopPriority(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q", warren.MaxPriority(1))
+		pub := func(body string, p uint8) {
+			t.Helper()
+			require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte(body), Priority: p}))
+		}
+		pub("a", 0) // rank 1: the selector rejects it, and its cursor moves past rank 0
+		c, err := q.Consume(t.Context(), warren.Selector(func(m *warren.Message) bool { return string(m.Body) == "x" }))
+		require.NoError(t, err)
+		pub("x", 1) // rank 0, ahead of "a"
+		require.Equal(t, 1, len(c.Deliveries()), "the consumer accepts x and has credit; Len %d", q.Len())
+		require.Equal(t, "x", picture(receive(t, c, 1)))
+		require.Equal(t, 1, q.Len())
+	})
+}
+
+// TestSingleActiveAutoAckContextEnd: on a single-active-consumer queue whose active consumer
+// is an AutoAck one, when its context ends, everything it held — the message its feeder holds
+// and those buffered in its channel — is back in its place before the next consumer receives
+// (SingleActiveConsumer's doc). (A regression test, found while deciding what the model can
+// cover: orphanLocked only told the feeder to stop, and the feeder put its messages back later,
+// on its own goroutine, while reap had already dispatched to the consumer removeConsumerLocked
+// activated, which received "2 3 0 1".)
+func TestSingleActiveAutoAckContextEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q", warren.SingleActiveConsumer())
+		publishN(t, b, q, 4)
+		ctx, cancel := context.WithCancel(t.Context())
+		auto, err := q.Consume(ctx, warren.AutoAck(), warren.Prefetch(2))
+		require.NoError(t, err)
+		synctest.Wait() // "0" buffered in the channel, "1" held by the feeder, "2" and "3" ready
+		require.Equal(t, 2, q.Len())
+		next, err := q.Consume(t.Context(), warren.Prefetch(10)) // waits its turn
+		require.NoError(t, err)
+		cancel()
+		<-auto.Done()
+		synctest.Wait()
+		require.Equal(t, "0 1 2 3", picture(receive(t, next, 4)), "what the next active consumer receives")
+	})
+}
+
+// TestContextEndAutoAckReturnsBeforeDispatch: when a context owning an AutoAck consumer and a
+// Get ends, the AutoAck consumer's messages — the one its feeder holds and the one buffered in
+// its channel, both earlier in the queue — are back before anything is dispatched, so a push
+// consumer receives "0", not the Get's "2*". The feeder puts them back on its own goroutine;
+// dispatch waits for it (Queue.returning). (A regression test: reap dispatched at once.)
+func TestContextEndAutoAckReturnsBeforeDispatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 4)
+		ctx, cancel := context.WithCancel(t.Context())
+		_, err := q.Consume(ctx, warren.AutoAck(), warren.Prefetch(2))
+		require.NoError(t, err)
+		synctest.Wait()     // "0" buffered in the channel, "1" held by the feeder, "2" and "3" ready
+		_, err = q.Get(ctx) // "2", owned by ctx too
+		require.NoError(t, err)
+		push, err := q.Consume(t.Context(), warren.Prefetch(1))
+		require.NoError(t, err)
+		require.NoError(t, receive(t, push, 1)[0].Ack()) // "3": the push consumer has credit again
+		cancel()
+		synctest.Wait()
+		require.Equal(t, "0", picture(receive(t, push, 1)), "the head of what the context returned")
+	})
 }

@@ -418,6 +418,11 @@ type Queue struct {
 	scan        selectorScan                // the selector scan in progress (dispatch.go)
 	panics      []selectorPanic             // selector panics to log once mu is released
 	handover    *Consumer                   // single active consumer: an AutoAck one still putting back what it held
+	// returning counts stopped AutoAck consumers whose feeders have not yet put back what they
+	// hold: those messages are older than anything dispatch could hand out meanwhile, so
+	// dispatch waits for them (a context end's messages are all back before anything is
+	// dispatched, requeue.go).
+	returning int
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
@@ -778,6 +783,7 @@ func (q *Queue) endLocked(err error) []*Consumer {
 	q.holders, q.consumers, q.feeders, q.standby, q.order, q.gets = nil, nil, nil, nil, nil, nil
 	q.ackTimed = 0
 	q.handover = nil
+	q.returning = 0
 	if q.ownerStop != nil {
 		q.ownerStop()
 	}

@@ -124,8 +124,10 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 		stop(c.Err())
 	}
 	workers.Wait()
+	// A delivery still outstanding (a handler that never returned, by runtime.Goexit) goes
+	// back now, before Serve returns; then the consumer's context ends with nothing left.
+	_ = c.Recover()
 	release()
-	<-c.Done()
 	if ctx.Err() != nil {
 		return nil
 	}
