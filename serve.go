@@ -62,7 +62,10 @@ func (o serveOption) applyServe(c *serveConfig) { o(c) }
 //     (past it the message is dead-lettered with reason "delivery_limit"). Without a delivery
 //     limit a message that always fails is retried forever.
 //   - a panic: recovered, logged with its stack on the broker's logger ([WithLogger]), reported
-//     to listeners as an [EventHandlerPanicked] event, and treated as an error.
+//     to listeners as an [EventHandlerPanicked] event (whose Err wraps the panic value when it is
+//     an error), and treated as that error.
+//   - a handler that ends its goroutine (runtime.Goexit, as t.FailNow does): logged, treated as
+//     an error, and its worker replaced.
 //
 // A handler may settle its delivery itself; Serve then leaves it alone.
 //
@@ -71,8 +74,10 @@ func (o serveOption) applyServe(c *serveConfig) { o(c) }
 // done) and their results are applied, and anything still outstanding goes back to its place
 // before Serve returns nil. If the consumer ends for another reason — the queue is deleted, the
 // broker closes, an [AckTimeout] passes — the handlers' context is cancelled with that reason,
-// and Serve returns it once they finish. ([Broker.Close] does not wait for handlers; Serve
-// does. Their settlements then fail with [ErrClosed], which Serve ignores.)
+// and Serve returns it once they finish; a result that comes too late to settle its delivery is
+// dropped (logged at debug level). So an ack timeout ends the whole pool, as it ends a consumer:
+// run Serve in a loop to keep serving after one. ([Broker.Close] does not wait for handlers;
+// Serve does.) If ctx ends together with such a reason, Serve returns nil.
 //
 // opts are [Workers], [Backoff], and the consumer options: [Prefetch], [ConsumerTag],
 // [ConsumerPriority], [Selector], [AckTimeout], [Exclusive]. Serve fails at once, as
@@ -109,13 +114,24 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 	}
 	hctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	var workers sync.WaitGroup
-	for range cfg.workers {
-		workers.Go(func() {
-			for d := range c.Deliveries() {
-				q.serveOne(hctx, h, d, cfg.backoff)
+	var (
+		workers sync.WaitGroup
+		work    func()
+	)
+	work = func() {
+		exited := true // until the loop ends: a handler that calls runtime.Goexit ends this goroutine
+		defer func() {
+			if exited {
+				workers.Go(work) // the pool keeps its size
 			}
-		})
+		}()
+		for d := range c.Deliveries() {
+			q.serveOne(hctx, h, d, cfg.backoff)
+		}
+		exited = false
+	}
+	for range cfg.workers {
+		workers.Go(work)
 	}
 	select {
 	case <-ctx.Done():
@@ -124,8 +140,8 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 		stop(c.Err())
 	}
 	workers.Wait()
-	// A delivery still outstanding (a handler that never returned, by runtime.Goexit) goes
-	// back now, before Serve returns; then the consumer's context ends with nothing left.
+	// Anything still outstanding (none, unless a settlement failed) goes back now, before
+	// Serve returns; then the consumer's context ends with nothing left.
 	_ = c.Recover()
 	release()
 	if ctx.Err() != nil {
@@ -136,7 +152,11 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 
 // serveOne runs h on d and settles d by the result.
 func (q *Queue) serveOne(ctx context.Context, h Handler, d *Delivery, backoff func(int) time.Duration) {
-	err := q.runHandler(ctx, h, d)
+	q.settleServed(d, q.runHandler(ctx, h, d, backoff), backoff)
+}
+
+// settleServed settles d by its handler's result.
+func (q *Queue) settleServed(d *Delivery, err error, backoff func(int) time.Duration) {
 	var settled error
 	switch {
 	case err == nil:
@@ -153,15 +173,34 @@ func (q *Queue) serveOne(ctx context.Context, h Handler, d *Delivery, backoff fu
 	}
 }
 
-// runHandler calls h, turning a panic into an error after logging it and telling listeners.
-func (q *Queue) runHandler(ctx context.Context, h Handler, d *Delivery) (err error) {
+// errHandlerExited is the failure of a handler that ended its goroutine with runtime.Goexit (as
+// t.FailNow does) instead of returning.
+var errHandlerExited = errors.New("warren: handler called runtime.Goexit")
+
+// runHandler calls h. A panic becomes an error (wrapping the panic value when it is an error),
+// after it is logged and told to listeners. A handler that ends its goroutine instead of
+// returning fails its delivery here, and its worker is replaced (see Serve).
+func (q *Queue) runHandler(ctx context.Context, h Handler, d *Delivery, backoff func(int) time.Duration) (err error) {
+	returned := false
 	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("warren: handler panicked: %v", p)
+		p := recover()
+		switch {
+		case p != nil:
+			if pe, ok := p.(error); ok {
+				err = fmt.Errorf("warren: handler panicked: %w", pe)
+			} else {
+				err = fmt.Errorf("warren: handler panicked: %v", p)
+			}
 			q.b.cfg.logger.Error("warren: handler panicked", "queue", q.name, "consumer", d.ConsumerTag,
 				"tag", d.DeliveryTag, "panic", p, "stack", string(debug.Stack()))
 			q.b.emit(Event{Kind: EventHandlerPanicked, Queue: q.name, Consumer: d.ConsumerTag, Message: d.Message, Err: err})
+		case !returned:
+			q.b.cfg.logger.Error("warren: handler called runtime.Goexit; delivery failed, worker replaced",
+				"queue", q.name, "consumer", d.ConsumerTag, "tag", d.DeliveryTag)
+			q.settleServed(d, errHandlerExited, backoff)
 		}
 	}()
-	return h(ctx, d)
+	err = h(ctx, d)
+	returned = true
+	return err
 }
