@@ -523,23 +523,23 @@ const (
 // Deliveries are allocated in small chunks: holding one keeps the messages of up to 15 others
 // of its queue reachable until it is dropped.
 type Delivery struct {
-	Message       *Message // the message; shared and immutable
-	Exchange      string   // the exchange it was published to
-	RoutingKey    string   // the routing key it was published with
-	Redelivered   bool     // it was delivered before and came back to the queue
-	DeliveryCount int      // how many times it came back to the queue before this delivery (RabbitMQ's x-delivery-count)
-	DeliveryTag   uint64   // per consumer (or per queue for Get), from 1, in delivery order
-	ConsumerTag   string   // the consumer's tag; empty for Get
-	MessageCount  int      // Get only: ready messages left in the queue after this one
+	Message       *Message      // the message; shared and immutable
+	Exchange      string        // the exchange it was published to
+	RoutingKey    string        // the routing key it was published with
+	Redelivered   bool          // it was delivered before and came back to the queue
+	state         deliveryState // unexported; here to fill the padding after Redelivered
+	DeliveryCount int           // how many times it came back to the queue before this delivery (RabbitMQ's x-delivery-count)
+	DeliveryTag   uint64        // per consumer (or per queue for Get), from 1, in delivery order
+	ConsumerTag   string        // the consumer's tag; empty for Get
+	MessageCount  int           // Get only: ready messages left in the queue after this one
 
-	_     noCopy    // a copy would be a second handle on one delivery: go vet flags it
-	self  *Delivery // d.self == d, so that settling a copy is refused
-	q     *Queue
-	c     *Consumer // nil for Get
-	e     entry     // the message's place in q
-	due   int64     // when its consumer's ack timeout ends it, on q's clock; 0 for never
-	state deliveryState
-	get   *getOwner // Get only, and only when the Get's context can end
+	_    noCopy    // a copy would be a second handle on one delivery: go vet flags it
+	self *Delivery // d.self == d, so that settling a copy is refused
+	q    *Queue
+	c    *Consumer // nil for Get
+	e    entry     // the message's place in q
+	due  int64     // when its consumer's ack timeout ends it, on q's clock; 0 for never
+	get  *getOwner // Get only, and only when the Get's context can end
 }
 
 // Ack acknowledges the delivery: the message is done and leaves the queue (AMQP's basic.ack).

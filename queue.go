@@ -284,11 +284,18 @@ func (r *readySet) ascend(from uint64, fn func(entry) bool) {
 func (r *readySet) scanRank(rank uint8, from uint64, fn func(entry) bool) bool {
 	l := r.level(rank)
 	run := r.run[r.runAt:]
-	s := rankScan{
-		ring:  l,
-		at:    searchKey(l.len(), l.at, from),
-		run:   run[searchKey(len(run), func(i int) entry { return run[i] }, from):],
-		limit: uint64(rank)<<seqBits | (1<<seqBits - 1),
+	// A selector's scan usually finds nothing new: its cursor is past the tails. Those cases
+	// skip the binary searches.
+	s := rankScan{ring: l, at: l.len(), limit: uint64(rank)<<seqBits | (1<<seqBits - 1)}
+	switch {
+	case l.len() == 0 || l.at(l.len()-1).key() < from:
+	case l.front().key() >= from:
+		s.at = 0
+	default:
+		s.at = searchKey(l.len(), l.at, from)
+	}
+	if len(run) > 0 && run[len(run)-1].key() >= from {
+		s.run = run[searchKey(len(run), func(i int) entry { return run[i] }, from):]
 	}
 	if r.returned.Len() > 0 {
 		stopped := false
