@@ -805,8 +805,9 @@ func (m *mtModel) picture() string {
 	for _, x := range m.delayed {
 		d = append(d, x.m.String()+" due "+mtDur(x.due))
 	}
-	p := fmt.Sprintf("at %s: ready [%s], delayed [%s], unacked %d", mtDur(m.now), strings.Join(r, " "),
-		strings.Join(d, ", "), m.unacked())
+	var p strings.Builder
+	p.WriteString(fmt.Sprintf("at %s: ready [%s], delayed [%s], unacked %d", mtDur(m.now), strings.Join(r, " "),
+		strings.Join(d, ", "), m.unacked()))
 	for _, c := range m.cons {
 		if c.ended || !c.active && len(c.held) == 0 {
 			continue
@@ -818,13 +819,13 @@ func (m *mtModel) picture() string {
 		for _, d := range c.held {
 			h = append(h, fmt.Sprintf("#%d %v", d.tag, d.m))
 		}
-		p += fmt.Sprintf("; %v (active %v) buffered [%s] received [%s]", c, c.active, strings.Join(b, " "),
-			strings.Join(h, " "))
+		p.WriteString(fmt.Sprintf("; %v (active %v) buffered [%s] received [%s]", c, c.active, strings.Join(b, " "),
+			strings.Join(h, " ")))
 		if due := c.ackDue(); due >= 0 {
-			p += " due " + mtDur(due)
+			p.WriteString(" due " + mtDur(due))
 		}
 	}
-	return p
+	return p.String()
 }
 
 // ---------------------------------------------------------------------------------------------
