@@ -1,8 +1,9 @@
 package warren
 
-import "maps"
-
-import "time"
+import (
+	"maps"
+	"time"
+)
 
 // Reasons a message is dead-lettered: the "reason" of an x-death entry (R4.2).
 const (
@@ -184,4 +185,52 @@ func (b *Broker) publishDeadLetter(src *Queue, d deadLetter, now time.Time) {
 		}
 		_ = q.enqueue(b.noWait, dl, -1, publishConfig{}) // a queue deleted or full meanwhile takes nothing
 	}
+}
+
+// Death is one entry of a message's dead-lettering history, its "x-death" header (R4.4): the
+// message was dead-lettered Count times from Queue for Reason ("rejected", "expired", "maxlen"
+// or "delivery_limit"); Time, Exchange and RoutingKeys are those of the first of these deaths,
+// and OriginalExpiration the message's own TTL then, if it had one.
+type Death struct {
+	Queue              string
+	Reason             string
+	Count              int64
+	Time               time.Time
+	Exchange           string
+	RoutingKeys        []string
+	OriginalExpiration string
+}
+
+// Deaths returns the message's dead-lettering history, newest first, as recorded in its
+// "x-death" header; nil when it has none. A header written by someone else is read as far as it
+// has RabbitMQ's shape: entries that are not tables are skipped, and fields of other types are
+// left zero.
+func (m *Message) Deaths() []Death {
+	entries, _ := m.Headers["x-death"].([]any)
+	var ds []Death
+	for _, e := range entries {
+		t, ok := e.(Table)
+		if !ok {
+			continue
+		}
+		d := Death{}
+		d.Queue, _ = t["queue"].(string)
+		d.Reason, _ = t["reason"].(string)
+		d.Count, _ = intArg(t["count"])
+		d.Time, _ = t["time"].(time.Time)
+		d.Exchange, _ = t["exchange"].(string)
+		d.OriginalExpiration, _ = t["original-expiration"].(string)
+		switch keys := t["routing-keys"].(type) {
+		case []any:
+			for _, k := range keys {
+				if s, ok := k.(string); ok {
+					d.RoutingKeys = append(d.RoutingKeys, s)
+				}
+			}
+		case []string:
+			d.RoutingKeys = append(d.RoutingKeys, keys...)
+		}
+		ds = append(ds, d)
+	}
+	return ds
 }

@@ -3,6 +3,7 @@ package warren
 import (
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 	"sync"
 	"time"
@@ -732,6 +733,33 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 	}
 	q.unlock()
 	return d, nil
+}
+
+// Browse returns the queue's ready messages in delivery order, without consuming them (AMQP
+// has no browse; Qpid's browsing consumers do this): a snapshot taken when the iteration starts,
+// in one critical section, then yielded with no lock held. Messages hidden by a delay and
+// deliveries outstanding are not included. After the queue is deleted it yields nothing. The
+// messages are shared with the queue: treat them as read-only.
+func (q *Queue) Browse() iter.Seq[*Message] {
+	return func(yield func(*Message) bool) {
+		q.mu.Lock()
+		var ms []*Message
+		if q.endErr == nil {
+			ms = make([]*Message, 0, q.ready.len())
+			q.ready.ascend(0, func(e entry) bool {
+				if !q.expiredLocked(e) {
+					ms = append(ms, &e.env.msg)
+				}
+				return true
+			})
+		}
+		q.unlock()
+		for _, m := range ms {
+			if !yield(m) {
+				return
+			}
+		}
+	}
 }
 
 // Purge removes every ready message and returns how many there were. Deliveries outstanding
