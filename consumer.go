@@ -382,7 +382,7 @@ func (c *Consumer) feed() {
 			ok bool
 		)
 		c.idle = false
-		if !c.handing && c.active {
+		if !c.handing && c.active && q.returning == 0 { // see Queue.returning
 			if q.general {
 				c.idle = true
 				q.dispatchLocked() // the general dispatch hands idle feeders their messages
@@ -427,7 +427,6 @@ func (c *Consumer) feed() {
 	if q.endErr == nil {
 		q.returning--
 	}
-	q.handOverLocked(c)
 	q.dispatchLocked()
 	q.unlock()
 	close(c.ch)

@@ -59,7 +59,7 @@ func (q *Queue) addConsumerLocked(c *Consumer) error {
 	q.exclusive = c.exclusive
 	q.hadConsumer = true
 	q.holders = append(q.holders, c)
-	if q.cfg.singleActive && (len(q.consumers)+len(q.feeders) > 0 || q.handover != nil) {
+	if q.cfg.singleActive && len(q.consumers)+len(q.feeders) > 0 {
 		q.standby = insertByPriority(q.standby, c)
 		return nil
 	}
@@ -120,36 +120,15 @@ func (q *Queue) removeConsumerLocked(c *Consumer) {
 	} else if i := slices.Index(q.feeders, c); i >= 0 {
 		q.feeders = slices.Delete(q.feeders, i, i+1)
 	}
-	if q.cfg.singleActive && c.autoAck && !q.b.closed.Load() && q.endErr == nil {
-		// The feeder puts back what it holds and has buffered only after this critical
-		// section; the next consumer becomes active once it has (handOverLocked), so that
-		// it receives them in their places.
-		q.handover = c
-		q.reorderLocked()
-		return
-	}
-	q.promoteLocked()
-}
-
-// promoteLocked makes the first waiting consumer of a single-active-consumer queue active, if
-// no consumer is.
-func (q *Queue) promoteLocked() {
-	if q.cfg.singleActive && len(q.standby) > 0 && len(q.consumers)+len(q.feeders) == 0 && q.handover == nil {
+	// The next waiting consumer takes over. What c held comes back before it receives: now,
+	// or, for an AutoAck consumer, when its feeder has put it back (see Queue.returning).
+	if q.cfg.singleActive && len(q.standby) > 0 && len(q.consumers)+len(q.feeders) == 0 {
 		next := q.standby[0]
 		q.standby = slices.Delete(q.standby, 0, 1)
 		q.activateLocked(next)
 		return
 	}
 	q.reorderLocked()
-}
-
-// handOverLocked is called by a stopping feeder once its messages are back: if it was the
-// active consumer of a single-active-consumer queue, the next one takes over.
-func (q *Queue) handOverLocked(c *Consumer) {
-	if q.handover == c {
-		q.handover = nil
-		q.promoteLocked()
-	}
 }
 
 // reorderLocked recomputes, after the active consumers changed, whether dispatch needs the
@@ -266,16 +245,19 @@ func (q *Queue) takeForLocked(c *Consumer) (entry, bool) {
 	if c.selector == nil {
 		return q.takeLocked()
 	}
-	q.scan.c = c
-	defer func() { q.scan = selectorScan{visit: q.scan.visit} }()
+	q.scan.c, q.scan.ok = c, false
 	for rank := range c.cursor {
 		q.ready.scanRank(uint8(rank), c.cursor[rank], q.scan.visit)
 		if q.scan.ok {
-			q.ready.remove(q.scan.found.key())
-			return q.scan.found, true
+			break
 		}
 	}
-	return entry{}, false
+	e, ok := q.scan.found, q.scan.ok
+	q.scan.c, q.scan.found = nil, entry{}
+	if ok {
+		q.ready.remove(e.key())
+	}
+	return e, ok
 }
 
 // selectorScan is the state of one selector scan, kept in the queue so that the callback is

@@ -75,6 +75,25 @@ func TestSingleActiveAutoAckFailoverKeepsOrder(t *testing.T) {
 	})
 }
 
+// The same with an AutoAck successor, which takes messages itself rather than being dispatched
+// to: it too waits until the old feeder has put back what it held.
+func TestSingleActiveAutoAckToAutoAckFailoverKeepsOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "sac", warren.SingleActiveConsumer())
+		ctxA, cancelA := context.WithCancel(t.Context())
+		_, err := q.Consume(ctxA, warren.AutoAck(), warren.Prefetch(3))
+		require.NoError(t, err)
+		next, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(10))
+		require.NoError(t, err)
+		publishN(t, b, q, 5)
+		synctest.Wait()
+		cancelA()
+		synctest.Wait()
+		require.Equal(t, "0 1 2 3 4", picture(receive(t, next, 5)))
+	})
+}
+
 // A huge ack timeout means "practically never": it must not overflow the delivery's deadline and
 // so disarm the queue's timer for everything else.
 func TestHugeAckTimeoutKeepsTimerWorking(t *testing.T) {

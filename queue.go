@@ -425,11 +425,11 @@ type Queue struct {
 	ownerStop   func() bool                 // an exclusive queue: stops watching its owner context
 	scan        selectorScan                // the selector scan in progress (dispatch.go)
 	panics      []selectorPanic             // selector panics to log once mu is released
-	handover    *Consumer                   // single active consumer: an AutoAck one still putting back what it held
 	// returning counts stopped AutoAck consumers whose feeders have not yet put back what they
-	// hold: those messages are older than anything dispatch could hand out meanwhile, so
-	// dispatch waits for them (a context end's messages are all back before anything is
-	// dispatched, requeue.go).
+	// hold: those messages are older than anything that could go out meanwhile, so dispatch,
+	// feeders' own takes and hand-offs wait for them (a context end's messages are all back
+	// before anything is dispatched, requeue.go). A single active consumer's successor is
+	// activated at once and receives once they are back.
 	returning int
 }
 
@@ -592,7 +592,9 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 // not expire (R3.5). A feeder takes messages only after this critical section, so an idle one is
 // handed the message here.
 func (q *Queue) handOffLocked(e entry) {
-	if q.ready.len() != 1 || q.general { // the general dispatch hands feeders their messages itself
+	// The general dispatch hands feeders their messages itself; and nothing goes out while a
+	// stopped feeder puts back older messages (see returning).
+	if q.ready.len() != 1 || q.general || q.returning > 0 {
 		return
 	}
 	for _, c := range q.feeders {
@@ -817,7 +819,6 @@ func (q *Queue) endLocked(err error) []*Consumer {
 	}
 	q.holders, q.consumers, q.feeders, q.standby, q.order, q.gets = nil, nil, nil, nil, nil, nil
 	q.ackTimed = 0
-	q.handover = nil
 	q.returning = 0
 	if q.ownerStop != nil {
 		q.ownerStop()

@@ -336,3 +336,43 @@ func TestReadySetLevelsAgainstSortedSlice(t *testing.T) {
 		}
 	}
 }
+
+// TestFeederWaitsWhileAnotherReturns: while a stopped AutoAck consumer's feeder has not yet put
+// back what it held (Queue.returning), another feeder takes nothing itself, even when woken: the
+// returning messages are older than anything it could take. Once they are back it takes in order.
+func TestFeederWaitsWhileAnotherReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := New()
+		defer b.Close()
+		q, err := b.DeclareQueue("q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := q.Consume(t.Context(), AutoAck(), Prefetch(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the feeder is parked, waiting
+		q.mu.Lock()
+		q.returning++ // as if another feeder were putting messages back
+		q.mu.Unlock()
+		if err := b.Publish(t.Context(), "", "q", Message{Body: []byte("later")}); err != nil {
+			t.Fatal(err)
+		}
+		q.mu.Lock()
+		c.wakeLocked()
+		q.mu.Unlock()
+		synctest.Wait()
+		if n := len(c.Deliveries()); n != 0 || q.Len() != 1 {
+			t.Fatalf("while another feeder returns: %d received, %d ready; want 0 and 1", n, q.Len())
+		}
+		q.mu.Lock()
+		q.returning--
+		q.dispatchLocked()
+		q.unlock()
+		synctest.Wait()
+		if n := len(c.Deliveries()); n != 1 {
+			t.Fatalf("after the return: %d received, want 1", n)
+		}
+	})
+}
