@@ -300,7 +300,7 @@ func (r *readySet) scanRank(rank uint8, from uint64, fn func(entry) bool) bool {
 	}
 	if r.returned.Len() > 0 {
 		stopped := false
-		r.returned.AscendGreaterOrEqual(entry{seq: from & (1<<seqBits - 1), rank: rank}, func(t entry) bool {
+		r.returned.AscendGreaterOrEqual(keyEntry(from), func(t entry) bool {
 			if t.rank != rank {
 				return false
 			}

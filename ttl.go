@@ -259,7 +259,7 @@ func (r *readySet) remove(k uint64) (entry, bool) {
 		r.unindex(e)
 		return e, true
 	}
-	if e, ok := r.returned.Delete(entry{seq: k & (1<<seqBits - 1), rank: uint8(k >> seqBits)}); ok {
+	if e, ok := r.returned.Delete(keyEntry(k)); ok {
 		r.unindex(e)
 		return e, true
 	}
@@ -280,6 +280,9 @@ func (r *readySet) remove(k uint64) (entry, bool) {
 	}
 	return entry{}, false
 }
+
+// keyEntry returns an entry with key k, to search the tree with.
+func keyEntry(k uint64) entry { return entry{seq: k & (1<<seqBits - 1), rank: uint8(k >> seqBits)} }
 
 // searchKey returns the index of the first of n entries sorted by key whose key is at least k.
 func searchKey(n int, at func(int) entry, k uint64) int {
