@@ -32,6 +32,8 @@ type Broker struct {
 	wg        sync.WaitGroup // feeders of AutoAck consumers
 	routers   sync.Pool      // *router scratch space for publishing
 	listeners listeners      // event listeners (events.go)
+	// unroutable counts publishes that reached no queue (BrokerStats).
+	unroutable atomic.Uint64
 	// noWait is a context that is already done: an internal publish (a dead letter) passes it so
 	// that a full queue with the Block policy refuses it instead of waiting.
 	noWait context.Context
@@ -46,6 +48,25 @@ type Broker struct {
 	defaultX  *Exchange // the default exchange "", also in exchanges; set once by New
 	exchanges map[string]*Exchange
 	queues    map[string]*Queue
+	// topology are the events of the topology change in progress, emitted by unlockTopology
+	// once mu is released.
+	topology []Event
+}
+
+// unlockTopology releases the topology lock taken for writing and emits the events of the
+// change made under it.
+func (b *Broker) unlockTopology() {
+	evs := b.topology
+	b.topology = nil
+	b.mu.Unlock()
+	b.emitAll(evs)
+}
+
+// topologyEventLocked records an event of the topology change in progress, if anyone listens.
+func (b *Broker) topologyEventLocked(e Event) {
+	if b.listening() {
+		b.topology = append(b.topology, e)
+	}
 }
 
 // New returns a broker with the predeclared exchanges, all durable: the default exchange ""
@@ -89,14 +110,18 @@ func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		b.mu.Lock()
 		b.closed.Store(true)
-		for _, q := range b.queues {
+		ended := slices.Collect(maps.Values(b.queues))
+		for _, q := range ended {
 			q.mu.Lock()
-			q.endLocked(ErrClosed)
+			q.endLocked(ErrClosed, ReasonClosed)
 			q.mu.Unlock()
 		}
 		clear(b.queues)
 		clear(b.exchanges)
-		b.mu.Unlock()
+		b.unlockTopology()
+		for _, q := range ended {
+			q.flushOutbox() // what the queues held, evented as dropped
+		}
 		// Every feeder was started under its queue's mu before that queue ended, so none
 		// can be added from here on.
 		b.wg.Wait()
@@ -129,6 +154,9 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 			return nil, err
 		}
 	}
+	if cfg.err != nil {
+		return nil, fmt.Errorf("warren: declare queue %q: %w", name, cfg.err)
+	}
 	if err := checkTable(cfg.args); err != nil {
 		return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)
 	}
@@ -139,7 +167,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 		return nil, fmt.Errorf("warren: declare exclusive queue %q: owner: %w", name, cfg.owner.Err())
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockTopology()
 	if b.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -162,6 +190,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	}
 	q := newQueue(b, name, cfg)
 	b.queues[name] = q
+	b.topologyEventLocked(Event{Kind: EventQueueCreated, Queue: name})
 	if cfg.owner != nil {
 		// Set under b.mu, before anything can end the queue; the callback takes b.mu.
 		q.ownerStop = context.AfterFunc(cfg.owner, func() { b.deleteOwned(q) })
@@ -190,14 +219,15 @@ func (b *Broker) deleteOwned(q *Queue) {
 	q.mu.Unlock()
 	var feeders []*Consumer
 	defer joinFeeders(&feeders)
+	defer q.flushOutbox()
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockTopology()
 	q.mu.Lock()
 	if q.endErr != nil {
 		q.mu.Unlock()
 		return
 	}
-	feeders = q.endLocked(fmt.Errorf("warren: exclusive queue %q: owner ended: %w", q.name, ErrQueueDeleted))
+	feeders = q.endLocked(fmt.Errorf("warren: exclusive queue %q: owner ended: %w", q.name, ErrQueueDeleted), ReasonOwnerEnded)
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
 }
@@ -311,14 +341,17 @@ func (b *Broker) DeleteQueue(name string, opts ...DeleteOption) error {
 	var feeders []*Consumer
 	defer joinFeeders(&feeders) // after the locks are released
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed.Load() {
+		b.mu.Unlock()
 		return ErrClosed
 	}
 	q := b.queues[name]
 	if q == nil {
+		b.mu.Unlock()
 		return nil
 	}
+	defer q.flushOutbox()
+	defer b.unlockTopology()
 	q.mu.Lock()
 	switch {
 	case cfg.ifUnused && q.consumerCountLocked() > 0:
@@ -328,7 +361,7 @@ func (b *Broker) DeleteQueue(name string, opts ...DeleteOption) error {
 		q.mu.Unlock()
 		return fmt.Errorf("warren: delete queue %q: not empty: %w", name, ErrPreconditionFailed)
 	}
-	feeders = q.endLocked(fmt.Errorf("warren: queue %q: %w", name, ErrQueueDeleted))
+	feeders = q.endLocked(fmt.Errorf("warren: queue %q: %w", name, ErrQueueDeleted), ReasonDeleted)
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
 	return nil
@@ -347,14 +380,15 @@ func joinFeeders(feeders *[]*Consumer) {
 func (b *Broker) autoDeleteQueue(q *Queue) {
 	var feeders []*Consumer
 	defer joinFeeders(&feeders)
+	defer q.flushOutbox()
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockTopology()
 	q.mu.Lock()
 	if !q.shouldAutoDeleteLocked() {
 		q.mu.Unlock()
 		return
 	}
-	feeders = q.endLocked(fmt.Errorf("warren: queue %q auto-deleted: %w", q.name, ErrQueueDeleted))
+	feeders = q.endLocked(fmt.Errorf("warren: queue %q auto-deleted: %w", q.name, ErrQueueDeleted), ReasonAutoDelete)
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
 }
@@ -362,16 +396,35 @@ func (b *Broker) autoDeleteQueue(q *Queue) {
 // expireQueue deletes a queue that has been unused for its expiry (R3.8), unless it was used in
 // between. Its messages are discarded, not dead-lettered.
 func (b *Broker) expireQueue(q *Queue) {
+	defer q.flushOutbox()
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockTopology()
 	q.mu.Lock()
 	if !q.unusedLocked(q.clock()) {
 		q.mu.Unlock()
 		return
 	}
-	q.endLocked(fmt.Errorf("warren: queue %q expired: %w", q.name, ErrQueueDeleted))
+	q.endLocked(fmt.Errorf("warren: queue %q expired: %w", q.name, ErrQueueDeleted), ReasonQueueExpired)
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
+}
+
+// deleteByPolicy deletes a queue that crossed a threshold of its [Alerts] with the [Delete]
+// policy; err says which, and is what its consumers end with. It does not wait for the queue's
+// feeders to finish, since it may run on one of them.
+func (b *Broker) deleteByPolicy(q *Queue, err error) {
+	defer q.flushOutbox()
+	b.mu.Lock()
+	defer b.unlockTopology()
+	if b.closed.Load() {
+		return
+	}
+	q.mu.Lock()
+	q.endLocked(err, ReasonPolicy) // nothing if the queue already ended
+	q.mu.Unlock()
+	if b.queues[q.name] == q {
+		b.removeQueueLocked(q)
+	}
 }
 
 // removeQueueLocked removes an ended queue from the topology with every binding to it.
@@ -380,6 +433,17 @@ func (b *Broker) removeQueueLocked(q *Queue) {
 	for _, x := range b.exchanges {
 		x.unbindLocked(func(bd *binding) bool { return bd.queue == q })
 	}
+}
+
+// bindingEvent returns the event of a binding's creation or deletion.
+func (bd *binding) event(kind EventKind) Event {
+	e := Event{Kind: kind, Exchange: bd.src.name, RoutingKey: bd.key}
+	if bd.queue != nil {
+		e.Queue = bd.queue.name
+	} else {
+		e.DestinationExchange = bd.exchange.name
+	}
+	return e
 }
 
 // Purge removes the ready messages of the named queue; see [Queue.Purge].

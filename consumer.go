@@ -138,6 +138,9 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 	if err := q.addConsumerLocked(c); err != nil {
 		return nil, err
 	}
+	if q.b.listening() {
+		q.eventLocked(Event{Kind: EventConsumerCreated, Consumer: c.tag})
+	}
 	if c.ackTimeout > 0 {
 		q.ackTimed++
 	}
@@ -216,7 +219,7 @@ func (c *Consumer) Cancel() error {
 		}
 		return nil
 	}
-	q.restoreAllLocked(c.stopLocked(ErrCancelled, nil))
+	q.restoreAllLocked(c.stopLocked(ErrCancelled, nil), ReasonCancel)
 	c.signalStopLocked()
 	q.removeConsumerLocked(c)
 	c.tidyLocked()
@@ -262,6 +265,9 @@ func (c *Consumer) stopLocked(reason error, back []entry) []entry {
 	}
 	c.stopped = true
 	c.err = reason
+	if c.q.b.listening() {
+		c.q.eventLocked(Event{Kind: EventConsumerDeleted, Consumer: c.tag, Err: reason})
+	}
 	if c.autoAck {
 		c.q.returning++ // dispatch waits until the feeder has put back what it holds
 		return back     // the feeder drains and closes ch
@@ -297,10 +303,17 @@ func (q *Queue) shouldAutoDeleteLocked() bool {
 
 // newDeliveryLocked returns a delivery of e to this consumer, with the consumer's next tag.
 func (c *Consumer) newDeliveryLocked(e entry) *Delivery {
-	d := c.q.newDeliveryLocked(e)
+	q := c.q
+	d := q.newDeliveryLocked(e)
 	c.nextTag++
 	d.DeliveryTag = c.nextTag
 	d.ConsumerTag = c.tag
+	q.messageEventLocked(EventDelivered, e.env, c.tag, "")
+	if c.autoAck {
+		d.state = deliveryAutoAcked
+		q.n.acked++
+		q.messageEventLocked(EventAcked, e.env, c.tag, "")
+	}
 	return d
 }
 
@@ -404,7 +417,6 @@ func (c *Consumer) feed() {
 			continue
 		}
 		d := c.newDeliveryLocked(e)
-		d.state = deliveryAutoAcked
 		q.unlock()
 		select {
 		case c.ch <- d:
@@ -423,7 +435,7 @@ func (c *Consumer) feed() {
 		back = append(back, c.handoff) // expires as it comes back, if it must
 		c.handoff, c.handing = entry{}, false
 	}
-	q.restoreAllLocked(c.drainLocked(back))
+	q.restoreAllLocked(c.drainLocked(back), ReasonReturned)
 	if q.endErr == nil {
 		q.returning--
 	}
@@ -484,7 +496,10 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 			q.settleLocked(d, how)
 		}
 	}
-	q.restoreAllLocked(back)
+	if how == settleNack {
+		q.n.nacked += uint64(len(back))
+	}
+	q.restoreAllLocked(back, ReasonNack)
 	c.tidyLocked()
 	q.dispatchLocked()
 	return nil
@@ -636,9 +651,14 @@ func (q *Queue) settleLocked(d *Delivery, how settlement) {
 // settleAsLocked does what a settlement does with a released delivery's message.
 func (q *Queue) settleAsLocked(d *Delivery, how settlement) {
 	switch how {
+	case settleAck:
+		q.n.acked++
+		q.messageEventLocked(EventAcked, d.e.env, d.ConsumerTag, "")
 	case settleNack:
-		q.returnLocked(d.e)
+		q.n.nacked++
+		q.returnLocked(d.e, d.ConsumerTag)
 	case settleReject:
-		q.deadLetterLocked(d.e, reasonRejected)
+		q.n.rejected++
+		q.deadLetterLocked(d.e, ReasonRejected)
 	}
 }

@@ -5,14 +5,6 @@ import (
 	"time"
 )
 
-// Reasons a message is dead-lettered: the "reason" of an x-death entry (R4.2).
-const (
-	reasonRejected      = "rejected"       // rejected or nacked without requeue
-	reasonExpired       = "expired"        // its TTL passed
-	reasonMaxLen        = "maxlen"         // dropped or refused by a length limit
-	reasonDeliveryLimit = "delivery_limit" // returned more times than the delivery limit
-)
-
 // death is one dead-lettering event, as recordDeath writes it into a message's headers.
 type death struct {
 	queue       string   // the queue the message is dead-lettered from
@@ -87,13 +79,13 @@ func recordDeath(headers Table, d death) Table {
 // on the way, itself included, was a rejection, the message has gone round without anyone
 // deciding to send it round, and it must not go to target. A rejection is never a cycle.
 func isDeathCycle(headers Table, target, reason string) bool {
-	if reason == reasonRejected {
+	if reason == ReasonRejected {
 		return false
 	}
 	deaths, _ := headers["x-death"].([]any)
 	for _, e := range deaths {
 		t, _ := e.(Table)
-		if t["reason"] == reasonRejected {
+		if t["reason"] == ReasonRejected {
 			return false
 		}
 		if t["queue"] == target {
@@ -103,42 +95,81 @@ func isDeathCycle(headers Table, target, reason string) bool {
 	return false
 }
 
-// deadLetter is a message leaving a queue for its dead-letter exchange.
-type deadLetter struct {
-	env    *envelope
-	reason string
-}
-
-// deadLetterLocked dead-letters e from q with reason. It is only collected here; [Queue.unlock]
-// publishes it once mu is released. Without a dead-letter exchange the message is dropped.
+// deadLetterLocked records that e's message leaves q for reason, one of the x-death reasons:
+// with a dead-letter exchange it goes into the outbox, to be published once mu is released (see
+// [Queue.unlock]) and evented then, when the outcome is known; without one it expires or drops
+// here. A queue that ended dead-letters nothing (R4.2).
 func (q *Queue) deadLetterLocked(e entry, reason string) {
-	if q.cfg.hasDLX && q.endErr == nil {
-		q.dead = append(q.dead, deadLetter{e.env, reason})
+	if reason == ReasonExpired {
+		q.n.expired++
+	}
+	switch {
+	case q.endErr != nil:
+		q.dropLocked(e.env, q.endReasonLocked())
+	case q.cfg.hasDLX:
+		q.outbox = append(q.outbox, Event{Kind: eventDeadLetter, env: e.env, Reason: reason})
+		q.queuedDead++
+	case reason == ReasonExpired:
+		q.messageEventLocked(EventExpired, e.env, "", "")
+	default:
+		q.dropLocked(e.env, reason)
 	}
 }
 
-// deadLetter publishes the messages dead-lettered from src, in the order they were collected,
-// so that one queue's dead letters arrive in order (R4.9).
-func (b *Broker) deadLetter(src *Queue, dead []deadLetter) {
-	now := time.Now()
-	for _, d := range dead {
-		b.publishDeadLetter(src, d, now)
-	}
+// dropLocked counts and events a message that leaves q, or is refused by it, going nowhere.
+func (q *Queue) dropLocked(env *envelope, reason string) {
+	q.n.dropped++
+	q.messageEventLocked(EventDropped, env, "", reason)
 }
 
-// publishDeadLetter publishes one message dead-lettered from src through src's dead-letter
-// exchange as RabbitMQ does (R4.3-R4.8): a copy whose headers record the death, without the
-// expiration, under the dead-letter routing key if src has one (dropping CC) or else under its
-// own routing keys; routed like any publish, except that it may reach an internal exchange, and
-// that a queue the death history says it would cycle back into is skipped. A missing exchange
-// or no route drops it; that is logged.
-func (b *Broker) publishDeadLetter(src *Queue, d deadLetter, now time.Time) {
-	env := d.env
+// endReasonLocked is the drop reason for what a queue held when it ended.
+func (q *Queue) endReasonLocked() string {
+	if q.b.closed.Load() {
+		return ReasonClosed
+	}
+	return ReasonQueueDeleted
+}
+
+// flush empties one batch of src's outbox, in order, with no lock held: it emits the events and
+// publishes the dead letters, and returns how many of those reached a queue and how many were
+// dropped.
+func (b *Broker) flush(src *Queue, batch []Event) (dead, lost uint64) {
+	var now time.Time
+	for _, e := range batch {
+		switch e.Kind {
+		case eventDeadLetter:
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if b.publishDeadLetter(src, e.env, e.Reason, now) {
+				dead++
+			} else {
+				lost++
+			}
+		case EventAlert:
+			b.cfg.logger.Warn("warren: queue alert", "queue", e.Queue, "threshold", e.Reason,
+				"value", e.Value, "limit", e.Limit)
+			b.emit(e)
+		default:
+			b.emit(e)
+		}
+	}
+	return dead, lost
+}
+
+// publishDeadLetter publishes one message dead-lettered from src with reason through src's
+// dead-letter exchange as RabbitMQ does (R4.3-R4.8): a copy whose headers record the death,
+// without the expiration, under the dead-letter routing key if src has one (dropping CC) or else
+// under its own routing keys; routed like any publish, except that it may reach an internal
+// exchange, and that a queue the death history says it would cycle back into is skipped. It
+// reports whether a queue took the copy, and events the outcome for src: dead-lettered, or
+// dropped because the exchange is missing, nothing took it, or it would cycle.
+func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason string, now time.Time) bool {
 	keys := []string{env.routingKey}
 	headerKeys(env.msg.Headers["CC"], func(k string) { keys = append(keys, k) }) // x-death: no BCC
 	msg := env.msg
 	msg.Headers = recordDeath(env.msg.Headers, death{
-		queue: src.name, reason: d.reason, exchange: env.exchange.name, routingKeys: keys,
+		queue: src.name, reason: reason, exchange: env.exchange.name, routingKeys: keys,
 		expiration: env.msg.Expiration, time: now,
 	})
 	msg.Expiration = ""
@@ -150,6 +181,11 @@ func (b *Broker) publishDeadLetter(src *Queue, d deadLetter, now time.Time) {
 	} else if env.bcc != nil {
 		bcc = *env.bcc
 	}
+	outcome := func(kind EventKind, why string) {
+		if b.listening() {
+			b.emit(Event{Kind: kind, Queue: src.name, Exchange: src.cfg.dlx, RoutingKey: key, Message: &msg, Reason: why})
+		}
+	}
 
 	r := b.routers.Get().(*router)
 	defer func() {
@@ -160,31 +196,47 @@ func (b *Broker) publishDeadLetter(src *Queue, d deadLetter, now time.Time) {
 	x := b.exchanges[src.cfg.dlx]
 	if b.closed.Load() {
 		b.mu.RUnlock()
-		return
+		outcome(EventDropped, ReasonClosed)
+		return false
 	}
 	// Drops are logged at debug level: one per message would flood a warning log (a TTL queue
-	// dead-lettering into itself drops every message). Events report them (a later issue).
+	// dead-lettering into itself drops every message). Events report each of them.
 	if x == nil {
 		b.mu.RUnlock()
 		b.cfg.logger.Debug("warren: dead letter dropped: dead-letter exchange not found",
-			"queue", src.name, "reason", d.reason, "exchange", src.cfg.dlx)
-		return
+			"queue", src.name, "reason", reason, "exchange", src.cfg.dlx)
+		outcome(EventDropped, ReasonDLXNotFound)
+		return false
 	}
 	r.routeLocked(b, x, key, msg.Headers, bcc)
 	b.mu.RUnlock()
 	dl := &envelope{msg: msg, exchange: x, routingKey: key}
-	if len(r.queues) == 0 {
-		b.cfg.logger.Debug("warren: dead letter dropped: no route",
-			"queue", src.name, "reason", d.reason, "exchange", src.cfg.dlx, "routing-key", key)
-	}
+	took, cycled := false, false
 	for _, q := range r.queues {
-		if isDeathCycle(msg.Headers, q.name, d.reason) {
+		if isDeathCycle(msg.Headers, q.name, reason) {
 			b.cfg.logger.Debug("warren: dead letter dropped: dead-letter cycle",
-				"queue", src.name, "reason", d.reason, "target", q.name)
+				"queue", src.name, "reason", reason, "target", q.name)
+			cycled = true
 			continue
 		}
-		_ = q.enqueue(b.noWait, dl, -1, publishConfig{}) // a queue deleted or full meanwhile takes nothing
+		// A queue deleted or full meanwhile takes nothing (and events the refusal).
+		if q.enqueue(b.noWait, dl, -1, publishConfig{deadReason: reason}) == nil {
+			took = true
+		}
 	}
+	switch {
+	case took:
+		outcome(EventDeadLettered, reason)
+	case cycled:
+		outcome(EventDropped, ReasonDeadLetterCycle)
+	default:
+		if len(r.queues) == 0 {
+			b.cfg.logger.Debug("warren: dead letter dropped: no route",
+				"queue", src.name, "reason", reason, "exchange", src.cfg.dlx, "routing-key", key)
+		}
+		outcome(EventDropped, ReasonDLXNoRoute)
+	}
+	return took
 }
 
 // Death is one entry of a message's dead-lettering history, its "x-death" header (R4.4): the

@@ -14,7 +14,7 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 500_000_000, time.UTC)
 func TestRecordDeathFirst(t *testing.T) {
 	orig := Table{"app": "x"}
 	h := recordDeath(orig, death{
-		queue: "main", reason: reasonExpired, exchange: "ex", routingKeys: []string{"rk", "cc1"},
+		queue: "main", reason: ReasonExpired, exchange: "ex", routingKeys: []string{"rk", "cc1"},
 		expiration: "1000", time: t0,
 	})
 	require.Equal(t, Table{"app": "x"}, orig, "the shared headers are not modified")
@@ -32,7 +32,7 @@ func TestRecordDeathFirst(t *testing.T) {
 }
 
 func TestRecordDeathNoOriginalExpiration(t *testing.T) {
-	h := recordDeath(nil, death{queue: "q", reason: reasonMaxLen, exchange: "", routingKeys: []string{"q"}, time: t0})
+	h := recordDeath(nil, death{queue: "q", reason: ReasonMaxLen, exchange: "", routingKeys: []string{"q"}, time: t0})
 	entry := h["x-death"].([]any)[0].(Table)
 	require.NotContains(t, entry, "original-expiration", "absent when the TTL came only from the queue")
 }
@@ -41,9 +41,9 @@ func TestRecordDeathNoOriginalExpiration(t *testing.T) {
 // keeping its first time, exchange and routing keys; a new pair is prepended; first-death
 // headers stay, last-death headers follow.
 func TestRecordDeathRepeats(t *testing.T) {
-	h := recordDeath(nil, death{queue: "main", reason: reasonExpired, exchange: "e1", routingKeys: []string{"k1"}, time: t0})
-	h = recordDeath(h, death{queue: "retry", reason: reasonExpired, exchange: "dlx", routingKeys: []string{"k2"}, time: t0.Add(time.Minute)})
-	h = recordDeath(h, death{queue: "main", reason: reasonExpired, exchange: "e3", routingKeys: []string{"k3"}, time: t0.Add(time.Hour)})
+	h := recordDeath(nil, death{queue: "main", reason: ReasonExpired, exchange: "e1", routingKeys: []string{"k1"}, time: t0})
+	h = recordDeath(h, death{queue: "retry", reason: ReasonExpired, exchange: "dlx", routingKeys: []string{"k2"}, time: t0.Add(time.Minute)})
+	h = recordDeath(h, death{queue: "main", reason: ReasonExpired, exchange: "e3", routingKeys: []string{"k3"}, time: t0.Add(time.Hour)})
 	deaths := h["x-death"].([]any)
 	require.Len(t, deaths, 2)
 	first := deaths[0].(Table)
@@ -58,7 +58,7 @@ func TestRecordDeathRepeats(t *testing.T) {
 	require.Equal(t, "main", h["x-first-death-queue"])
 	require.Equal(t, "e3", h["x-last-death-exchange"])
 
-	h = recordDeath(h, death{queue: "main", reason: reasonRejected, exchange: "e4", time: t0})
+	h = recordDeath(h, death{queue: "main", reason: ReasonRejected, exchange: "e4", time: t0})
 	deaths = h["x-death"].([]any)
 	require.Len(t, deaths, 3, "same queue, other reason: a new entry")
 	require.Equal(t, "rejected", deaths[0].(Table)["reason"])
@@ -67,31 +67,31 @@ func TestRecordDeathRepeats(t *testing.T) {
 }
 
 func TestRecordDeathReplacesMalformedHistory(t *testing.T) {
-	h := recordDeath(Table{"x-death": "nonsense"}, death{queue: "q", reason: reasonRejected, time: t0})
+	h := recordDeath(Table{"x-death": "nonsense"}, death{queue: "q", reason: ReasonRejected, time: t0})
 	require.Len(t, h["x-death"], 1)
 }
 
 // TestDeathCycle follows R4.7's cases.
 func TestDeathCycle(t *testing.T) {
 	expireFrom := func(h Table, q string) Table {
-		return recordDeath(h, death{queue: q, reason: reasonExpired, time: t0})
+		return recordDeath(h, death{queue: q, reason: ReasonExpired, time: t0})
 	}
 	rejectFrom := func(h Table, q string) Table {
-		return recordDeath(h, death{queue: q, reason: reasonRejected, time: t0})
+		return recordDeath(h, death{queue: q, reason: ReasonRejected, time: t0})
 	}
 	self := expireFrom(nil, "q")
-	require.True(t, isDeathCycle(self, "q", reasonExpired), "a queue expiring into itself")
-	require.False(t, isDeathCycle(self, "other", reasonExpired), "first visit elsewhere")
+	require.True(t, isDeathCycle(self, "q", ReasonExpired), "a queue expiring into itself")
+	require.False(t, isDeathCycle(self, "other", ReasonExpired), "first visit elsewhere")
 
 	pingPong := expireFrom(expireFrom(nil, "q1"), "q2")
-	require.True(t, isDeathCycle(pingPong, "q1", reasonExpired), "q1 → q2 → q1, all expiries")
+	require.True(t, isDeathCycle(pingPong, "q1", ReasonExpired), "q1 → q2 → q1, all expiries")
 
 	withReject := expireFrom(rejectFrom(expireFrom(nil, "main"), "retry"), "main")
-	require.False(t, isDeathCycle(rejectFrom(nil, "q"), "q", reasonRejected), "a rejection is never a cycle")
+	require.False(t, isDeathCycle(rejectFrom(nil, "q"), "q", ReasonRejected), "a rejection is never a cycle")
 	// main expired → retry; a consumer of retry rejected → main; main expired again → retry?
-	require.True(t, isDeathCycle(withReject, "main", reasonExpired), "the newest death from main is this one: automatic")
+	require.True(t, isDeathCycle(withReject, "main", ReasonExpired), "the newest death from main is this one: automatic")
 	retryLoop := expireFrom(rejectFrom(nil, "main"), "retry")
-	require.False(t, isDeathCycle(retryLoop, "main", reasonExpired), "a reject on the way back to main breaks the cycle")
+	require.False(t, isDeathCycle(retryLoop, "main", ReasonExpired), "a reject on the way back to main breaks the cycle")
 }
 
 // TestDeadLettersKeepOrderAcrossGoroutines: one queue's dead letters reach the dead-letter queue
@@ -111,7 +111,7 @@ func TestDeadLettersKeepOrderAcrossGoroutines(t *testing.T) {
 	collect := func(bodies ...string) {
 		q.mu.Lock()
 		for _, s := range bodies {
-			q.deadLetterLocked(entry{env: &envelope{msg: Message{Body: []byte(s)}, exchange: b.defaultX}}, reasonRejected)
+			q.deadLetterLocked(entry{env: &envelope{msg: Message{Body: []byte(s)}, exchange: b.defaultX}}, ReasonRejected)
 		}
 		q.unlock()
 	}

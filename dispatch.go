@@ -217,9 +217,7 @@ func (q *Queue) dispatchGeneralLocked() {
 				// An idle feeder sends nothing itself, so sending here keeps the channel's
 				// order; what does not fit is handed to the feeder, and nothing more is sent
 				// here until it has sent that.
-				d := c.newDeliveryLocked(e)
-				d.state = deliveryAutoAcked
-				c.ch <- d
+				c.ch <- c.newDeliveryLocked(e)
 			default:
 				c.handoff, c.handing = e, true
 				c.wakeLocked()

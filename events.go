@@ -6,32 +6,187 @@ import (
 	"sync/atomic"
 )
 
+// Events.
+//
+// A broker tells its listeners ([Broker.Listen]) what happens to its entities and to every
+// message in every queue. A message's life in one queue is a span of events:
+//
+//	Enqueued → (Delivered → Requeued)* → Delivered → Acked
+//	                                   … or one of Expired, DeadLettered, Dropped
+//
+// Invariant: every Enqueued event is followed, in that queue, by exactly one terminal event
+// (Acked, Expired, DeadLettered or Dropped) for the same message, and no terminal event comes
+// without an Enqueued before it, except when a queue refuses a message on arrival (a length limit,
+// [Immediate], a queue deleted under the publisher): then the terminal event is all there is.
+// So no message leaves a queue without an event saying why.
+//
+// Events of one queue are delivered in the order they happened: they are collected under the
+// queue's lock and pass through the queue's outbox, the ordered channel that already carries its
+// dead letters (see [Queue.unlock]), to be emitted with no lock held. So a listener usually runs
+// on the goroutine that caused the event, but sometimes on another goroutine of the same queue
+// that was already emitting. With no listener registered, collecting costs one atomic load per
+// event site.
+
 // EventKind says what an [Event] reports.
 type EventKind uint8
 
-// Event kinds.
+// Event kinds. Fields an event does not list are zero.
 const (
-	// EventHandlerPanicked: a handler run by [Queue.Serve] panicked. Err holds the panic value;
-	// the delivery is treated as failed (returned, or dead-lettered past the delivery limit).
+	// EventHandlerPanicked: a handler run by [Queue.Serve] panicked. Queue, Consumer, Message;
+	// Err holds the panic value. The delivery is treated as failed.
 	EventHandlerPanicked EventKind = iota + 1
+
+	// EventExchangeCreated, EventExchangeDeleted: Exchange. Deleted has Reason
+	// [ReasonDeleted] or [ReasonAutoDelete].
+	EventExchangeCreated
+	EventExchangeDeleted
+	// EventQueueCreated, EventQueueDeleted: Queue. Deleted has Reason ([ReasonDeleted],
+	// [ReasonAutoDelete], [ReasonQueueExpired], [ReasonOwnerEnded], [ReasonPolicy] or
+	// [ReasonClosed]) and Err, the error its consumers end with.
+	EventQueueCreated
+	EventQueueDeleted
+	// EventBindingCreated, EventBindingDeleted: Exchange (the source), RoutingKey (the binding
+	// key), and Queue or DestinationExchange.
+	EventBindingCreated
+	EventBindingDeleted
+	// EventConsumerCreated, EventConsumerDeleted: Queue, Consumer. Deleted has Err, what
+	// [Consumer.Err] returns: [ErrCancelled], the context's cause, an error wrapping
+	// [ErrAckTimeout], [ErrQueueDeleted] or [ErrClosed].
+	EventConsumerCreated
+	EventConsumerDeleted
+
+	// EventPublished: a message was published. Exchange, RoutingKey, Message. Once per publish,
+	// before it reaches any queue.
+	EventPublished
+	// EventUnroutable: a published message reached no queue (dropped, or refused with
+	// [Mandatory]). Exchange, RoutingKey, Message.
+	EventUnroutable
+	// EventEnqueued: a message entered a queue. Queue, Exchange, RoutingKey, Message. Reason is
+	// empty for a publish, [ReasonExpired]… (the x-death reason) for a dead letter arriving, and
+	// [ReasonReturned] for an auto-acknowledged delivery that came back unread (see EventAcked).
+	EventEnqueued
+	// EventDelivered: a message was delivered to a consumer (Consumer) or a Get (Consumer
+	// empty). Queue, Message.
+	EventDelivered
+	// EventAcked (terminal): the delivery was acknowledged and the message left the queue. Queue,
+	// Consumer, Message. An auto-acknowledged delivery ([AutoAck]) is acked as it is delivered;
+	// if its consumer stops before the application receives it from Deliveries, the message goes
+	// back to its place, which starts a new span with EventEnqueued, Reason [ReasonReturned].
+	EventAcked
+	// EventRequeued: a delivery came back to its position in the queue. Queue, Consumer,
+	// Message, Reason: [ReasonNack], [ReasonRecover], [ReasonCancel] (buffered and never
+	// received, back unchanged), [ReasonOwnerEnded] (the consumer's or Get's context ended) or
+	// [ReasonAckTimeout].
+	EventRequeued
+	// EventExpired (terminal): the message's TTL passed and the queue has no dead-letter
+	// exchange. Queue, Message.
+	EventExpired
+	// EventDeadLettered (terminal): the message left the queue for its dead-letter exchange and
+	// reached at least one queue. Queue (the one it left), Exchange (the dead-letter exchange),
+	// Message (the dead-lettered copy, with its x-death history), Reason: the x-death reason,
+	// [ReasonRejected], [ReasonExpired], [ReasonMaxLen] or [ReasonDeliveryLimit].
+	EventDeadLettered
+	// EventDropped (terminal): the message left the queue, or was refused on arrival, and went
+	// nowhere. Queue, Message, Reason: see the Reason constants.
+	EventDropped
+
+	// EventAlert: a queue crossed one of its [Alerts] thresholds. Queue, Reason (which one:
+	// [AlertMessages], [AlertBytes], [AlertAge], [AlertMessageSize]), Value (the measure: a
+	// count, bytes, or nanoseconds) and Limit (the threshold); Message for AlertMessageSize.
+	EventAlert
+
+	// eventDeadLetter is not emitted: it carries a dead letter through a queue's outbox.
+	eventDeadLetter
 )
 
+var eventNames = [...]string{
+	EventHandlerPanicked: "handler-panicked",
+	EventExchangeCreated: "exchange-created",
+	EventExchangeDeleted: "exchange-deleted",
+	EventQueueCreated:    "queue-created",
+	EventQueueDeleted:    "queue-deleted",
+	EventBindingCreated:  "binding-created",
+	EventBindingDeleted:  "binding-deleted",
+	EventConsumerCreated: "consumer-created",
+	EventConsumerDeleted: "consumer-deleted",
+	EventPublished:       "published",
+	EventUnroutable:      "unroutable",
+	EventEnqueued:        "enqueued",
+	EventDelivered:       "delivered",
+	EventAcked:           "acked",
+	EventRequeued:        "requeued",
+	EventExpired:         "expired",
+	EventDeadLettered:    "dead-lettered",
+	EventDropped:         "dropped",
+	EventAlert:           "alert",
+}
+
 func (k EventKind) String() string {
-	switch k {
-	case EventHandlerPanicked:
-		return "handler-panicked"
+	if int(k) < len(eventNames) && eventNames[k] != "" {
+		return eventNames[k]
 	}
 	return "unknown"
 }
 
-// Event is something that happened in a broker, as told to its listeners ([Broker.Listen]).
-// Fields that do not apply to its Kind are zero.
+// Terminal reports whether an event of this kind ends a message's span in a queue: Acked,
+// Expired, DeadLettered or Dropped.
+func (k EventKind) Terminal() bool {
+	switch k {
+	case EventAcked, EventExpired, EventDeadLettered, EventDropped:
+		return true
+	}
+	return false
+}
+
+// Reasons carried by events ([Event].Reason). The first four are also the x-death reasons
+// ([Death].Reason) RabbitMQ writes.
+const (
+	ReasonRejected      = "rejected"       // rejected or nacked without requeue
+	ReasonExpired       = "expired"        // its TTL passed
+	ReasonMaxLen        = "maxlen"         // dropped from the head by a length limit (drop-head, or the Cycle policy)
+	ReasonDeliveryLimit = "delivery_limit" // returned more times than the queue's delivery limit
+
+	// Why a message was dropped (EventDropped), besides the four above when the queue has no
+	// dead-letter exchange.
+	ReasonQueueFull       = "queue-full"        // refused on arrival by a length limit (reject-publish, a full Block queue)
+	ReasonNoConsumers     = "no-consumers"      // an [Immediate] publish no consumer could take
+	ReasonDLXNotFound     = "dlx-not-found"     // its dead-letter exchange does not exist
+	ReasonDLXNoRoute      = "dlx-no-route"      // its dead-letter copy reached no queue that took it
+	ReasonDeadLetterCycle = "dead-letter-cycle" // its dead-letter copy would have cycled back (R4.7)
+	ReasonPurged          = "purged"            // [Queue.Purge]
+	ReasonQueueDeleted    = "queue-deleted"     // its queue was deleted, for whatever reason
+	ReasonClosed          = "closed"            // the broker closed
+
+	// Why a message came back (EventRequeued, EventEnqueued).
+	ReasonNack       = "nack"        // Nack, NackUpTo, NackWithDelay, or a Serve handler's error
+	ReasonRecover    = "recover"     // [Consumer.Recover]
+	ReasonCancel     = "cancel"      // buffered and never received when its consumer stopped: back unchanged
+	ReasonOwnerEnded = "owner-ended" // the consumer's or Get's context ended (for a queue: its exclusive owner)
+	ReasonAckTimeout = "ack-timeout" // its consumer's ack timeout ended the consumer
+	ReasonReturned   = "returned"    // an auto-acked delivery its stopped consumer never received
+
+	// Why a queue or exchange was deleted (EventQueueDeleted, EventExchangeDeleted).
+	ReasonDeleted      = "deleted"       // [Broker.DeleteQueue], [Broker.DeleteExchange]
+	ReasonAutoDelete   = "auto-delete"   // its last consumer (queue) or binding (exchange) went
+	ReasonQueueExpired = "queue-expired" // unused for its [Expires]
+	ReasonPolicy       = "policy"        // the [Delete] policy of its [Alerts]
+)
+
+// Event is something that happened in a broker, as told to its listeners ([Broker.Listen]). See
+// the kinds for which fields each sets; the others are zero.
 type Event struct {
-	Kind     EventKind
-	Queue    string   // the queue concerned
-	Consumer string   // the consumer tag concerned
-	Message  *Message // the message concerned; shared and read-only
-	Err      error    // what went wrong
+	Kind                EventKind
+	Exchange            string   // the exchange concerned
+	RoutingKey          string   // the message's routing key, or a binding's key
+	Queue               string   // the queue concerned
+	DestinationExchange string   // an exchange-to-exchange binding's destination
+	Consumer            string   // the consumer tag concerned
+	Message             *Message // the message concerned; shared and read-only
+	Reason              string   // why, for the kinds that say
+	Err                 error    // what went wrong
+	Value, Limit        int64    // EventAlert: the measure and its threshold
+
+	env *envelope // eventDeadLetter: the message to dead-letter, with Reason
 }
 
 // listeners is a broker's set of event listeners, copy-on-write: emitting reads one atomic
@@ -43,11 +198,13 @@ type listeners struct {
 
 type listener struct{ fn func(Event) }
 
-// Listen registers fn to be told of the broker's events, and returns a function that
-// unregisters it (idempotent). fn is called on the goroutine that caused the event, with no
-// lock of the broker's held, so it may call into the broker; it must not block, since that
-// goroutine is a publisher, a consumer's settlement or a handler worker. Listeners registered
-// several times are called once per registration.
+// Listen registers fn to be told of the broker's events from now on, and returns a function
+// that unregisters it (idempotent). fn is called with no lock of the broker's held, so it may
+// call into the broker, publish included; it must not block, since it runs on a goroutine that
+// is publishing, settling, expiring or emitting a queue's earlier events. Events of one queue
+// reach fn in order, one at a time; events of different queues may reach it concurrently. A
+// listener registered several times is called once per registration. A listener that panics is
+// logged; the panic goes no further.
 func (b *Broker) Listen(fn func(Event)) (stop func()) {
 	if fn == nil {
 		return func() {}
@@ -77,6 +234,10 @@ func (b *Broker) Listen(fn func(Event)) (stop func()) {
 	}
 }
 
+// listening reports whether anyone listens: what every event site checks before building an
+// event.
+func (b *Broker) listening() bool { return b.listeners.list.Load() != nil }
+
 // emit tells every listener of e. The caller holds no lock.
 func (b *Broker) emit(e Event) {
 	p := b.listeners.list.Load()
@@ -85,6 +246,13 @@ func (b *Broker) emit(e Event) {
 	}
 	for _, l := range *p {
 		b.call(l, e)
+	}
+}
+
+// emitAll emits events in order. The caller holds no lock.
+func (b *Broker) emitAll(evs []Event) {
+	for _, e := range evs {
+		b.emit(e)
 	}
 }
 
@@ -97,4 +265,20 @@ func (b *Broker) call(l *listener, e Event) {
 		}
 	}()
 	l.fn(e)
+}
+
+// eventLocked records an event of the queue's, to be emitted in order once mu is released (see
+// unlock). Only call it when q.b.listening().
+func (q *Queue) eventLocked(e Event) {
+	e.Queue = q.name
+	q.outbox = append(q.outbox, e)
+}
+
+// messageEventLocked records an event about e's message in this queue, if anyone listens.
+func (q *Queue) messageEventLocked(kind EventKind, env *envelope, consumer, reason string) {
+	if !q.b.listening() {
+		return
+	}
+	q.eventLocked(Event{Kind: kind, Exchange: env.exchange.name, RoutingKey: env.routingKey,
+		Consumer: consumer, Message: &env.msg, Reason: reason})
 }

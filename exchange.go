@@ -121,7 +121,7 @@ func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Ex
 		return nil, fmt.Errorf("warren: declare exchange %q: unknown kind %q: %w", name, kind, ErrInvalidArgument)
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockTopology()
 	if b.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -138,6 +138,7 @@ func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Ex
 	}
 	x := newExchange(b, name, kind, cfg)
 	b.exchanges[name] = x
+	b.topologyEventLocked(Event{Kind: EventExchangeCreated, Exchange: name})
 	return x, nil
 }
 
@@ -176,7 +177,7 @@ func (b *Broker) DeleteExchange(name string, opts ...DeleteOption) error {
 		return fmt.Errorf("warren: delete exchange %q: %w", name, ErrAccessRefused)
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockTopology()
 	if b.closed.Load() {
 		return ErrClosed
 	}
@@ -187,17 +188,23 @@ func (b *Broker) DeleteExchange(name string, opts ...DeleteOption) error {
 	if cfg.ifUnused && len(x.bindings) > 0 {
 		return fmt.Errorf("warren: delete exchange %q: in use: %w", name, ErrPreconditionFailed)
 	}
-	b.deleteExchangeLocked(x)
+	b.deleteExchangeLocked(x, ReasonDeleted)
 	return nil
 }
 
 // deleteExchangeLocked removes x and every binding from or to it, cascading auto-deletes.
-func (b *Broker) deleteExchangeLocked(x *Exchange) {
+func (b *Broker) deleteExchangeLocked(x *Exchange, reason string) {
 	if x.deleted {
 		return
 	}
 	x.deleted = true
 	delete(b.exchanges, x.name)
+	if b.listening() {
+		for _, bd := range x.bindings {
+			b.topology = append(b.topology, bd.event(EventBindingDeleted))
+		}
+	}
+	b.topologyEventLocked(Event{Kind: EventExchangeDeleted, Exchange: x.name, Reason: reason})
 	x.bindings, x.byDest, x.direct, x.topic = nil, nil, nil, nil
 	for _, src := range b.exchanges {
 		src.unbindLocked(func(bd *binding) bool { return bd.exchange == x })
@@ -251,7 +258,7 @@ func (b *Broker) bind(dst destination, src, key string, args Table) error {
 		return fmt.Errorf("warren: bind: key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockTopology()
 	bd, err := b.bindingLocked(dst, src, key, args)
 	if err != nil {
 		return err
@@ -276,12 +283,13 @@ func (b *Broker) bind(dst destination, src, key string, args Table) error {
 	case ExchangeTopic:
 		x.topic.add(key, bd)
 	}
+	b.topologyEventLocked(bd.event(EventBindingCreated))
 	return nil
 }
 
 func (b *Broker) unbind(dst destination, src, key string, args Table) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlockTopology()
 	bd, err := b.bindingLocked(dst, src, key, args)
 	if err != nil {
 		return err
@@ -345,6 +353,7 @@ func (x *Exchange) unbindLocked(drop func(*binding) bool) {
 			continue
 		}
 		removeBinding(x.byDest, bd.dest(), bd)
+		x.b.topologyEventLocked(bd.event(EventBindingDeleted))
 		switch x.kind {
 		case ExchangeDirect:
 			removeBinding(x.direct, bd.key, bd)
@@ -358,7 +367,7 @@ func (x *Exchange) unbindLocked(drop func(*binding) bool) {
 	clear(x.bindings[n:])
 	x.bindings = x.bindings[:n]
 	if n == 0 && x.cfg.autoDelete && x.hadBinding {
-		x.b.deleteExchangeLocked(x)
+		x.b.deleteExchangeLocked(x, ReasonAutoDelete)
 	}
 }
 
@@ -563,6 +572,12 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 		headerKeys(bcc, func(k string) { keys = append(keys, k) })
 		env.bcc = &keys
 	}
+	if b.listening() {
+		b.emit(Event{Kind: EventPublished, Exchange: x.name, RoutingKey: key, Message: &env.msg})
+	}
+	if len(r.queues) == 0 {
+		b.noRoute(x.name, key, &env.msg)
+	}
 	routed, took := 0, 0
 	var full error
 	for _, q := range r.queues {
@@ -605,8 +620,14 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg Message, tt
 	if closed {
 		return ErrClosed
 	}
-	if q != nil {
-		err := q.enqueue(ctx, &envelope{msg: msg, exchange: b.defaultX, routingKey: key}, ttl, cfg)
+	env := &envelope{msg: msg, exchange: b.defaultX, routingKey: key}
+	if b.listening() {
+		b.emit(Event{Kind: EventPublished, RoutingKey: key, Message: &env.msg})
+	}
+	if q == nil {
+		b.noRoute("", key, &env.msg)
+	} else {
+		err := q.enqueue(ctx, env, ttl, cfg)
 		if !errors.Is(err, ErrNotFound) { // nil, or why it was not taken
 			return err
 		}
@@ -618,6 +639,14 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg Message, tt
 		return fmt.Errorf("warren: immediate publish with key %q: %w", key, ErrNoConsumers)
 	}
 	return nil
+}
+
+// noRoute counts and events a publish that reached no queue. The caller holds no lock.
+func (b *Broker) noRoute(exchange, key string, m *Message) {
+	b.unroutable.Add(1)
+	if b.listening() {
+		b.emit(Event{Kind: EventUnroutable, Exchange: exchange, RoutingKey: key, Message: m})
+	}
 }
 
 func publishOptions(opts []PublishOption) publishConfig {

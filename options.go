@@ -77,6 +77,9 @@ type queueConfig struct {
 	singleActive  bool            // single active consumer (R2.4)
 	ackTimeout    time.Duration   // x-consumer-timeout: consumers' default ack timeout; 0 for none
 	owner         context.Context // the context an exclusive queue belongs to; nil if not exclusive
+	alerts        Alerts          // thresholds and slow-consumer policy (stats.go)
+	alerting      bool            // some alert threshold is set
+	err           error           // a typed option's invalid value
 }
 
 // levels returns the number of priority levels of the queue's ready set.
@@ -200,6 +203,9 @@ type publishConfig struct {
 	mandatory bool
 	immediate bool
 	delay     time.Duration
+	// deadReason is the x-death reason of a dead letter being published: the Reason of its
+	// EventEnqueued.
+	deadReason string
 }
 
 type deleteConfig struct {

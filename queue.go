@@ -69,10 +69,7 @@ type readySet struct {
 	runAt    int
 	dead     int
 	expiries *btree.BTreeG[expiry]
-	bytes    int64 // body bytes of the live entries, when countBytes
-	// countBytes is set for a queue with MaxLengthBytes: only then is bytes kept, which reads
-	// each message's envelope on every insert and removal.
-	countBytes bool
+	bytes    int64 // body bytes of the live entries
 	// floors[rank] is the least key of that rank put back (not pushed: a push is the newest of
 	// its rank) since the queue last read it (see Queue.cursorsLocked): selector cursors of the
 	// rank past it must move back. lowered says whether any floor is set.
@@ -409,11 +406,11 @@ type Queue struct {
 	arriving    uint64                      // seq of the message being enqueued, which TTL 0 lets through once
 	timer       *time.Timer                 // the queue's one timer, armed for the earliest deadline
 	timerAt     int64                       // the deadline the timer is armed for; 0 when stopped
-	dead        []deadLetter                // dead letters of the current critical section (see unlock)
-	outbox      []deadLetter                // dead letters collected, not yet taken by the flusher
-	flushing    bool                        // a goroutine is publishing the outbox (see unlock)
+	outbox      []Event                     // events and dead letters collected, not yet taken by the flusher
+	flushing    bool                        // a goroutine is emptying the outbox (see unlock)
 	queuedDead  uint64                      // dead letters ever put in the outbox
 	flushedDead uint64                      // of those, published (or discarded by the queue's end)
+	n           counters                    // what Stats reports (stats.go)
 	flushed     sync.Cond                   // on mu: flushedDead grew
 	blocked     []chan struct{}             // publishers waiting for room (Block), first come first woken
 	lastUsed    int64                       // when the queue was last used, for Expires (R3.8)
@@ -430,7 +427,10 @@ type Queue struct {
 	// feeders' own takes and hand-offs wait for them (a context end's messages are all back
 	// before anything is dispatched, requeue.go). A single active consumer's successor is
 	// activated at once and receives once they are back.
-	returning int
+	returning   int
+	stamps      ring[stamp]            // arrival times, sampled (stats.go)
+	alertStates [alertKinds]alertState // per threshold of cfg.alerts (stats.go)
+	doomed      error                  // the Delete policy's reason, until unlock deletes the queue
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
@@ -441,7 +441,6 @@ func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
 	}
 	q.flushed.L = &q.mu
 	q.scan.visit = q.selectorVisit
-	q.ready.countBytes = cfg.maxBytes >= 0
 	return q
 }
 
@@ -472,31 +471,36 @@ func (q *Queue) ConsumerCount() int {
 	return q.consumerCountLocked()
 }
 
-// unlock releases mu, first arming the timer for the earliest deadline, then publishes the
-// dead letters the critical section collected. Every critical section that may expire or reject
-// a message ends with unlock rather than mu.Unlock.
+// unlock releases mu, first arming the timer for the earliest deadline, then empties the outbox:
+// the events and dead letters the critical section collected. Every critical section that may
+// expire or reject a message, or record an event, ends with unlock rather than mu.Unlock.
 //
-// Dead letters are published outside the lock, since they go into other queues (never two queue
-// locks at once), and in the order they were collected, whichever goroutine collected them
-// (R4.9): they join the queue's outbox, and one goroutine at a time — the first to find no flush
-// in progress — publishes the outbox batch by batch until it is empty. A dead letter routed back
-// into this queue joins the outbox of the flush in progress, so nothing waits on itself.
+// The outbox is emptied outside the lock, since listeners are user code and dead letters go into
+// other queues (never two queue locks at once), and in the order it was filled, whichever
+// goroutine filled it (R4.9; and a queue's events in order): one goroutine at a time — the first
+// to find no flush in progress — takes the outbox batch by batch until it is empty. A dead letter
+// routed back into this queue, or a listener publishing into it, adds to the outbox of the flush
+// in progress, so nothing waits on itself.
 func (q *Queue) unlock() {
 	if q.panics != nil {
 		defer q.logPanics(q.panics) // after mu is released
 		q.panics = nil
 	}
-	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil || q.ackTimed > 0 {
+	if q.cfg.alerting && q.endErr == nil {
+		q.checkAlertsLocked(0)
+		if err := q.doomed; err != nil {
+			// Synchronously, after mu is released: the broker's lock comes first. This goroutine
+			// may be a feeder of the queue, which is why deleteByPolicy does not wait for feeders.
+			defer q.b.deleteByPolicy(q, err)
+			q.doomed = nil
+		}
+	}
+	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil || q.ackTimed > 0 || q.cfg.alerts.Age > 0 {
 		q.armLocked()
 	}
 	if len(q.blocked) > 0 && q.roomLocked(0) {
 		close(q.blocked[0]) // the first waiting publisher tries again
 		q.blocked = q.blocked[1:]
-	}
-	if len(q.dead) > 0 {
-		q.outbox = append(q.outbox, q.dead...)
-		q.queuedDead += uint64(len(q.dead))
-		q.dead = nil
 	}
 	if q.flushing || len(q.outbox) == 0 {
 		q.mu.Unlock()
@@ -507,13 +511,24 @@ func (q *Queue) unlock() {
 		batch := q.outbox
 		q.outbox = nil
 		q.mu.Unlock()
-		q.b.deadLetter(q, batch)
+		dead, lost := q.b.flush(q, batch)
 		q.mu.Lock()
-		q.flushedDead += uint64(len(batch))
-		q.flushed.Broadcast()
+		if dead+lost > 0 {
+			q.n.deadLettered += dead
+			q.n.dropped += lost
+			q.flushedDead += dead + lost
+			q.flushed.Broadcast()
+		}
 	}
 	q.flushing = false
 	q.mu.Unlock()
+}
+
+// flushOutbox empties the outbox of a queue that was ended by a caller holding the broker's lock,
+// once that is released.
+func (q *Queue) flushOutbox() {
+	q.mu.Lock()
+	q.unlock()
 }
 
 // waitFlushedLocked waits until every dead letter collected so far has been published.
@@ -534,6 +549,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 	for {
 		if q.endErr != nil {
 			err := q.endErrLocked()
+			q.dropLocked(env, q.endReasonLocked()) // routed here, and the queue went meanwhile
 			q.unlock()
 			return err
 		}
@@ -543,12 +559,16 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		// RejectPublish, RejectPublishDLX and Block check before enqueueing (R5.3).
 		if q.cfg.overflow == Block && ctx.Err() == nil && !opt.immediate { // immediate never waits
 			if err := q.waitRoomLocked(ctx); err != nil {
+				q.dropLocked(env, ReasonQueueFull)
+				q.unlock()
 				return err
 			}
 			continue
 		}
 		if q.cfg.overflow == RejectPublishDLX {
-			q.deadLetterLocked(entry{env: env}, reasonMaxLen)
+			q.deadLetterLocked(entry{env: env}, ReasonMaxLen)
+		} else {
+			q.dropLocked(env, ReasonQueueFull)
 		}
 		q.unlock()
 		return fmt.Errorf("warren: queue %q: %w", q.name, ErrQueueFull)
@@ -557,27 +577,38 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 	if p := q.cfg.maxPriority; p > 0 {
 		e.rank = uint8(p - min(p, int(env.msg.Priority))) // above the maximum counts as the maximum (R7.1)
 	}
+	var now int64
 	if ttl >= 0 || q.cfg.ttl >= 0 {
-		e.deadline = q.deadlineFor(ttl)
+		now = q.clock()
+		e.deadline = q.deadlineFor(now, ttl)
 	}
+	if q.cfg.alerting && q.cfg.alerts.MessageSize > 0 {
+		q.alertStates[alertSize].over = false // each message is a crossing of its own
+		now = q.crossLocked(alertSize, len(env.msg.Body) >= q.cfg.alerts.MessageSize,
+			int64(len(env.msg.Body)), int64(q.cfg.alerts.MessageSize), env, now)
+	}
+	at := len(q.outbox) // where the Enqueued event goes, once the message is known to stay
+	q.nextSeq++
 	if opt.delay > 0 {
-		q.nextSeq++
+		q.enqueuedLocked(env, at, opt.deadReason)
 		q.delayLocked(e, opt.delay)
 		q.unlock()
 		return nil
 	}
 	q.ready.push(e)
-	q.nextSeq++
 	q.arriving = e.seq
 	q.dispatchLocked()
 	q.arriving = 0
 	if opt.immediate {
 		q.handOffLocked(e)
 		if _, ok := q.ready.remove(e.key()); ok { // no consumer took it: it was never here (Q8.7)
+			q.dropLocked(env, ReasonNoConsumers)
 			q.unlock()
 			return fmt.Errorf("warren: queue %q: %w", q.name, ErrNoConsumers)
 		}
 	}
+	q.enqueuedLocked(env, at, opt.deadReason)
+	q.stampLocked(e, now)
 	if ttl == 0 || q.cfg.ttl == 0 {
 		q.handOffLocked(e)
 		q.expireDueLocked(q.clock()) // a TTL-0 message no consumer took expires now (R3.5)
@@ -585,6 +616,23 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 	q.dropHeadLocked()
 	q.unlock()
 	return nil
+}
+
+// enqueuedLocked counts a message that entered the queue and, if anyone listens, puts its
+// Enqueued event at outbox position at: before the events of its dispatch, which happened first
+// so that an Immediate publish no consumer took is never evented as enqueued.
+func (q *Queue) enqueuedLocked(env *envelope, at int, reason string) {
+	q.n.enqueued++
+	if !q.b.listening() {
+		return
+	}
+	e := Event{Kind: EventEnqueued, Queue: q.name, Exchange: env.exchange.name, RoutingKey: env.routingKey,
+		Message: &env.msg, Reason: reason}
+	if at >= len(q.outbox) {
+		q.outbox = append(q.outbox, e)
+	} else {
+		q.outbox = slices.Insert(q.outbox, at, e)
+	}
 }
 
 // handOffLocked gives an arriving TTL-0 message that no push consumer took to a waiting AutoAck
@@ -620,21 +668,27 @@ func (q *Queue) dropHeadLocked() {
 	if !q.cfg.limited() || q.cfg.overflow != DropHead {
 		return
 	}
-	for (q.cfg.maxLen >= 0 && int64(q.ready.len()) > q.cfg.maxLen) || (q.cfg.maxBytes >= 0 && q.ready.bytes > q.cfg.maxBytes) {
+	q.dropOverLocked(q.cfg.maxLen, q.cfg.maxBytes)
+}
+
+// dropOverLocked drops the head while the queue holds more than maxLen ready messages or maxBytes
+// ready bytes (-1 for no limit), dead-lettering with reason maxlen, or expired if it had.
+func (q *Queue) dropOverLocked(maxLen, maxBytes int64) {
+	for (maxLen >= 0 && int64(q.ready.len()) > maxLen) || (maxBytes >= 0 && q.ready.bytes > maxBytes) {
 		e, ok := q.ready.popMin()
 		if !ok {
 			return
 		}
-		reason := reasonMaxLen
+		reason := ReasonMaxLen
 		if q.expiredLocked(e) {
-			reason = reasonExpired
+			reason = ReasonExpired
 		}
 		q.deadLetterLocked(e, reason)
 	}
 }
 
 // waitRoomLocked waits, with mu released, until the queue may have room or ctx ends; it returns
-// with mu held, or with ctx.Err() and mu released.
+// with mu held either way, and ctx.Err() if ctx ended.
 func (q *Queue) waitRoomLocked(ctx context.Context) error {
 	ready := make(chan struct{})
 	q.blocked = append(q.blocked, ready)
@@ -648,7 +702,7 @@ func (q *Queue) waitRoomLocked(ctx context.Context) error {
 		if i := slices.Index(q.blocked, ready); i >= 0 {
 			q.blocked = slices.Delete(q.blocked, i, i+1)
 		}
-		q.unlock() // if this waiter had just been woken, unlock wakes the next
+		// If this waiter had just been woken, the caller's unlock wakes the next.
 		return ctx.Err()
 	}
 }
@@ -661,7 +715,7 @@ func (q *Queue) takeLocked() (entry, bool) {
 		if !ok || !q.expiredLocked(e) {
 			return e, ok
 		}
-		q.deadLetterLocked(e, reasonExpired)
+		q.deadLetterLocked(e, ReasonExpired)
 	}
 }
 
@@ -683,6 +737,10 @@ func (q *Queue) newDeliveryLocked(e entry) *Delivery {
 	d.self = d
 	d.e = e
 	d.state = deliveryOutstanding
+	q.n.delivered++
+	if e.redelivered {
+		q.n.redelivered++
+	}
 	return d
 }
 
@@ -722,8 +780,11 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 	q.gotTag++
 	d.DeliveryTag = q.gotTag
 	d.MessageCount = q.ready.len()
+	q.messageEventLocked(EventDelivered, e.env, "", "")
 	if cfg.autoAck {
 		d.state = deliveryAutoAcked
+		q.n.acked++
+		q.messageEventLocked(EventAcked, e.env, "", "")
 	} else {
 		q.unacked++
 		if ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
@@ -772,6 +833,7 @@ func (q *Queue) Purge() (int, error) {
 	if q.endErr != nil {
 		return 0, fmt.Errorf("warren: purge queue %q: %w", q.name, q.endErrLocked())
 	}
+	q.dropReadyLocked(ReasonPurged)
 	return q.ready.clear(), nil
 }
 
@@ -785,9 +847,11 @@ func (q *Queue) endErrLocked() error {
 }
 
 // endLocked deletes the queue's contents and ends its consumers with err, which is what every
-// later call on the queue or its deliveries returns. It returns the feeders to join after mu
-// is released.
-func (q *Queue) endLocked(err error) []*Consumer {
+// later call on the queue or its deliveries returns; reason is why, for its deletion event. Every
+// message it held is evented as dropped. It returns the feeders to join after mu is released;
+// the caller, which holds the broker's lock, empties the outbox once that is released
+// ([Queue.flushOutbox]).
+func (q *Queue) endLocked(err error, reason string) []*Consumer {
 	if q.endErr != nil {
 		return nil
 	}
@@ -796,10 +860,39 @@ func (q *Queue) endLocked(err error) []*Consumer {
 		q.timer.Stop()
 		q.timerAt = 0
 	}
-	q.dead, q.outbox = nil, nil // a deleted queue dead-letters nothing more (R4.2)
+	// What the queue held is dropped: ready, hidden, outstanding (buffered or received), and
+	// dead letters not yet published (a deleted queue dead-letters nothing more, R4.2).
+	why := q.endReasonLocked()
+	q.dropReadyLocked(why)
+	if q.delayed != nil {
+		q.delayed.Ascend(func(k delayedEntry) bool {
+			q.dropLocked(k.e.env, why)
+			return true
+		})
+		q.delayed = nil
+	}
+	for _, c := range q.holders {
+		for i := range c.unacked.len() {
+			if d := c.unacked.at(i); d.state == deliveryOutstanding {
+				q.dropLocked(d.e.env, why)
+			}
+		}
+	}
+	for d := range q.gets {
+		q.dropLocked(d.e.env, why)
+	}
+	kept := q.outbox[:0]
+	for _, e := range q.outbox {
+		if e.Kind == eventDeadLetter {
+			q.dropLocked(e.env, why)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(q.outbox[len(kept):])
+	q.outbox = kept
 	q.flushedDead = q.queuedDead
 	q.flushed.Broadcast()
-	q.delayed = nil
 	for _, ready := range q.blocked {
 		close(ready) // waiting publishers see endErr
 	}
@@ -825,7 +918,23 @@ func (q *Queue) endLocked(err error) []*Consumer {
 	}
 	q.ready.clear()
 	q.unacked = 0
+	if q.b.listening() {
+		q.eventLocked(Event{Kind: EventQueueDeleted, Reason: reason, Err: err})
+	}
 	return feeders
+}
+
+// dropReadyLocked counts and events every ready message as dropped with reason, before the
+// ready set is cleared.
+func (q *Queue) dropReadyLocked(reason string) {
+	if !q.b.listening() {
+		q.n.dropped += uint64(q.ready.len())
+		return
+	}
+	q.ready.ascend(0, func(e entry) bool {
+		q.dropLocked(e.env, reason)
+		return true
+	})
 }
 
 func getOptions(opts []GetOption) getConfig {

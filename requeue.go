@@ -60,7 +60,7 @@ func (q *Queue) promoteDueLocked(now int64) {
 		}
 		q.delayed.DeleteMin()
 		if q.expiredLocked(k.e) {
-			q.deadLetterLocked(k.e, reasonExpired)
+			q.deadLetterLocked(k.e, ReasonExpired)
 			continue
 		}
 		q.ready.reinsert(k.e)
@@ -79,7 +79,9 @@ func (d *Delivery) NackWithDelay(delay time.Duration) error {
 		return d.Nack()
 	}
 	return d.settleWith(func(q *Queue) {
+		q.n.nacked++
 		if e := redelivered(d.e); q.mayReturnLocked(e) {
+			q.messageEventLocked(EventRequeued, e.env, d.ConsumerTag, ReasonNack)
 			q.delayLocked(e, delay)
 		}
 	})
@@ -92,10 +94,12 @@ func redelivered(e entry) entry {
 	return e
 }
 
-// returnLocked puts back one message the application received, redelivered; or expires it if
-// its deadline passed meanwhile (R3.6), or dead-letters it past the delivery limit (R1.10).
-func (q *Queue) returnLocked(e entry) {
+// returnLocked puts back one message the application received and nacked, redelivered; or
+// expires it if its deadline passed meanwhile (R3.6), or dead-letters it past the delivery limit
+// (R1.10).
+func (q *Queue) returnLocked(e entry, consumer string) {
 	if e = redelivered(e); q.endErr == nil && q.mayReturnLocked(e) { // a deleted queue keeps nothing
+		q.messageEventLocked(EventRequeued, e.env, consumer, ReasonNack)
 		q.ready.reinsert(e)
 		q.dropHeadLocked() // returned messages are at the head: the first dropped (R5.2)
 	}
@@ -107,26 +111,34 @@ func (q *Queue) returnLocked(e entry) {
 func (q *Queue) mayReturnLocked(e entry) bool {
 	switch {
 	case q.expiredLocked(e):
-		q.deadLetterLocked(e, reasonExpired)
+		q.deadLetterLocked(e, ReasonExpired)
 	case q.cfg.deliveryLimit >= 0 && int64(e.returns) > q.cfg.deliveryLimit:
-		q.deadLetterLocked(e, reasonDeliveryLimit)
+		q.deadLetterLocked(e, ReasonDeliveryLimit)
 	default:
 		return true
 	}
 	return false
 }
 
-// restoreAllLocked puts back messages that come back together, already marked as they return.
-// Those whose deadline passed meanwhile are expired instead, and those past the delivery limit
-// dead-lettered, in queue order (R3.6, R1.10, R4.9).
-func (q *Queue) restoreAllLocked(es []entry) {
+// restoreAllLocked puts back messages that come back together for reason (an EventRequeued
+// reason, or ReasonReturned for auto-acked deliveries that re-enter), already marked as they
+// return. Those whose deadline passed meanwhile are expired instead, and those past the delivery
+// limit dead-lettered, in queue order (R3.6, R1.10, R4.9).
+func (q *Queue) restoreAllLocked(es []entry, reason string) {
 	if len(es) == 0 || q.endErr != nil {
 		return
 	}
 	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
 	live := es[:0]
 	for _, e := range es {
+		if reason == ReasonReturned {
+			// Auto-acked, so evented as acked: the message starts a new span here.
+			q.enqueuedLocked(e.env, len(q.outbox), reason)
+		}
 		if q.mayReturnLocked(e) {
+			if reason != ReasonReturned {
+				q.messageEventLocked(EventRequeued, e.env, "", reason)
+			}
 			live = append(live, e)
 		}
 	}
@@ -153,7 +165,7 @@ func (c *Consumer) Recover() error {
 	if !c.stopped {
 		back = c.drainLocked(back)
 	}
-	q.restoreAllLocked(c.takeBackLocked(back))
+	q.restoreAllLocked(c.takeBackLocked(back), ReasonRecover)
 	c.tidyLocked()
 	q.dispatchLocked()
 	return nil
@@ -199,7 +211,7 @@ func (q *Queue) reap() {
 			return context.Cause(c.owner)
 		}
 		return nil
-	}, func(d *Delivery) bool { return d.get.ctx.Err() != nil })
+	}, func(d *Delivery) bool { return d.get.ctx.Err() != nil }, ReasonOwnerEnded)
 	q.dispatchLocked()
 	q.finishOrphans(ended)
 }
@@ -212,7 +224,7 @@ func (q *Queue) reap() {
 // the active one ends, and receives once the caller dispatches, after everything is back: so a
 // consumer of this queue sees them in queue order. It returns the consumers it ended, for
 // finishOrphans.
-func (q *Queue) orphanLocked(why func(*Consumer) error, get func(*Delivery) bool) []*Consumer {
+func (q *Queue) orphanLocked(why func(*Consumer) error, get func(*Delivery) bool, reason string) []*Consumer {
 	var (
 		back  []entry
 		ended []*Consumer
@@ -241,7 +253,7 @@ func (q *Queue) orphanLocked(why func(*Consumer) error, get func(*Delivery) bool
 			}
 		}
 	}
-	q.restoreAllLocked(back)
+	q.restoreAllLocked(back, reason)
 	for _, c := range ended {
 		if c.autoAck {
 			c.signalStopLocked() // the feeder puts its messages back, then closes done

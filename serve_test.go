@@ -119,6 +119,9 @@ type srvEvents struct {
 }
 
 func (e *srvEvents) add(ev warren.Event) {
+	if ev.Kind != warren.EventHandlerPanicked {
+		return // the panic events are what these tests count
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.list = append(e.list, ev)
@@ -1484,7 +1487,11 @@ func TestServePanicWithPermanentError(t *testing.T) {
 		q := declare(t, b, "q", warren.DeadLetter("", "dlq"))
 		publishN(t, b, q, 1)
 		var events []warren.Event
-		stop := b.Listen(func(e warren.Event) { events = append(events, e) })
+		stop := b.Listen(func(e warren.Event) {
+			if e.Kind == warren.EventHandlerPanicked {
+				events = append(events, e)
+			}
+		})
 		defer stop()
 		bad := fmt.Errorf("corrupt input: %w", warren.ErrPermanent)
 		ctx, cancel := context.WithCancel(t.Context())

@@ -51,16 +51,16 @@ func expiryLess(a, b expiry) bool {
 // clock returns the queue's time: nanoseconds since its epoch, at least 1.
 func (q *Queue) clock() int64 { return int64(time.Since(q.epoch)) + 1 }
 
-// deadlineFor returns the deadline of a message entering the queue now with message TTL ttl (-1
-// for none), or 0 for none.
-func (q *Queue) deadlineFor(ttl time.Duration) int64 {
+// deadlineFor returns the deadline of a message entering the queue at now (the queue's clock)
+// with message TTL ttl (-1 for none), or 0 for none.
+func (q *Queue) deadlineFor(now int64, ttl time.Duration) int64 {
 	if q.cfg.ttl >= 0 && (ttl < 0 || q.cfg.ttl < ttl) {
 		ttl = q.cfg.ttl
 	}
 	if ttl < 0 {
 		return 0
 	}
-	return q.clock() + int64(ttl)
+	return now + int64(ttl)
 }
 
 // expiredLocked reports whether e's deadline has passed. A message arriving in this critical
@@ -82,7 +82,7 @@ func (q *Queue) expireDueLocked(now int64) {
 			q.ready.expiries.Delete(k)
 			continue
 		}
-		q.deadLetterLocked(e, reasonExpired)
+		q.deadLetterLocked(e, ReasonExpired)
 	}
 	q.ready.tidy()
 }
@@ -133,6 +133,9 @@ func (q *Queue) wakeAtLocked() int64 {
 		if x := q.lastUsed + int64(q.cfg.expires); at == 0 || x < at {
 			at = x
 		}
+	}
+	if due := q.ageDueLocked(); due != 0 && (at == 0 || due < at) {
+		at = due
 	}
 	if q.ackTimed > 0 {
 		for _, c := range q.holders {
@@ -206,7 +209,7 @@ func (q *Queue) onTimer() {
 				return ErrAckTimeout
 			}
 			return nil
-		}, nil)
+		}, nil, ReasonAckTimeout)
 	}
 	q.dispatchLocked()
 	expired := q.unusedLocked(now)
@@ -300,9 +303,7 @@ func searchKey(n int, at func(int) entry, k uint64) int {
 
 // index accounts for an entry entering the ready set: its body bytes and its deadline.
 func (r *readySet) index(e entry) {
-	if r.countBytes {
-		r.bytes += int64(len(e.env.msg.Body))
-	}
+	r.bytes += int64(len(e.env.msg.Body))
 	if e.deadline != 0 {
 		r.expiries.ReplaceOrInsert(expiry{e.deadline, e.key()})
 	}
@@ -310,9 +311,7 @@ func (r *readySet) index(e entry) {
 
 // unindex accounts for an entry leaving the ready set.
 func (r *readySet) unindex(e entry) {
-	if r.countBytes {
-		r.bytes -= int64(len(e.env.msg.Body))
-	}
+	r.bytes -= int64(len(e.env.msg.Body))
 	if e.deadline != 0 {
 		r.expiries.Delete(expiry{e.deadline, e.key()})
 	}

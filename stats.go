@@ -1,0 +1,346 @@
+package warren
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// counters are a queue's message counts since it was declared; guarded by its mu.
+type counters struct {
+	enqueued, delivered, redelivered, acked, nacked, rejected, expired, deadLettered, dropped uint64
+}
+
+// QueueStats is a snapshot of one queue, taken in one critical section ([Queue.Stats]).
+type QueueStats struct {
+	Queue     string
+	Ready     int   // messages waiting for a consumer ([Queue.Len])
+	Unacked   int   // deliveries outstanding ([Queue.Unacked])
+	Delayed   int   // messages hidden until a delay passes ([DeliverAfter], [Delivery.NackWithDelay])
+	Consumers int   // active consumers, waiting single-active ones included ([Queue.ConsumerCount])
+	Bytes     int64 // body bytes of the ready messages
+	// OldestAge is how long the oldest ready message has been in the queue; 0 when none is
+	// ready. It is measured from samples of the clock taken when messages arrive, not one per
+	// message: exact for a message that arrived into an empty queue, and otherwise at most the
+	// arrival span of 63 messages too high; exact for every message of a queue with an
+	// [Alerts] age threshold. A returned message older than every sample kept counts from the
+	// oldest sample.
+	OldestAge time.Duration
+
+	// Counters since the queue was declared. Each message that entered (Enqueued) ends in one
+	// of Acked, Expired (without a dead-letter exchange), DeadLettered or Dropped, or is still
+	// in the queue; see the event kinds of the same names.
+	Enqueued     uint64 // messages that entered: published or dead-lettered into it (and auto-acked ones returned unread)
+	Delivered    uint64 // deliveries to consumers and Gets, auto-acked ones included
+	Redelivered  uint64 // of those, deliveries of messages that had come back
+	Acked        uint64 // deliveries acknowledged, auto-acked ones included
+	Nacked       uint64 // deliveries nacked back into the queue
+	Rejected     uint64 // deliveries rejected
+	Expired      uint64 // messages whose TTL passed, dead-lettered or not
+	DeadLettered uint64 // messages dead-lettered that reached another queue
+	Dropped      uint64 // messages that left the queue, or were refused, and went nowhere
+}
+
+// Stats returns a snapshot of the queue's state and counters. It takes the queue's lock once and
+// costs O(1) (O(log n) with priorities): cheap enough for a metrics scrape. After the queue is
+// deleted it returns what the queue had at the end, with nothing ready.
+func (q *Queue) Stats() QueueStats {
+	q.mu.Lock()
+	defer q.unlock()
+	s := QueueStats{
+		Queue: q.name, Ready: q.ready.len(), Unacked: q.unacked, Consumers: q.consumerCountLocked(),
+		Bytes:    q.ready.bytes,
+		Enqueued: q.n.enqueued, Delivered: q.n.delivered, Redelivered: q.n.redelivered,
+		Acked: q.n.acked, Nacked: q.n.nacked, Rejected: q.n.rejected, Expired: q.n.expired,
+		DeadLettered: q.n.deadLettered, Dropped: q.n.dropped,
+	}
+	if q.delayed != nil {
+		s.Delayed = q.delayed.Len()
+	}
+	if at, ok := q.oldestAtLocked(); ok {
+		s.OldestAge = time.Duration(max(q.clock()-at, 0))
+	}
+	return s
+}
+
+// BrokerStats is a snapshot of a broker: every queue's [QueueStats], one queue at a time.
+type BrokerStats struct {
+	Exchanges  int
+	Queues     []QueueStats // sorted by name
+	Unroutable uint64       // publishes that reached no queue
+}
+
+// Stats returns a snapshot of every queue and the broker's own counters. Queues are read one
+// after another, each in its own critical section: the snapshot is not atomic across queues.
+func (b *Broker) Stats() BrokerStats {
+	s := BrokerStats{Unroutable: b.unroutable.Load()}
+	for range b.Exchanges() {
+		s.Exchanges++
+	}
+	for q := range b.Queues() {
+		s.Queues = append(s.Queues, q.Stats())
+	}
+	return s
+}
+
+// Arrival stamps: the oldest message's age without a clock read per message.
+//
+// A clock read costs about a sixth of a publish, so a message carries no arrival time. Instead
+// the queue keeps stamps, (seq, time) pairs, in seq order: one when a message stays ready in a
+// queue that was empty (the one moment its age is not bounded by an older message), one every
+// 64 sequence ids, and one per message on a queue with an age threshold. The oldest ready
+// message arrived no earlier than the newest stamp at or before its seq. Stamps before the one
+// that covers the oldest ready message are dropped as stamps are added.
+
+// stamp records that the message with sequence id seq arrived at at, on the queue's clock.
+type stamp struct {
+	seq uint64
+	at  int64
+}
+
+// stampEvery is how many sequence ids apart the regular stamps are (a power of two).
+const stampEvery = 64
+
+// stampLocked records e's arrival if a stamp is due: the caller has just enqueued and
+// dispatched e; now is the queue's clock if the caller read it, else 0.
+func (q *Queue) stampLocked(e entry, now int64) {
+	if e.seq&(stampEvery-1) != 0 && q.ready.len() != 1 && q.cfg.alerts.Age == 0 {
+		return
+	}
+	if now == 0 {
+		now = q.clock()
+	}
+	if oldest, ok := q.ready.oldestSeq(); ok {
+		for q.stamps.len() >= 2 && q.stamps.at(1).seq <= oldest {
+			q.stamps.pop()
+		}
+	} else {
+		q.stamps.clear()
+	}
+	q.stamps.push(stamp{e.seq, now})
+}
+
+// oldestAtLocked returns when the oldest ready message arrived, as far as the stamps tell.
+func (q *Queue) oldestAtLocked() (int64, bool) {
+	oldest, ok := q.ready.oldestSeq()
+	if !ok || q.stamps.len() == 0 {
+		return 0, false
+	}
+	lo, hi := 0, q.stamps.len() // the first stamp after oldest
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if q.stamps.at(m).seq <= oldest {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return q.stamps.at(max(lo-1, 0)).at, true
+}
+
+// oldestSeq returns the least sequence id of the ready set: the message that has waited longest,
+// which with priorities or returns need not be the next one delivered.
+func (r *readySet) oldestSeq() (uint64, bool) {
+	if r.len() == 0 {
+		return 0, false
+	}
+	least := ^uint64(0)
+	consider := func(e entry) {
+		if e.env != nil && e.seq < least {
+			least = e.seq
+		}
+	}
+	for rank := 0; rank <= len(r.lower); rank++ {
+		l := r.level(uint8(rank))
+		for i := range l.len() { // tombstones sit at the front only briefly
+			if e := l.at(i); e.env != nil {
+				consider(e)
+				break
+			}
+		}
+		from := keyEntry(uint64(rank) << seqBits)
+		r.returned.AscendGreaterOrEqual(from, func(e entry) bool {
+			if e.rank == uint8(rank) {
+				consider(e)
+			}
+			return false
+		})
+		run := r.run[r.runAt:]
+		for i := searchKey(len(run), func(i int) entry { return run[i] }, from.key()); i < len(run) && run[i].rank == uint8(rank); i++ {
+			if run[i].env != nil {
+				consider(run[i])
+				break
+			}
+		}
+	}
+	return least, least != ^uint64(0)
+}
+
+// Alerts.
+
+// AlertPolicy is what a queue does, besides the alert, when its ready messages cross the
+// Messages, Bytes or Age threshold of its [Alerts] (Qpid's queue alerts and slow-consumer
+// policies).
+type AlertPolicy uint8
+
+const (
+	// Alert only reports the crossing: an [EventAlert] and a warning on the broker's logger.
+	Alert AlertPolicy = iota
+	// Cycle makes the queue a ring: while it holds more than Messages ready messages or Bytes
+	// ready bytes, the head is dropped, dead-lettered with reason "maxlen" or evented as
+	// dropped (as [DropHead] does, but without refusing or counting as a length limit). The Age
+	// threshold only alerts; bound age with [MessageTTL].
+	Cycle
+	// Delete deletes the queue when it crosses: its consumers end with an error wrapping both
+	// [ErrQueueDeleted] and [ErrSlowConsumer] that says which threshold, and every message is
+	// evented as dropped (Reason [ReasonQueueDeleted]); the queue's deletion event has Reason
+	// [ReasonPolicy].
+	Delete
+)
+
+// ErrSlowConsumer is wrapped, with [ErrQueueDeleted], by the error the consumers of a queue
+// deleted by the [Delete] policy of its [Alerts] end with.
+var ErrSlowConsumer = errors.New("warren: slow consumer")
+
+// Alert reasons: which threshold an [EventAlert] reports.
+const (
+	AlertMessages    = "messages"     // ready messages ≥ Messages
+	AlertBytes       = "bytes"        // ready body bytes ≥ Bytes
+	AlertAge         = "age"          // the oldest ready message is older than Age
+	AlertMessageSize = "message-size" // an arriving message's body ≥ MessageSize bytes
+)
+
+// Alerts are a queue's thresholds (see [WithAlerts]). A zero threshold checks nothing.
+// Thresholds are checked in the critical section that changes what they measure, with no
+// goroutine of their own: counts and bytes whenever messages arrive or leave, the size of each
+// arriving message, and age on the queue's one timer, armed for when the oldest message will
+// pass it.
+//
+// An alert fires when a measure crosses its threshold (from below to at-or-above; for age, to
+// above): once per crossing, and not again for the same threshold within RepeatGap of the last,
+// however often the measure crosses back and forth meanwhile.
+type Alerts struct {
+	Messages    int           // ready messages
+	Bytes       int64         // ready body bytes
+	Age         time.Duration // age of the oldest ready message
+	MessageSize int           // body bytes of one arriving message
+	RepeatGap   time.Duration // least time between two alerts of one threshold; default 1 minute
+	Policy      AlertPolicy   // what crossing Messages, Bytes or Age does besides alerting
+}
+
+// WithAlerts sets the queue's alert thresholds and slow-consumer policy. They are warren's own
+// (Qpid has them; RabbitMQ does not) and not part of the queue's arguments, so a redeclaration
+// need not repeat them; the first declaration's stand. Negative values are an error wrapping
+// [ErrInvalidArgument].
+func WithAlerts(a Alerts) QueueOption { return alertsOption(a) }
+
+type alertsOption Alerts
+
+func (o alertsOption) applyQueue(c *queueConfig) {
+	a := Alerts(o)
+	if a.Messages < 0 || a.Bytes < 0 || a.Age < 0 || a.MessageSize < 0 || a.RepeatGap < 0 || a.Policy > Delete {
+		c.err = fmt.Errorf("warren: alerts %+v: negative threshold or unknown policy: %w", a, ErrInvalidArgument)
+		return
+	}
+	if a.RepeatGap == 0 {
+		a.RepeatGap = time.Minute
+	}
+	c.alerts = a
+	c.alerting = a.Messages > 0 || a.Bytes > 0 || a.Age > 0 || a.MessageSize > 0
+}
+
+// alertState is one threshold's state: whether the measure was over it when last checked, and
+// when it last alerted (0 for never).
+type alertState struct {
+	over bool
+	last int64
+}
+
+// alertIndex orders a queue's alert states.
+const (
+	alertMessages = iota
+	alertBytes
+	alertAge
+	alertSize
+	alertKinds
+)
+
+var alertNames = [alertKinds]string{AlertMessages, AlertBytes, AlertAge, AlertMessageSize}
+
+// checkAlertsLocked checks the count, bytes and age thresholds after a change, and enforces the
+// Cycle policy. now is the queue's clock, or 0 if not read yet.
+func (q *Queue) checkAlertsLocked(now int64) {
+	a := &q.cfg.alerts
+	if a.Policy == Cycle {
+		q.cycleLocked()
+	}
+	if a.Messages > 0 {
+		now = q.crossLocked(alertMessages, int64(q.ready.len()) >= int64(a.Messages), int64(q.ready.len()), int64(a.Messages), nil, now)
+	}
+	if a.Bytes > 0 {
+		now = q.crossLocked(alertBytes, q.ready.bytes >= a.Bytes, q.ready.bytes, a.Bytes, nil, now)
+	}
+	if a.Age > 0 {
+		var age int64
+		if at, ok := q.oldestAtLocked(); ok {
+			if now == 0 {
+				now = q.clock()
+			}
+			age = now - at
+		}
+		q.crossLocked(alertAge, age > int64(a.Age), age, int64(a.Age), nil, now)
+	}
+}
+
+// crossLocked updates one threshold's state with whether its measure is over it, and alerts on
+// a crossing outside the repeat gap. It returns the clock, read if it had to be.
+func (q *Queue) crossLocked(i int, over bool, value, limit int64, m *envelope, now int64) int64 {
+	s := &q.alertStates[i]
+	was := s.over
+	s.over = over
+	if !over || was {
+		return now
+	}
+	if now == 0 {
+		now = q.clock()
+	}
+	if s.last != 0 && now-s.last < int64(q.cfg.alerts.RepeatGap) {
+		return now
+	}
+	s.last = now
+	e := Event{Kind: EventAlert, Reason: alertNames[i], Value: value, Limit: limit}
+	if m != nil {
+		e.Message = &m.msg
+	}
+	q.eventLocked(e) // always: the flush logs it (see Broker.flush)
+	if i != alertSize && q.cfg.alerts.Policy == Delete && q.doomed == nil {
+		q.doomed = fmt.Errorf("warren: queue %q deleted by its slow-consumer policy: %s %d over %d: %w: %w",
+			q.name, alertNames[i], value, limit, ErrQueueDeleted, ErrSlowConsumer)
+	}
+	return now
+}
+
+// cycleLocked drops from the head while the queue is over its Messages or Bytes threshold (the
+// Cycle policy), dead-lettering with reason maxlen.
+func (q *Queue) cycleLocked() {
+	limit := func(n int64) int64 {
+		if n == 0 {
+			return -1
+		}
+		return n
+	}
+	q.dropOverLocked(limit(int64(q.cfg.alerts.Messages)), limit(q.cfg.alerts.Bytes))
+}
+
+// ageDueLocked returns when the oldest ready message will pass the age threshold, for the
+// queue's timer; 0 for never or already past.
+func (q *Queue) ageDueLocked() int64 {
+	if q.cfg.alerts.Age == 0 || q.alertStates[alertAge].over {
+		return 0
+	}
+	at, ok := q.oldestAtLocked()
+	if !ok {
+		return 0
+	}
+	return at + int64(q.cfg.alerts.Age) + 1
+}
