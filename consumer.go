@@ -53,6 +53,8 @@ type Consumer struct {
 	idle    bool            // the feeder is parked holding nothing (waiting, or woken and not yet run)
 	handoff entry           // when handing: a message given to the idle feeder (dispatch.go, R3.5)
 	handing bool
+	sending bool     // the feeder is sending a delivery into ch, outside q.mu
+	served  bool     // started by Serve: what it holds, its handlers are working on (idle.go)
 	active  bool     // in q.consumers or q.feeders: receiving (not waiting its turn, not stopped)
 	cursor  []uint64 // selector: per rank, every ready key below it was rejected (dispatch.go)
 	turn    uint64   // general dispatch: when it last received, for round-robin
@@ -105,6 +107,7 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 		priority:  cfg.priority,
 		selector:  cfg.selector,
 		owner:     ctx,
+		served:    cfg.served,
 		ch:        make(chan *Delivery, bufferSize(cfg)),
 		done:      make(chan struct{}),
 	}
@@ -386,6 +389,7 @@ func (c *Consumer) feed() {
 	var held *Delivery // taken from the queue when halt came, never sent
 	for held == nil {
 		q.mu.Lock()
+		c.sending = false // a send that filled ch left it set: equally idle until ch is read
 		if c.stopped {
 			q.unlock()
 			break
@@ -417,6 +421,7 @@ func (c *Consumer) feed() {
 			continue
 		}
 		d := c.newDeliveryLocked(e)
+		c.sending = true
 		q.unlock()
 		select {
 		case c.ch <- d:
@@ -427,6 +432,7 @@ func (c *Consumer) feed() {
 	// One critical section: what the feeder held and what is buffered go back together,
 	// before anything is dispatched.
 	q.mu.Lock()
+	c.sending = false
 	var back []entry
 	if held != nil {
 		back = append(back, held.e)

@@ -187,6 +187,7 @@ type consumeConfig struct {
 	selector    func(*Message) bool
 	ackTimeout  time.Duration // -1 for the queue's default
 	prefetchSet bool
+	served      bool            // started by Serve
 	owner       context.Context // whose use of an exclusive queue this is; nil: the consumer's context
 	err         error           // the first invalid option
 }

@@ -502,6 +502,7 @@ func (q *Queue) unlock() {
 		close(q.blocked[0]) // the first waiting publisher tries again
 		q.blocked = q.blocked[1:]
 	}
+	defer q.b.pokeIdle() // after mu is released
 	if q.flushing || len(q.outbox) == 0 {
 		q.mu.Unlock()
 		return

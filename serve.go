@@ -108,6 +108,7 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 	owner, release := context.WithCancel(context.WithoutCancel(ctx))
 	defer release()
 	cfg.consume.owner = ctx // the pool's use of an exclusive queue is ctx's
+	cfg.consume.served = true
 	c, err := q.consume(owner, cfg.consume)
 	if err != nil {
 		return err

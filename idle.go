@@ -1,0 +1,171 @@
+package warren
+
+import (
+	"context"
+	"iter"
+	"sync"
+)
+
+// Idle: a barrier for tests.
+//
+// A queue is busy while something will happen to its messages without anyone calling in:
+//   - its outbox holds events or dead letters, or a goroutine is emptying it;
+//   - a stopped AutoAck consumer is putting back what it held (Queue.returning);
+//   - a feeder is taking or handing over a message (not parked, and not stuck sending into a
+//     full channel: a channel nobody reads is the application's to drain);
+//   - a consumer started by Serve holds deliveries: its handlers are running or about to;
+//   - a timer will move a message: a ready message has a TTL, a message is delayed, or a
+//     delivery has an ack timeout.
+//
+// Deliveries held by a plain consumer or a Get are the application's: they do not make the
+// queue busy (except through an ack timeout). A queue's dispatch runs in every critical section
+// that could let a consumer take a message, so "a ready message and a consumer with credit that
+// accepts it" never outlives one and needs no check of its own.
+//
+// Every critical section that ends with unlock pokes the broker's idle generation while
+// someone waits, so WaitIdle re-checks after any change and knows a pass over the queues saw
+// one consistent state when the generation did not move during it.
+
+// idleWaiters is the state WaitIdle waits on; guarded by its mu. The broker's idleCount says,
+// without the lock, whether anyone waits.
+type idleWaiters struct {
+	mu      sync.Mutex
+	gen     uint64        // bumped on every change while someone waits
+	changed chan struct{} // closed and replaced when gen moves
+}
+
+// pokeIdle tells WaitIdle callers that a queue's state changed. The caller holds no queue lock.
+func (b *Broker) pokeIdle() {
+	if b.idleCount.Load() == 0 {
+		return
+	}
+	b.idle.mu.Lock()
+	b.idle.gen++
+	if b.idle.changed != nil {
+		close(b.idle.changed)
+		b.idle.changed = nil
+	}
+	b.idle.mu.Unlock()
+}
+
+// WaitIdle waits until no message of the broker's can make progress by itself — see the list
+// below — and returns nil, or ctx.Err() if ctx ends first. It is a barrier for tests: publish,
+// WaitIdle, then assert, with no sleeps. Inside a [testing/synctest] bubble, time-driven
+// progress (a TTL, a delay, an ack timeout, a Backoff) is waited for in virtual time, so a
+// test of a one-hour retry flow takes milliseconds.
+//
+// The broker is idle when, in every queue: no consumer started by [Queue.Serve] holds a
+// delivery (no handler is running or about to); no AutoAck consumer is moving a message into
+// its channel, unless the channel is full; no dead letter or event is on its way; no ready
+// message has a TTL, none is delayed, and no delivery has an ack timeout running. Deliveries
+// held by [Queue.Consume] consumers and by [Queue.Get] are the application's to settle and do
+// not count, nor do messages buffered in a consumer's channel for the application to receive.
+// Work outside the broker (a publish still in progress) is not seen.
+func (b *Broker) WaitIdle(ctx context.Context) error {
+	b.idleCount.Add(1)
+	defer b.idleCount.Add(-1)
+	for {
+		b.idle.mu.Lock()
+		gen := b.idle.gen
+		if b.idle.changed == nil {
+			b.idle.changed = make(chan struct{})
+		}
+		changed := b.idle.changed
+		b.idle.mu.Unlock()
+		busy := false
+		for q := range b.Queues() {
+			if q.busy() {
+				busy = true
+				break
+			}
+		}
+		b.idle.mu.Lock()
+		still := b.idle.gen == gen
+		b.idle.mu.Unlock()
+		if !busy && still {
+			return nil
+		}
+		if !busy {
+			continue // something changed during the pass: look again
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// busy reports whether something will happen to the queue's messages without anyone calling
+// in (see the top of this file).
+func (q *Queue) busy() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.endErr != nil {
+		return false
+	}
+	if q.flushing || len(q.outbox) > 0 || q.returning > 0 || q.ready.expiries.Len() > 0 ||
+		(q.delayed != nil && q.delayed.Len() > 0) {
+		return true
+	}
+	for _, c := range q.holders {
+		switch {
+		case c.autoAck:
+			if c.handing || (!c.idle && !c.stopped && !(c.sending && len(c.ch) == cap(c.ch))) {
+				return true
+			}
+		case c.live == 0:
+		case c.served || c.ackTimeout > 0:
+			return true
+		}
+	}
+	return false
+}
+
+// DeliveryInfo describes one outstanding delivery, for inspection ([Queue.Outstanding]).
+type DeliveryInfo struct {
+	Message       *Message // shared and read-only
+	ConsumerTag   string   // empty for a Get
+	DeliveryTag   uint64
+	Redelivered   bool
+	DeliveryCount int
+}
+
+// Outstanding returns the queue's deliveries not yet settled — received by consumers or still
+// buffered in their channels, and Gets — as a snapshot taken in one critical section when the
+// iteration starts: consumers in the order they started, each in tag order, then Gets in tag
+// order. It describes them rather than handing them out: settle a delivery through the
+// *Delivery its consumer received.
+func (q *Queue) Outstanding() iter.Seq[DeliveryInfo] {
+	return func(yield func(DeliveryInfo) bool) {
+		q.mu.Lock()
+		var ds []DeliveryInfo
+		info := func(d *Delivery) DeliveryInfo {
+			return DeliveryInfo{Message: d.Message, ConsumerTag: d.ConsumerTag, DeliveryTag: d.DeliveryTag,
+				Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount}
+		}
+		for _, c := range q.holders {
+			for i := range c.unacked.len() {
+				if d := c.unacked.at(i); d.state == deliveryOutstanding {
+					ds = append(ds, info(d))
+				}
+			}
+		}
+		n := len(ds)
+		for d := range q.gets {
+			ds = append(ds, info(d))
+		}
+		gets := ds[n:]
+		for i := 1; i < len(gets); i++ { // few: insertion sort by tag
+			for j := i; j > 0 && gets[j].DeliveryTag < gets[j-1].DeliveryTag; j-- {
+				gets[j], gets[j-1] = gets[j-1], gets[j]
+			}
+		}
+		q.unlock()
+		for _, d := range ds {
+			if !yield(d) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package warren_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+)
+
+// TestWaitIdleRetryThenDeadLetterFlow: a handler fails a job; each failure waits an hour in a
+// retry queue (a TTL whose dead-letter exchange leads back), and the third sends it to a parking
+// queue. WaitIdle carries the test through the three virtual hours with no sleeps.
+func TestWaitIdleRetryThenDeadLetterFlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := warren.New()
+		defer b.Close()
+		work, err := b.DeclareQueue("work", warren.DeadLetter("", "retry"))
+		require.NoError(t, err)
+		_, err = b.DeclareQueue("retry", warren.MessageTTL(time.Hour), warren.DeadLetter("", "work"))
+		require.NoError(t, err)
+		parked, err := b.DeclareQueue("parked")
+		require.NoError(t, err)
+
+		ctx, cancel := context.WithCancel(t.Context())
+		served := make(chan error, 1)
+		attempts := 0
+		go func() {
+			served <- work.Serve(ctx, func(ctx context.Context, d *warren.Delivery) error {
+				attempts++
+				failures := 0
+				for _, death := range d.Message.Deaths() {
+					if death.Queue == "work" && death.Reason == warren.ReasonRejected {
+						failures = int(death.Count)
+					}
+				}
+				if failures < 2 {
+					return warren.Permanent(errors.New("downstream unavailable"))
+				}
+				return b.Publish(ctx, "", "parked", *d.Message)
+			})
+		}()
+
+		synctest.Wait() // Serve's consumer is in place
+		start := time.Now()
+		require.NoError(t, b.Publish(t.Context(), "", "work", warren.Message{Body: []byte("job")}))
+		require.NoError(t, b.WaitIdle(t.Context()))
+
+		require.Equal(t, 3, attempts, "the first try and two retries")
+		require.Equal(t, 2*time.Hour, time.Since(start), "two hour-long waits in the retry queue, in virtual time")
+		require.Equal(t, 1, parked.Len())
+		require.Zero(t, work.Len())
+		d, err := parked.Get(t.Context(), warren.AutoAck())
+		require.NoError(t, err)
+		require.Equal(t, "job", string(d.Message.Body))
+		st := work.Stats()
+		require.Equal(t, uint64(3), st.Enqueued)
+		require.Equal(t, uint64(2), st.Rejected)
+		require.Equal(t, uint64(1), st.Acked)
+
+		cancel()
+		require.NoError(t, <-served)
+	})
+}
+
+// TestWaitIdleBackoffThenDeliveryLimit: Serve's Backoff keeps a failing message hidden between
+// attempts; past the delivery limit it is dead-lettered. WaitIdle waits through the delays.
+func TestWaitIdleBackoffThenDeliveryLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := warren.New()
+		defer b.Close()
+		q, err := b.DeclareQueue("q", warren.DeliveryLimit(2), warren.DeadLetter("", "dlq"))
+		require.NoError(t, err)
+		dlq, err := b.DeclareQueue("dlq")
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go func() {
+			_ = q.Serve(ctx, func(context.Context, *warren.Delivery) error { return errors.New("no") },
+				warren.Backoff(time.Minute, time.Hour))
+		}()
+		synctest.Wait()
+		start := time.Now()
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("x")}))
+		require.NoError(t, b.WaitIdle(t.Context()))
+		require.Equal(t, 3*time.Minute, time.Since(start), "backoff 1 min, then 2 min")
+		require.Equal(t, 1, dlq.Len())
+		for m := range dlq.Browse() {
+			require.Equal(t, warren.ReasonDeliveryLimit, m.Deaths()[0].Reason)
+		}
+		require.Equal(t, uint64(3), q.Stats().Delivered, "the first try and two retries")
+	})
+}
