@@ -437,11 +437,13 @@ func (c *Consumer) feed() {
 	if held != nil {
 		back = append(back, held.e)
 	}
+	q.restoreAllLocked(c.drainLocked(back), ReasonReturned)
 	if c.handing {
-		back = append(back, c.handoff) // expires as it comes back, if it must
+		// Handed over but never delivered, so never evented: it goes back as if it had not
+		// left (and expires as it comes back, if it must).
+		q.restoreAllLocked([]entry{c.handoff}, "")
 		c.handoff, c.handing = entry{}, false
 	}
-	q.restoreAllLocked(c.drainLocked(back), ReasonReturned)
 	if q.endErr == nil {
 		q.returning--
 	}

@@ -116,6 +116,26 @@
 // back without a consumer's decision. Without a dead-letter exchange these messages are dropped.
 // Dead letters are published after the source queue's lock is released.
 //
+// # Events, stats and alerts
+//
+// [Broker.Listen] tells listeners of entity changes (exchanges, queues, bindings, consumers
+// created and deleted) and of every step of every message: published, unroutable, enqueued,
+// delivered, acked, requeued, expired, dead-lettered and dropped, with reasons. Each message that
+// enters a queue gets exactly one terminal event there (acked, expired, dead-lettered or
+// dropped), so nothing leaves a queue unaccounted for. A queue's events reach listeners in order,
+// after its lock is released; with no listener, the event sites cost one atomic load each.
+// [Queue.Stats] and [Broker.Stats] snapshot counts and counters cheaply enough for a metrics
+// scrape (see the contrib/prometheus module). [WithAlerts] sets per-queue thresholds on ready
+// messages, bytes, oldest age and message size, with the policies [Alert], [Cycle] and [Delete]
+// (Qpid's queue alerts and slow-consumer handling).
+//
+// # Testing message flows
+//
+// [Broker.WaitIdle] returns once no message can make progress by itself: publish, wait, assert,
+// with no sleeps. Inside a [testing/synctest] bubble the waits of TTLs, delays and backoffs pass
+// in virtual time. [Queue.Browse], [Queue.Outstanding] and [Message.Deaths] inspect a queue's
+// messages without consuming them.
+//
 // # Concurrency
 //
 // Every exported type is safe for concurrent use. Each queue has one mutex; warren never holds
@@ -124,8 +144,9 @@
 //
 // # Time
 //
-// warren uses the time package directly and polls nothing, so tests of message flows run inside
-// [testing/synctest] bubbles with virtual time.
+// warren uses the time package directly and polls nothing — alerts and expiries run on each
+// queue's one timer — so tests of message flows run inside [testing/synctest] bubbles with
+// virtual time.
 //
 // # Shutdown
 //

@@ -146,3 +146,47 @@ func ExampleQueue_Serve() {
 	// handling broken attempt 2
 	// dead-lettered: broken delivery_limit
 }
+
+// A test of a message flow without sleeps: publish, wait until the broker is idle, assert. A
+// handler fails the first attempt of each job; WaitIdle returns once both jobs are done, and
+// Stats and Listen tell what happened.
+func ExampleBroker_WaitIdle() {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	b := warren.New()
+	defer b.Close()
+	q, _ := b.DeclareQueue("jobs")
+
+	var acked []string
+	defer b.Listen(func(e warren.Event) { // called in order for one queue, with no lock held
+		if e.Kind == warren.EventAcked {
+			acked = append(acked, string(e.Message.Body))
+		}
+	})()
+	served := make(chan error)
+	go func() {
+		served <- q.Serve(ctx, func(_ context.Context, d *warren.Delivery) error {
+			if !d.Redelivered {
+				return errors.New("transient") // nacked: back to its place, redelivered
+			}
+			return nil
+		})
+	}()
+	for q.ConsumerCount() == 0 { // wait for Serve's consumer (in a synctest bubble: synctest.Wait)
+		time.Sleep(time.Millisecond)
+	}
+
+	_ = b.Publish(ctx, "", "jobs", warren.Message{Body: []byte("a")})
+	_ = b.Publish(ctx, "", "jobs", warren.Message{Body: []byte("b")})
+	_ = b.WaitIdle(ctx)
+
+	s := q.Stats()
+	fmt.Println("acked:", acked)
+	fmt.Println("delivered:", s.Delivered, "nacked:", s.Nacked, "ready:", s.Ready)
+	stop()
+	fmt.Println("serve:", <-served)
+	// Output:
+	// acked: [a b]
+	// delivered: 4 nacked: 2 ready: 0
+	// serve: <nil>
+}

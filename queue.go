@@ -514,6 +514,12 @@ func (q *Queue) unlock() {
 		q.mu.Unlock()
 		dead, lost := q.b.flush(q, batch)
 		q.mu.Lock()
+		if q.outbox == nil && cap(batch) <= 256 {
+			// Reused, so that a queue whose listeners hear every message does not allocate
+			// an outbox per critical section.
+			clear(batch)
+			q.outbox = batch[:0]
+		}
 		if dead+lost > 0 {
 			q.n.deadLettered += dead
 			q.n.dropped += lost

@@ -191,14 +191,18 @@ func BenchmarkPublishConsumeAck(b *testing.B) {
 }
 
 func benchPublishConsumeAck(b *testing.B, consumers, prefetch int) {
-	benchPublishConsumeAckWith(b, consumers, prefetch, nil, warren.Message{Body: benchBody})
+	benchPublishConsumeAckWith(b, consumers, prefetch, nil, warren.Message{Body: benchBody}, 0)
 }
 
 // benchPublishConsumeAckWith is benchPublishConsumeAck on a queue declared with opts,
-// publishing copies of msg.
-func benchPublishConsumeAckWith(b *testing.B, consumers, prefetch int, opts []warren.QueueOption, msg warren.Message) {
+// publishing copies of msg, with listeners event listeners that count what they are told.
+func benchPublishConsumeAckWith(b *testing.B, consumers, prefetch int, opts []warren.QueueOption, msg warren.Message, listeners int) {
 	before := runtime.NumGoroutine()
 	br := newBenchBroker(b)
+	var heard atomic.Int64
+	for range listeners {
+		defer br.Listen(func(warren.Event) { heard.Add(1) })()
+	}
 	q, err := br.DeclareQueue("bench", opts...)
 	if err != nil {
 		b.Fatal(err)

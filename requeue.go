@@ -121,7 +121,8 @@ func (q *Queue) mayReturnLocked(e entry) bool {
 }
 
 // restoreAllLocked puts back messages that come back together for reason (an EventRequeued
-// reason, or ReasonReturned for auto-acked deliveries that re-enter), already marked as they
+// reason; ReasonReturned for auto-acked deliveries that re-enter; "" for messages taken and
+// never delivered, which come back without an event), already marked as they
 // return. Those whose deadline passed meanwhile are expired instead, and those past the delivery
 // limit dead-lettered, in queue order (R3.6, R1.10, R4.9).
 func (q *Queue) restoreAllLocked(es []entry, reason string) {
@@ -136,7 +137,7 @@ func (q *Queue) restoreAllLocked(es []entry, reason string) {
 			q.enqueuedLocked(e.env, len(q.outbox), reason)
 		}
 		if q.mayReturnLocked(e) {
-			if reason != ReasonReturned {
+			if reason != ReasonReturned && reason != "" {
 				q.messageEventLocked(EventRequeued, e.env, "", reason)
 			}
 			live = append(live, e)

@@ -91,7 +91,7 @@ func BenchmarkPublishConsumeAckTTL(b *testing.B) {
 // benchPublishConsumeAckTTL is benchPublishConsumeAck with one consumer of prefetch 256, on a
 // queue declared with opts, publishing messages with the given Expiration.
 func benchPublishConsumeAckTTL(b *testing.B, opts []warren.QueueOption, expiration string) {
-	benchPublishConsumeAckWith(b, 1, 256, opts, warren.Message{Body: benchBody, Expiration: expiration})
+	benchPublishConsumeAckWith(b, 1, 256, opts, warren.Message{Body: benchBody, Expiration: expiration}, 0)
 }
 
 // expireN is how many messages one op of BenchmarkExpire1M expires.
