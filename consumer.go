@@ -222,7 +222,7 @@ func (c *Consumer) Cancel() error {
 		}
 		return nil
 	}
-	q.restoreAllLocked(c.stopLocked(ErrCancelled, nil), ReasonCancel)
+	q.restoreAllLocked(c.stopLocked(ErrCancelled, nil, ReasonCancel))
 	c.signalStopLocked()
 	q.removeConsumerLocked(c)
 	c.tidyLocked()
@@ -262,7 +262,7 @@ func (c *Consumer) afterStop(autoDelete bool) {
 // once told by signalStopLocked). It appends to back the entries of deliveries that were
 // buffered and never received, unchanged, for the caller to put back; the caller also removes
 // c from the queue's consumer lists and calls signalStopLocked.
-func (c *Consumer) stopLocked(reason error, back []entry) []entry {
+func (c *Consumer) stopLocked(reason error, back []entry, why string) []entry {
 	if c.stopped {
 		return back
 	}
@@ -275,26 +275,42 @@ func (c *Consumer) stopLocked(reason error, back []entry) []entry {
 		c.q.returning++ // dispatch waits until the feeder has put back what it holds
 		return back     // the feeder drains and closes ch
 	}
-	back = c.drainLocked(back)
+	back = c.drainLocked(back, why)
 	close(c.ch)
 	return back
 }
 
 // drainLocked takes the deliveries buffered in ch and not yet received, and appends their
-// entries to back, unchanged, as if they had never been delivered. Only ch's sender may call
-// it: under q.mu for a push consumer, the feeder for an AutoAck one. The application may be
-// receiving at the same time; what it receives first is its own.
-func (c *Consumer) drainLocked(back []entry) []entry {
+// entries to back, unchanged, as if they had never been delivered; each is evented as coming
+// back for why (see backLocked). Only ch's sender may call it: under q.mu for a push consumer,
+// the feeder for an AutoAck one. The application may be receiving at the same time; what it
+// receives first is its own.
+func (c *Consumer) drainLocked(back []entry, why string) []entry {
 	for {
 		select {
 		case d := <-c.ch:
 			if !c.autoAck {
 				c.q.releaseLocked(d, deliveryReturned)
 			}
+			c.backLocked(d.e, why)
 			back = append(back, d.e)
 		default:
 			return back
 		}
+	}
+}
+
+// backLocked events a delivery of c's on its way back to the queue: EventRequeued for why, or,
+// for an auto-acked delivery (why ReasonReturned), EventEnqueued, since its span ended when it
+// was delivered; nothing for why "". If the message cannot go back (its TTL passed, or the
+// delivery limit), a terminal event follows when it comes back.
+func (c *Consumer) backLocked(e entry, why string) {
+	switch why {
+	case "":
+	case ReasonReturned:
+		c.q.enqueuedLocked(e.env, len(c.q.outbox), why)
+	default:
+		c.q.messageEventLocked(EventRequeued, e.env, c.tag, why)
 	}
 }
 
@@ -437,13 +453,21 @@ func (c *Consumer) feed() {
 	if held != nil {
 		back = append(back, held.e)
 	}
-	q.restoreAllLocked(c.drainLocked(back), ReasonReturned)
+	why := ReasonReturned
+	if q.endErr != nil {
+		why = "" // nothing goes back into an ended queue, and these were acked: no events
+	}
+	if held != nil {
+		c.backLocked(held.e, why)
+	}
+	back = c.drainLocked(back, why)
 	if c.handing {
 		// Handed over but never delivered, so never evented: it goes back as if it had not
 		// left (and expires as it comes back, if it must).
-		q.restoreAllLocked([]entry{c.handoff}, "")
+		back = append(back, c.handoff)
 		c.handoff, c.handing = entry{}, false
 	}
+	q.restoreAllLocked(back)
 	if q.endErr == nil {
 		q.returning--
 	}
@@ -499,6 +523,7 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 		}
 		if how == settleNack {
 			q.releaseLocked(d, deliverySettled)
+			c.backLocked(d.e, ReasonNack)
 			back = append(back, redelivered(d.e))
 		} else {
 			q.settleLocked(d, how)
@@ -507,7 +532,7 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 	if how == settleNack {
 		q.n.nacked += uint64(len(back))
 	}
-	q.restoreAllLocked(back, ReasonNack)
+	q.restoreAllLocked(back)
 	c.tidyLocked()
 	q.dispatchLocked()
 	return nil
@@ -646,7 +671,8 @@ func (q *Queue) releaseLocked(d *Delivery, state deliveryState) {
 	if d.c != nil {
 		d.c.live--
 	} else {
-		delete(q.gets, d)
+		q.getsLive--
+		q.tidyGetsLocked()
 	}
 }
 

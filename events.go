@@ -73,10 +73,12 @@ const (
 	// if its consumer stops before the application receives it from Deliveries, the message goes
 	// back to its place, which starts a new span with EventEnqueued, Reason [ReasonReturned].
 	EventAcked
-	// EventRequeued: a delivery came back to its position in the queue. Queue, Consumer,
-	// Message, Reason: [ReasonNack], [ReasonRecover], [ReasonCancel] (buffered and never
-	// received, back unchanged), [ReasonOwnerEnded] (the consumer's or Get's context ended) or
-	// [ReasonAckTimeout].
+	// EventRequeued: a delivery came back to the queue, to its original position. Queue,
+	// Consumer (empty for a Get), Message, Reason: [ReasonNack], [ReasonRecover],
+	// [ReasonCancel] (buffered and never received, back unchanged), [ReasonOwnerEnded] (the
+	// consumer's or Get's context ended) or [ReasonAckTimeout]. A message whose TTL passed
+	// while it was out, or that exceeds the delivery limit, does not stay: its terminal event
+	// follows at once.
 	EventRequeued
 	// EventExpired (terminal): the message's TTL passed and the queue has no dead-letter
 	// exchange. Queue, Message.

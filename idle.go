@@ -151,15 +151,8 @@ func (q *Queue) Outstanding() iter.Seq[DeliveryInfo] {
 				}
 			}
 		}
-		n := len(ds)
-		for d := range q.gets {
+		for d := range q.outstandingGetsLocked() {
 			ds = append(ds, info(d))
-		}
-		gets := ds[n:]
-		for i := 1; i < len(gets); i++ { // few: insertion sort by tag
-			for j := i; j > 0 && gets[j].DeliveryTag < gets[j-1].DeliveryTag; j-- {
-				gets[j], gets[j-1] = gets[j-1], gets[j]
-			}
 		}
 		q.unlock()
 		for _, d := range ds {

@@ -391,7 +391,8 @@ type Queue struct {
 	ready       readySet
 	nextSeq     uint64                      // sequence id of the next enqueued message
 	holders     []*Consumer                 // consumers not ended: active, or cancelled and holding deliveries
-	gets        map[*Delivery]struct{}      // outstanding Get deliveries
+	gets        ring[*Delivery]             // Get deliveries in tag order, outstanding ones and settled holes
+	getsLive    int                         // outstanding Get deliveries in gets
 	consumers   []*Consumer                 // active push consumers, by priority then arrival (dispatch.go)
 	feeders     []*Consumer                 // active AutoAck consumers, which pull through their own goroutine
 	standby     []*Consumer                 // single active consumer: those waiting their turn, in order
@@ -436,7 +437,7 @@ type Queue struct {
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
 	q := &Queue{
 		b: b, name: name, cfg: cfg, epoch: time.Now(),
-		ready: newReadySet(b.freeNodes, cfg.levels()), nextSeq: 1, gets: make(map[*Delivery]struct{}),
+		ready: newReadySet(b.freeNodes, cfg.levels()), nextSeq: 1,
 		lastUsed: 1,
 	}
 	q.flushed.L = &q.mu
@@ -598,6 +599,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 	q.nextSeq++
 	if opt.delay > 0 {
 		q.enqueuedLocked(env, at, opt.deadReason)
+		q.pushStampLocked(e.seq, now)
 		q.delayLocked(e, opt.delay)
 		q.unlock()
 		return nil
@@ -794,8 +796,9 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 		q.messageEventLocked(EventAcked, e.env, "", "")
 	} else {
 		q.unacked++
+		q.gets.push(d)
+		q.getsLive++
 		if ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
-			q.gets[d] = struct{}{}
 			// Registered under mu so that d.get is in place before anyone can settle d; the
 			// callback takes mu itself, on its own goroutine, after ctx ends.
 			d.get = &getOwner{ctx: ctx, stop: context.AfterFunc(ctx, q.reap)}
@@ -803,6 +806,28 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 	}
 	q.unlock()
 	return d, nil
+}
+
+// outstandingGetsLocked yields the outstanding Get deliveries in tag order.
+func (q *Queue) outstandingGetsLocked() iter.Seq[*Delivery] {
+	return func(yield func(*Delivery) bool) {
+		for i := range q.gets.len() {
+			if d := q.gets.at(i); d.state == deliveryOutstanding && !yield(d) {
+				return
+			}
+		}
+	}
+}
+
+// tidyGetsLocked drops settled Get deliveries from the front of gets, and compacts it when
+// holes dominate, as a consumer's unacked list is (see Consumer.tidyLocked).
+func (q *Queue) tidyGetsLocked() {
+	for q.gets.len() > 0 && q.gets.front().state != deliveryOutstanding {
+		q.gets.pop()
+	}
+	if n := q.gets.len(); n > 64 && n > 4*q.getsLive {
+		q.gets.filter(func(d *Delivery) bool { return d.state == deliveryOutstanding })
+	}
 }
 
 // Browse returns the queue's ready messages in delivery order, without consuming them (AMQP
@@ -885,8 +910,13 @@ func (q *Queue) endLocked(err error, reason string) []*Consumer {
 			}
 		}
 	}
-	for d := range q.gets {
+	for d := range q.outstandingGetsLocked() {
 		q.dropLocked(d.e.env, why)
+	}
+	for _, c := range q.holders {
+		if c.handing { // handed to an AutoAck consumer's goroutine, which has not taken it yet
+			q.dropLocked(c.handoff.env, why)
+		}
 	}
 	kept := q.outbox[:0]
 	for _, e := range q.outbox {
@@ -909,15 +939,17 @@ func (q *Queue) endLocked(err error, reason string) []*Consumer {
 		if c.autoAck {
 			feeders = append(feeders, c)
 		}
-		c.stopLocked(err, nil) // the queue's messages are discarded
+		c.stopLocked(err, nil, "") // the queue's messages are discarded (evented above)
 		c.ended = true
 		c.signalStopLocked()
 		c.stopCtx()
 	}
-	for d := range q.gets {
+	for d := range q.outstandingGetsLocked() {
 		d.stopWatching()
 	}
-	q.holders, q.consumers, q.feeders, q.standby, q.order, q.gets = nil, nil, nil, nil, nil, nil
+	q.gets.clear()
+	q.getsLive = 0
+	q.holders, q.consumers, q.feeders, q.standby, q.order = nil, nil, nil, nil, nil
 	q.ackTimed = 0
 	q.returning = 0
 	if q.ownerStop != nil {

@@ -80,8 +80,8 @@ func (d *Delivery) NackWithDelay(delay time.Duration) error {
 	}
 	return d.settleWith(func(q *Queue) {
 		q.n.nacked++
+		q.messageEventLocked(EventRequeued, d.e.env, d.ConsumerTag, ReasonNack)
 		if e := redelivered(d.e); q.mayReturnLocked(e) {
-			q.messageEventLocked(EventRequeued, e.env, d.ConsumerTag, ReasonNack)
 			q.delayLocked(e, delay)
 		}
 	})
@@ -98,8 +98,8 @@ func redelivered(e entry) entry {
 // expires it if its deadline passed meanwhile (R3.6), or dead-letters it past the delivery limit
 // (R1.10).
 func (q *Queue) returnLocked(e entry, consumer string) {
+	q.messageEventLocked(EventRequeued, e.env, consumer, ReasonNack)
 	if e = redelivered(e); q.endErr == nil && q.mayReturnLocked(e) { // a deleted queue keeps nothing
-		q.messageEventLocked(EventRequeued, e.env, consumer, ReasonNack)
 		q.ready.reinsert(e)
 		q.dropHeadLocked() // returned messages are at the head: the first dropped (R5.2)
 	}
@@ -120,26 +120,17 @@ func (q *Queue) mayReturnLocked(e entry) bool {
 	return false
 }
 
-// restoreAllLocked puts back messages that come back together for reason (an EventRequeued
-// reason; ReasonReturned for auto-acked deliveries that re-enter; "" for messages taken and
-// never delivered, which come back without an event), already marked as they
-// return. Those whose deadline passed meanwhile are expired instead, and those past the delivery
-// limit dead-lettered, in queue order (R3.6, R1.10, R4.9).
-func (q *Queue) restoreAllLocked(es []entry, reason string) {
+// restoreAllLocked puts back messages that come back together, already marked and evented as
+// they return. Those whose deadline passed meanwhile are expired instead, and those past the
+// delivery limit dead-lettered, in queue order (R3.6, R1.10, R4.9).
+func (q *Queue) restoreAllLocked(es []entry) {
 	if len(es) == 0 || q.endErr != nil {
 		return
 	}
 	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
 	live := es[:0]
 	for _, e := range es {
-		if reason == ReasonReturned {
-			// Auto-acked, so evented as acked: the message starts a new span here.
-			q.enqueuedLocked(e.env, len(q.outbox), reason)
-		}
 		if q.mayReturnLocked(e) {
-			if reason != ReasonReturned && reason != "" {
-				q.messageEventLocked(EventRequeued, e.env, "", reason)
-			}
 			live = append(live, e)
 		}
 	}
@@ -164,9 +155,9 @@ func (c *Consumer) Recover() error {
 	}
 	var back []entry
 	if !c.stopped {
-		back = c.drainLocked(back)
+		back = c.drainLocked(back, ReasonRecover)
 	}
-	q.restoreAllLocked(c.takeBackLocked(back), ReasonRecover)
+	q.restoreAllLocked(c.takeBackLocked(back, ReasonRecover))
 	c.tidyLocked()
 	q.dispatchLocked()
 	return nil
@@ -174,10 +165,11 @@ func (c *Consumer) Recover() error {
 
 // takeBackLocked releases every delivery c received and has not settled, marking it returned,
 // and appends its entry to back, redelivered, for the caller to put back.
-func (c *Consumer) takeBackLocked(back []entry) []entry {
+func (c *Consumer) takeBackLocked(back []entry, why string) []entry {
 	for i := range c.unacked.len() {
 		if d := c.unacked.at(i); d.state == deliveryOutstanding {
 			c.q.releaseLocked(d, deliveryReturned)
+			c.backLocked(d.e, why)
 			back = append(back, redelivered(d.e))
 		}
 	}
@@ -225,21 +217,21 @@ func (q *Queue) reap() {
 // the active one ends, and receives once the caller dispatches, after everything is back: so a
 // consumer of this queue sees them in queue order. It returns the consumers it ended, for
 // finishOrphans.
-func (q *Queue) orphanLocked(why func(*Consumer) error, get func(*Delivery) bool, reason string) []*Consumer {
+func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool, why string) []*Consumer {
 	var (
 		back  []entry
 		ended []*Consumer
 	)
 	q.holders = slices.DeleteFunc(q.holders, func(c *Consumer) bool {
-		reason := why(c)
+		reason := end(c)
 		if reason == nil {
 			return false
 		}
 		if !c.stopped {
-			back = c.stopLocked(reason, back)
+			back = c.stopLocked(reason, back, why)
 			q.removeConsumerLocked(c)
 		}
-		back = c.takeBackLocked(back)
+		back = c.takeBackLocked(back, why)
 		c.unacked.clear()
 		c.ended = true
 		q.unholdLocked(c)
@@ -247,14 +239,19 @@ func (q *Queue) orphanLocked(why func(*Consumer) error, get func(*Delivery) bool
 		return true
 	})
 	if get != nil {
-		for d := range q.gets {
-			if get(d) {
-				q.releaseLocked(d, deliveryReturned)
-				back = append(back, redelivered(d.e))
+		var gone []*Delivery // collected first: releasing one tidies the list walked
+		for d := range q.outstandingGetsLocked() {
+			if d.get != nil && get(d) { // a Get whose context cannot end is not watched
+				gone = append(gone, d)
 			}
 		}
+		for _, d := range gone {
+			q.releaseLocked(d, deliveryReturned)
+			q.messageEventLocked(EventRequeued, d.e.env, "", why)
+			back = append(back, redelivered(d.e))
+		}
 	}
-	q.restoreAllLocked(back, reason)
+	q.restoreAllLocked(back)
 	for _, c := range ended {
 		if c.autoAck {
 			c.signalStopLocked() // the feeder puts its messages back, then closes done

@@ -88,7 +88,8 @@ func (b *Broker) Stats() BrokerStats {
 // A clock read costs about a sixth of a publish, so a message carries no arrival time. Instead
 // the queue keeps stamps, (seq, time) pairs, in seq order: one when a message stays ready in a
 // queue that was empty (the one moment its age is not bounded by an older message), one every
-// 64 sequence ids, and one per message on a queue with an age threshold. The oldest ready
+// 64 sequence ids, one per message on a queue with an age threshold, and one per delayed
+// publish (it joins the ready set later, maybe into an empty queue). The oldest ready
 // message arrived no earlier than the newest stamp at or before its seq. Stamps before the one
 // that covers the oldest ready message are dropped as stamps are added.
 
@@ -107,6 +108,12 @@ func (q *Queue) stampLocked(e entry, now int64) {
 	if e.seq&(stampEvery-1) != 0 && q.ready.len() != 1 && q.cfg.alerts.Age == 0 {
 		return
 	}
+	q.pushStampLocked(e.seq, now)
+}
+
+// pushStampLocked records that the message with sequence id seq, the newest, arrived at now (0:
+// read the clock), and drops the stamps no ready message needs.
+func (q *Queue) pushStampLocked(seq uint64, now int64) {
 	if now == 0 {
 		now = q.clock()
 	}
@@ -117,7 +124,7 @@ func (q *Queue) stampLocked(e entry, now int64) {
 	} else {
 		q.stamps.clear()
 	}
-	q.stamps.push(stamp{e.seq, now})
+	q.stamps.push(stamp{seq, now})
 }
 
 // oldestAtLocked returns when the oldest ready message arrived, as far as the stamps tell.
