@@ -168,6 +168,12 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	if cfg.owner != nil && cfg.owner.Err() != nil {
 		return nil, fmt.Errorf("warren: declare exclusive queue %q: owner: %w", name, cfg.owner.Err())
 	}
+	var created *Queue
+	defer func() {
+		if created != nil {
+			created.flushOutbox() // its creation event, first of its events
+		}
+	}()
 	b.mu.Lock()
 	defer b.unlockTopology()
 	if b.closed.Load() {
@@ -192,7 +198,12 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	}
 	q := newQueue(b, name, cfg)
 	b.queues[name] = q
-	b.topologyEventLocked(Event{Kind: EventQueueCreated, Queue: name})
+	if b.listening() {
+		// Through the queue's outbox, so that every listener hears of the queue before any of
+		// its messages, also one a listener publishes on hearing of it.
+		q.outbox = append(q.outbox, Event{Kind: EventQueueCreated, Queue: name})
+		created = q
+	}
 	if cfg.owner != nil {
 		// Set under b.mu, before anything can end the queue; the callback takes b.mu.
 		q.ownerStop = context.AfterFunc(cfg.owner, func() { b.deleteOwned(q) })

@@ -22,7 +22,11 @@ import (
 //
 // Events of one queue are delivered in the order they happened: they are collected under the
 // queue's lock and pass through the queue's outbox, the ordered channel that already carries its
-// dead letters (see [Queue.unlock]), to be emitted with no lock held. So a listener usually runs
+// dead letters (see [Queue.unlock]), to be emitted with no lock held. That includes the queue's
+// creation and deletion, its consumers' and a Serve handler's panics; binding and exchange
+// events are the broker's own, emitted once the topology lock is released, and not ordered with
+// a queue's. A publish racing with the deletion of a queue it routed to may be evented as
+// dropped (ReasonQueueDeleted) after the queue's deletion event. So a listener usually runs
 // on the goroutine that caused the event, but sometimes on another goroutine of the same queue
 // that was already emitting. With no listener registered, collecting costs one atomic load per
 // event site.
@@ -30,7 +34,9 @@ import (
 // EventKind says what an [Event] reports.
 type EventKind uint8
 
-// Event kinds. Fields an event does not list are zero.
+// Event kinds. Fields an event does not list are zero, except that every event about a message
+// in a queue also carries the Exchange and RoutingKey it was published with (for DeadLettered,
+// the dead-letter exchange and the key the copy was routed with).
 const (
 	// EventHandlerPanicked: a handler run by [Queue.Serve] panicked. Queue, Consumer, Message;
 	// Err holds the panic value. The delivery is treated as failed.
@@ -145,7 +151,7 @@ func (k EventKind) Terminal() bool {
 const (
 	ReasonRejected      = "rejected"       // rejected or nacked without requeue
 	ReasonExpired       = "expired"        // its TTL passed
-	ReasonMaxLen        = "maxlen"         // dropped from the head by a length limit (drop-head, or the Cycle policy)
+	ReasonMaxLen        = "maxlen"         // dropped from the head by a length limit (drop-head, the Cycle policy), or refused by reject-publish-dlx
 	ReasonDeliveryLimit = "delivery_limit" // returned more times than the queue's delivery limit
 
 	// Why a message was dropped (EventDropped), besides the four above when the queue has no

@@ -573,7 +573,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 			}
 			continue
 		}
-		if q.cfg.overflow == RejectPublishDLX {
+		if q.cfg.overflow == RejectPublishDLX && q.cfg.hasDLX {
 			q.deadLetterLocked(entry{env: env}, ReasonMaxLen)
 		} else {
 			q.dropLocked(env, ReasonQueueFull)

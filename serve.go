@@ -194,7 +194,11 @@ func (q *Queue) runHandler(ctx context.Context, h Handler, d *Delivery, backoff 
 			}
 			q.b.cfg.logger.Error("warren: handler panicked", "queue", q.name, "consumer", d.ConsumerTag,
 				"tag", d.DeliveryTag, "panic", p, "stack", string(debug.Stack()))
-			q.b.emit(Event{Kind: EventHandlerPanicked, Queue: q.name, Consumer: d.ConsumerTag, Message: d.Message, Err: err})
+			if q.b.listening() { // in order with the queue's events: after the delivery's
+				q.mu.Lock()
+				q.eventLocked(Event{Kind: EventHandlerPanicked, Consumer: d.ConsumerTag, Message: d.Message, Err: err})
+				q.unlock()
+			}
 		case !returned:
 			q.b.cfg.logger.Error("warren: handler called runtime.Goexit; delivery failed, worker replaced",
 				"queue", q.name, "consumer", d.ConsumerTag, "tag", d.DeliveryTag)

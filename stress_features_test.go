@@ -242,6 +242,7 @@ func runStressFeatures(t *testing.T, seed uint64, n int, sac bool, watchdog time
 		}
 	})
 	defer stopListening()
+	spans := evCheck(t, b) // every message's events, under real concurrency (events_test.go)
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -344,6 +345,11 @@ func runStressFeatures(t *testing.T, seed uint64, n int, sac bool, watchdog time
 		if r := d.Message.Headers["x-first-death-reason"]; r != "rejected" {
 			s.errorf("id %d dead-lettered with x-first-death-reason %v, want rejected", id, r)
 		}
+	}
+
+	// Everything was acked in the end, so every span of events is closed.
+	if open := spans.openSpans(); len(open) > 0 {
+		s.errorf("%d messages whose events say they are still in a queue, e.g. %v", len(open), open[:min(len(open), 5)])
 	}
 
 	lost, dup, mismatch, redeliveries := 0, 0, 0, 0
