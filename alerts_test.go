@@ -23,41 +23,15 @@ import (
 // Tests of issue 5's observability: alerts and their Cycle and Delete policies, Stats,
 // Outstanding and the edge cases of WaitIdle.
 
-// alLog records every event of a broker.
-type alLog struct {
-	mu  sync.Mutex
-	evs []warren.Event
-}
-
-// alListen records b's events until the test ends.
-func alListen(t *testing.T, b *warren.Broker) *alLog {
-	t.Helper()
-	l := &alLog{}
-	t.Cleanup(b.Listen(func(e warren.Event) {
-		l.mu.Lock()
-		l.evs = append(l.evs, e)
-		l.mu.Unlock()
-	}))
-	return l
-}
-
 // of returns the events of kind about queue (any queue when queue is "").
-func (l *alLog) of(kind warren.EventKind, queue string) []warren.Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []warren.Event
-	for _, e := range l.evs {
-		if e.Kind == kind && (queue == "" || e.Queue == queue) {
-			out = append(out, e)
-		}
-	}
-	return out
+func (r *evRec) of(kind warren.EventKind, queue string) []warren.Event {
+	return r.where(func(e warren.Event) bool { return e.Kind == kind && (queue == "" || e.Queue == queue) })
 }
 
 // alerts returns the EventAlerts of reason.
-func (l *alLog) alerts(reason string) []warren.Event {
+func (r *evRec) alerts(reason string) []warren.Event {
 	var out []warren.Event
-	for _, e := range l.of(warren.EventAlert, "") {
+	for _, e := range r.of(warren.EventAlert, "") {
 		if e.Reason == reason {
 			out = append(out, e)
 		}
@@ -117,7 +91,7 @@ func alClosed(ch <-chan struct{}) bool {
 func TestAlertMessagesOncePerCrossing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		log := alListen(t, b)
+		log := evRecord(t, b)
 		q := declare(t, b, "q", warren.WithAlerts(warren.Alerts{Messages: 3}))
 		alerts := func() []warren.Event { return log.alerts(warren.AlertMessages) }
 
@@ -166,7 +140,7 @@ func TestAlertMessagesOncePerCrossing(t *testing.T) {
 func TestAlertBytesOncePerCrossing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		log := alListen(t, b)
+		log := evRecord(t, b)
 		q := declare(t, b, "q", warren.WithAlerts(warren.Alerts{Bytes: 10, RepeatGap: 10 * time.Second}))
 		alerts := func() []warren.Event { return log.alerts(warren.AlertBytes) }
 		five := "aaaaa"
@@ -206,7 +180,7 @@ func TestAlertBytesOncePerCrossing(t *testing.T) {
 func TestAlertMessageSizePerMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		log := alListen(t, b)
+		log := evRecord(t, b)
 		declare(t, b, "q", warren.WithAlerts(warren.Alerts{MessageSize: 100}))
 		alerts := func() []warren.Event { return log.alerts(warren.AlertMessageSize) }
 		body := func(c byte, n int) string { return string(alBytes(c, n)) }
@@ -252,7 +226,7 @@ func alBytes(c byte, n int) []byte {
 func TestAlertAgeOnTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		log := alListen(t, b)
+		log := evRecord(t, b)
 		q := declare(t, b, "q", warren.WithAlerts(warren.Alerts{Age: 10 * time.Second}))
 		alerts := func() []warren.Event { return log.alerts(warren.AlertAge) }
 
@@ -330,7 +304,7 @@ func TestAlertInvalid(t *testing.T) {
 func TestCycleMessagesWithConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		log := alListen(t, b)
+		log := evRecord(t, b)
 		q := declare(t, b, "q", warren.WithAlerts(warren.Alerts{Messages: 3, Policy: warren.Cycle}),
 			warren.DeadLetter("", "dlq"))
 		dlq := declare(t, b, "dlq")
@@ -378,7 +352,7 @@ func TestCycleMessagesWithConsumer(t *testing.T) {
 func TestCycleWithoutDLXDrops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		log := alListen(t, b)
+		log := evRecord(t, b)
 		q := declare(t, b, "ring", warren.WithAlerts(warren.Alerts{Messages: 2, Policy: warren.Cycle}))
 		c, err := q.Consume(t.Context(), warren.Prefetch(1))
 		require.NoError(t, err)
@@ -440,7 +414,7 @@ func TestDeletePolicyOnCrossing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newBroker(t)
-				log := alListen(t, b)
+				log := evRecord(t, b)
 				q := declare(t, b, "q", warren.WithAlerts(tc.alerts))
 				_, err := b.DeclareExchange("fx", warren.ExchangeFanout)
 				require.NoError(t, err)
@@ -546,7 +520,7 @@ func TestDeletePolicyOnCrossing(t *testing.T) {
 // deleted queue has that event alone.
 func TestDeletePolicyConcurrentPublishers(t *testing.T) {
 	b := newBroker(t)
-	log := alListen(t, b)
+	log := evRecord(t, b)
 	q := declare(t, b, "q", warren.WithAlerts(warren.Alerts{Messages: 50, Policy: warren.Delete}))
 	_, err := b.DeclareExchange("fx", warren.ExchangeFanout)
 	require.NoError(t, err)
@@ -604,7 +578,7 @@ func TestDeletePolicyConcurrentPublishers(t *testing.T) {
 func TestDeletePolicyOnAge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		log := alListen(t, b)
+		log := evRecord(t, b)
 		q := declare(t, b, "q", warren.WithAlerts(warren.Alerts{Age: 30 * time.Second, Policy: warren.Delete}))
 		c, err := q.Consume(t.Context(), warren.Prefetch(1))
 		require.NoError(t, err)
@@ -639,7 +613,7 @@ func TestDeletePolicyOnAge(t *testing.T) {
 // other: when the Delete policy deletes the queue, that message is dropped too, with its event.
 func TestDeletePolicyDropsGetWithoutDone(t *testing.T) {
 	b := newBroker(t)
-	log := alListen(t, b)
+	log := evRecord(t, b)
 	q := declare(t, b, "q", warren.WithAlerts(warren.Alerts{Messages: 2, Policy: warren.Delete}))
 	alPub(t, b, "q", "held")
 	g, err := q.Get(context.Background())
@@ -701,7 +675,7 @@ func (w alWriter) Write(p []byte) (int, error) {
 func TestDeletePolicyIgnoresMessageSize(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		log := alListen(t, b)
+		log := evRecord(t, b)
 		q := declare(t, b, "q", warren.WithAlerts(warren.Alerts{MessageSize: 4, Messages: 10, Policy: warren.Delete}))
 		alPub(t, b, "q", "large body")
 		require.Len(t, log.alerts(warren.AlertMessageSize), 1)
@@ -1017,7 +991,7 @@ func TestStatsOldestAgeRandom(t *testing.T) {
 func TestStatsOldestAgeDelayedMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		log := alListen(t, b)
+		log := evRecord(t, b)
 		q := declare(t, b, "q", warren.WithAlerts(warren.Alerts{Age: 10 * time.Second}))
 		alPub(t, b, "q", "later", warren.DeliverAfter(time.Minute))
 		time.Sleep(time.Minute + 5*time.Second)
