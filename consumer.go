@@ -203,7 +203,7 @@ func (c *Consumer) Done() <-chan struct{} { return c.done }
 // [ErrClosed].
 func (c *Consumer) Err() error {
 	c.q.mu.Lock()
-	defer c.q.unlock()
+	defer c.q.readUnlock()
 	return c.err
 }
 
@@ -272,8 +272,8 @@ func (c *Consumer) stopLocked(reason error, back []entry, why string) []entry {
 		c.q.eventLocked(Event{Kind: EventConsumerDeleted, Consumer: c.tag, Err: reason})
 	}
 	if c.autoAck {
-		c.q.returning++ // dispatch waits until the feeder has put back what it holds
-		return back     // the feeder drains and closes ch
+		c.q.leaving = append(c.q.leaving, c) // dispatch waits until the feeder has put back what it holds
+		return back                          // the feeder drains and closes ch
 	}
 	back = c.drainLocked(back, why)
 	close(c.ch)
@@ -415,7 +415,7 @@ func (c *Consumer) feed() {
 			ok bool
 		)
 		c.idle = false
-		if !c.handing && c.active && q.returning == 0 { // see Queue.returning
+		if !c.handing && c.active && len(q.leaving) == 0 { // see Queue.leaving
 			if q.general {
 				c.idle = true
 				q.dispatchLocked() // the general dispatch hands idle feeders their messages
@@ -464,12 +464,12 @@ func (c *Consumer) feed() {
 	if c.handing {
 		// Handed over but never delivered, so never evented: it goes back as if it had not
 		// left (and expires as it comes back, if it must).
-		back = append(back, c.handoff)
+		back = append(back, c.handoff) // an ended queue dropped it already, and cleared handing
 		c.handoff, c.handing = entry{}, false
 	}
 	q.restoreAllLocked(back)
-	if q.endErr == nil {
-		q.returning--
+	if i := slices.Index(q.leaving, c); i >= 0 {
+		q.leaving = slices.Delete(q.leaving, i, i+1)
 	}
 	q.dispatchLocked()
 	q.unlock()

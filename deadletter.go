@@ -181,9 +181,10 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason string, now
 	} else if env.bcc != nil {
 		bcc = *env.bcc
 	}
+	dl := &envelope{msg: msg} // the copy: routed, enqueued and evented as one message
 	outcome := func(kind EventKind, why string) {
 		if b.listening() {
-			b.emit(Event{Kind: kind, Queue: src.name, Exchange: src.cfg.dlx, RoutingKey: key, Message: &msg, Reason: why})
+			b.emit(Event{Kind: kind, Queue: src.name, Exchange: src.cfg.dlx, RoutingKey: key, Message: &dl.msg, Reason: why})
 		}
 	}
 
@@ -210,10 +211,10 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason string, now
 	}
 	r.routeLocked(b, x, key, msg.Headers, bcc)
 	b.mu.RUnlock()
-	dl := &envelope{msg: msg, exchange: x, routingKey: key}
+	dl.exchange, dl.routingKey = x, key
 	took, cycled := false, false
 	for _, q := range r.queues {
-		if isDeathCycle(msg.Headers, q.name, reason) {
+		if isDeathCycle(dl.msg.Headers, q.name, reason) {
 			b.cfg.logger.Debug("warren: dead letter dropped: dead-letter cycle",
 				"queue", src.name, "reason", reason, "target", q.name)
 			cycled = true

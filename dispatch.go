@@ -121,7 +121,7 @@ func (q *Queue) removeConsumerLocked(c *Consumer) {
 		q.feeders = slices.Delete(q.feeders, i, i+1)
 	}
 	// The next waiting consumer takes over. What c held comes back before it receives: now,
-	// or, for an AutoAck consumer, when its feeder has put it back (see Queue.returning).
+	// or, for an AutoAck consumer, when its feeder has put it back (see Queue.leaving).
 	if q.cfg.singleActive && len(q.standby) > 0 && len(q.consumers)+len(q.feeders) == 0 {
 		next := q.standby[0]
 		q.standby = slices.Delete(q.standby, 0, 1)
@@ -149,7 +149,7 @@ func (q *Queue) reorderLocked() {
 // never block: a push consumer's channel has room for its whole prefetch, and a consumer only
 // receives while its outstanding deliveries are fewer than its prefetch.
 func (q *Queue) dispatchLocked() {
-	if q.ready.len() == 0 || q.returning > 0 {
+	if q.ready.len() == 0 || len(q.leaving) > 0 {
 		return
 	}
 	if q.general {

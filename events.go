@@ -81,8 +81,10 @@ const (
 	EventAcked
 	// EventRequeued: a delivery came back to the queue, to its original position. Queue,
 	// Consumer (empty for a Get), Message, Reason: [ReasonNack], [ReasonRecover],
-	// [ReasonCancel] (buffered and never received, back unchanged), [ReasonOwnerEnded] (the
-	// consumer's or Get's context ended) or [ReasonAckTimeout]. A message whose TTL passed
+	// [ReasonCancel], [ReasonOwnerEnded] (the consumer's or Get's context ended) or
+	// [ReasonAckTimeout]. Deliveries the application received come back redelivered; those
+	// still buffered in the consumer's channel (with Cancel, Recover, a context end or an ack
+	// timeout) come back unchanged. A message whose TTL passed
 	// while it was out, or that exceeds the delivery limit, does not stay: its terminal event
 	// follows at once.
 	EventRequeued
@@ -168,7 +170,7 @@ const (
 	// Why a message came back (EventRequeued, EventEnqueued).
 	ReasonNack       = "nack"        // Nack, NackUpTo, NackWithDelay, or a Serve handler's error
 	ReasonRecover    = "recover"     // [Consumer.Recover]
-	ReasonCancel     = "cancel"      // buffered and never received when its consumer stopped: back unchanged
+	ReasonCancel     = "cancel"      // [Consumer.Cancel]: buffered and never received, back unchanged
 	ReasonOwnerEnded = "owner-ended" // the consumer's or Get's context ended (for a queue: its exclusive owner)
 	ReasonAckTimeout = "ack-timeout" // its consumer's ack timeout ended the consumer
 	ReasonReturned   = "returned"    // an auto-acked delivery its stopped consumer never received
@@ -208,8 +210,12 @@ type listener struct{ fn func(Event) }
 
 // Listen registers fn to be told of the broker's events from now on, and returns a function
 // that unregisters it (idempotent). fn is called with no lock of the broker's held, so it may
-// call into the broker, publish included; it must not block, since it runs on a goroutine that
-// is publishing, settling, expiring or emitting a queue's earlier events. Events of one queue
+// call into the broker: publish, settle, declare, read Stats. It must not block, since it runs
+// on a goroutine that is publishing, settling, expiring or emitting a queue's earlier events —
+// which may be one of the broker's own (a queue's timer, an AutoAck consumer's goroutine). So
+// it must not wait for the broker either: Close, DeleteQueue, an AutoAck consumer's Cancel and
+// WaitIdle wait for the broker's goroutines or for the events in flight, and from a listener
+// they can wait for themselves; hand such calls to another goroutine. Events of one queue
 // reach fn in order, one at a time; events of different queues may reach it concurrently. A
 // listener registered several times is called once per registration. A listener that panics is
 // logged; the panic goes no further.

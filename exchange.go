@@ -575,9 +575,6 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 	if b.listening() {
 		b.emit(Event{Kind: EventPublished, Exchange: x.name, RoutingKey: key, Message: &env.msg})
 	}
-	if len(r.queues) == 0 {
-		b.noRoute(x.name, key, &env.msg)
-	}
 	routed, took := 0, 0
 	var full error
 	for _, q := range r.queues {
@@ -597,6 +594,9 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 		case !errors.Is(err, ErrNotFound):
 			return err
 		}
+	}
+	if routed == 0 { // no route, or every queue routed to went meanwhile
+		b.noRoute(x.name, key, &env.msg)
 	}
 	if full != nil {
 		return full
@@ -624,14 +624,13 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg Message, tt
 	if b.listening() {
 		b.emit(Event{Kind: EventPublished, RoutingKey: key, Message: &env.msg})
 	}
-	if q == nil {
-		b.noRoute("", key, &env.msg)
-	} else {
+	if q != nil {
 		err := q.enqueue(ctx, env, ttl, cfg)
 		if !errors.Is(err, ErrNotFound) { // nil, or why it was not taken
 			return err
 		}
 	}
+	b.noRoute("", key, &env.msg) // no such queue, or it went meanwhile
 	switch {
 	case cfg.mandatory:
 		return fmt.Errorf("warren: publish to exchange \"\" with key %q: %w", key, ErrUnroutable)

@@ -10,12 +10,14 @@ import (
 //
 // A queue is busy while something will happen to its messages without anyone calling in:
 //   - its outbox holds events or dead letters, or a goroutine is emptying it;
-//   - a stopped AutoAck consumer is putting back what it held (Queue.returning);
+//   - a stopped AutoAck consumer is putting back what it held (Queue.leaving);
 //   - a feeder is taking or handing over a message (not parked, and not stuck sending into a
 //     full channel: a channel nobody reads is the application's to drain);
 //   - a consumer started by Serve holds deliveries: its handlers are running or about to;
 //   - a timer will move a message: a ready message has a TTL, a message is delayed, or a
-//     delivery has an ack timeout.
+//     delivery has an ack timeout; or a timer will delete the queue with ready messages in it:
+//     its expiry ([Expires], while it has no consumer) or the age threshold of a [Delete]
+//     policy.
 //
 // Deliveries held by a plain consumer or a Get are the application's: they do not make the
 // queue busy (except through an ack timeout). A queue's dispatch runs in every critical section
@@ -57,7 +59,9 @@ func (b *Broker) pokeIdle() {
 // The broker is idle when, in every queue: no consumer started by [Queue.Serve] holds a
 // delivery (no handler is running or about to); no AutoAck consumer is moving a message into
 // its channel, unless the channel is full; no dead letter or event is on its way; no ready
-// message has a TTL, none is delayed, and no delivery has an ack timeout running. Deliveries
+// message has a TTL, none is delayed, no delivery has an ack timeout running, and no queue
+// holding ready messages is due to be deleted by its [Expires] or a [Delete] age threshold.
+// Deliveries
 // held by [Queue.Consume] consumers and by [Queue.Get] are the application's to settle and do
 // not count, nor do messages buffered in a consumer's channel for the application to receive.
 // Work outside the broker (a publish still in progress) is not seen.
@@ -104,9 +108,13 @@ func (q *Queue) busy() bool {
 	if q.endErr != nil {
 		return false
 	}
-	if q.flushing || len(q.outbox) > 0 || q.returning > 0 || q.ready.expiries.Len() > 0 ||
+	if q.flushing || len(q.outbox) > 0 || len(q.leaving) > 0 || q.ready.expiries.Len() > 0 ||
 		(q.delayed != nil && q.delayed.Len() > 0) {
 		return true
+	}
+	if q.ready.len() > 0 && (q.cfg.expires > 0 && q.consumerCountLocked() == 0 ||
+		q.cfg.alerts.Policy == Delete && q.ageDueLocked() != 0) {
+		return true // the queue will be deleted, by its expiry or its age threshold, and its messages dropped
 	}
 	for _, c := range q.holders {
 		switch {
@@ -154,7 +162,7 @@ func (q *Queue) Outstanding() iter.Seq[DeliveryInfo] {
 		for d := range q.outstandingGetsLocked() {
 			ds = append(ds, info(d))
 		}
-		q.unlock()
+		q.readUnlock()
 		for _, d := range ds {
 			if !yield(d) {
 				return

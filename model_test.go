@@ -2070,7 +2070,7 @@ func TestSingleActiveAutoAckContextEnd(t *testing.T) {
 // Get ends, the AutoAck consumer's messages — the one its feeder holds and the one buffered in
 // its channel, both earlier in the queue — are back before anything is dispatched, so a push
 // consumer receives "0", not the Get's "2*". The feeder puts them back on its own goroutine;
-// dispatch waits for it (Queue.returning). (A regression test: reap dispatched at once.)
+// dispatch waits for it (Queue.leaving). (A regression test: reap dispatched at once.)
 func TestContextEndAutoAckReturnsBeforeDispatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)

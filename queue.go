@@ -423,13 +423,15 @@ type Queue struct {
 	ownerStop   func() bool                 // an exclusive queue: stops watching its owner context
 	scan        selectorScan                // the selector scan in progress (dispatch.go)
 	panics      []selectorPanic             // selector panics to log once mu is released
-	// returning counts stopped AutoAck consumers whose feeders have not yet put back what they
+	// leaving are the stopped AutoAck consumers whose feeders have not yet put back what they
 	// hold: those messages are older than anything that could go out meanwhile, so dispatch,
-	// feeders' own takes and hand-offs wait for them (a context end's messages are all back
-	// before anything is dispatched, requeue.go). A single active consumer's successor is
-	// activated at once and receives once they are back.
-	returning   int
+	// feeders' own takes and hand-offs wait while there are any (a context end's messages are all
+	// back before anything is dispatched, requeue.go). A single active consumer's successor is
+	// activated at once and receives once they are back. (They may have left holders already:
+	// the queue's end finds their hand-offs here.)
+	leaving     []*Consumer
 	stamps      ring[stamp]            // arrival times, sampled (stats.go)
+	pruneStamps int                    // prune stamps when there are this many
 	alertStates [alertKinds]alertState // per threshold of cfg.alerts (stats.go)
 	doomed      error                  // the Delete policy's reason, until unlock deletes the queue
 }
@@ -452,7 +454,7 @@ func (q *Queue) Name() string { return q.name }
 // and unacknowledged (AMQP's message_count).
 func (q *Queue) Len() int {
 	q.mu.Lock()
-	defer q.unlock()
+	defer q.readUnlock()
 	return q.ready.len()
 }
 
@@ -460,7 +462,7 @@ func (q *Queue) Len() int {
 // buffered for a consumer) and not yet settled.
 func (q *Queue) Unacked() int {
 	q.mu.Lock()
-	defer q.unlock()
+	defer q.readUnlock()
 	return q.unacked
 }
 
@@ -468,7 +470,7 @@ func (q *Queue) Unacked() int {
 // waiting their turn on a single-active-consumer queue.
 func (q *Queue) ConsumerCount() int {
 	q.mu.Lock()
-	defer q.unlock()
+	defer q.readUnlock()
 	return q.consumerCountLocked()
 }
 
@@ -531,6 +533,10 @@ func (q *Queue) unlock() {
 	q.flushing = false
 	q.mu.Unlock()
 }
+
+// readUnlock ends a critical section that only read: it changed nothing unlock would act on,
+// and must not count as a change for WaitIdle (a goroutine polling Len would keep it waiting).
+func (q *Queue) readUnlock() { q.mu.Unlock() }
 
 // flushOutbox empties the outbox of a queue that was ended by a caller holding the broker's lock,
 // once that is released.
@@ -650,8 +656,8 @@ func (q *Queue) enqueuedLocked(env *envelope, at int, reason string) {
 // handed the message here.
 func (q *Queue) handOffLocked(e entry) {
 	// The general dispatch hands feeders their messages itself; and nothing goes out while a
-	// stopped feeder puts back older messages (see returning).
-	if q.ready.len() != 1 || q.general || q.returning > 0 {
+	// stopped feeder puts back older messages (see leaving).
+	if q.ready.len() != 1 || q.general || len(q.leaving) > 0 {
 		return
 	}
 	for _, c := range q.feeders {
@@ -848,7 +854,7 @@ func (q *Queue) Browse() iter.Seq[*Message] {
 				return true
 			})
 		}
-		q.unlock()
+		q.readUnlock()
 		for _, m := range ms {
 			if !yield(m) {
 				return
@@ -913,9 +919,12 @@ func (q *Queue) endLocked(err error, reason string) []*Consumer {
 	for d := range q.outstandingGetsLocked() {
 		q.dropLocked(d.e.env, why)
 	}
-	for _, c := range q.holders {
-		if c.handing { // handed to an AutoAck consumer's goroutine, which has not taken it yet
-			q.dropLocked(c.handoff.env, why)
+	for _, cs := range [...][]*Consumer{q.holders, q.leaving} {
+		for _, c := range cs {
+			if c.handing { // handed to an AutoAck consumer's goroutine, which has not taken it yet
+				q.dropLocked(c.handoff.env, why)
+				c.handoff, c.handing = entry{}, false
+			}
 		}
 	}
 	kept := q.outbox[:0]
@@ -951,7 +960,7 @@ func (q *Queue) endLocked(err error, reason string) []*Consumer {
 	q.getsLive = 0
 	q.holders, q.consumers, q.feeders, q.standby, q.order = nil, nil, nil, nil, nil
 	q.ackTimed = 0
-	q.returning = 0
+	q.leaving = nil
 	if q.ownerStop != nil {
 		q.ownerStop()
 	}

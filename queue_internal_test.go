@@ -338,7 +338,7 @@ func TestReadySetLevelsAgainstSortedSlice(t *testing.T) {
 }
 
 // TestFeederWaitsWhileAnotherReturns: while a stopped AutoAck consumer's feeder has not yet put
-// back what it held (Queue.returning), another feeder takes nothing itself, even when woken: the
+// back what it held (Queue.leaving), another feeder takes nothing itself, even when woken: the
 // returning messages are older than anything it could take. Once they are back it takes in order.
 func TestFeederWaitsWhileAnotherReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -354,7 +354,7 @@ func TestFeederWaitsWhileAnotherReturns(t *testing.T) {
 		}
 		synctest.Wait() // the feeder is parked, waiting
 		q.mu.Lock()
-		q.returning++ // as if another feeder were putting messages back
+		q.leaving = append(q.leaving, &Consumer{}) // as if another feeder were putting messages back
 		q.mu.Unlock()
 		if err := b.Publish(t.Context(), "", "q", Message{Body: []byte("later")}); err != nil {
 			t.Fatal(err)
@@ -367,7 +367,7 @@ func TestFeederWaitsWhileAnotherReturns(t *testing.T) {
 			t.Fatalf("while another feeder returns: %d received, %d ready; want 0 and 1", n, q.Len())
 		}
 		q.mu.Lock()
-		q.returning--
+		q.leaving = nil
 		q.dispatchLocked()
 		q.unlock()
 		synctest.Wait()

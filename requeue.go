@@ -63,6 +63,7 @@ func (q *Queue) promoteDueLocked(now int64) {
 			q.deadLetterLocked(k.e, ReasonExpired)
 			continue
 		}
+		q.coverLocked(k.e.seq)
 		q.ready.reinsert(k.e)
 		q.dropHeadLocked()
 	}
@@ -100,6 +101,7 @@ func redelivered(e entry) entry {
 func (q *Queue) returnLocked(e entry, consumer string) {
 	q.messageEventLocked(EventRequeued, e.env, consumer, ReasonNack)
 	if e = redelivered(e); q.endErr == nil && q.mayReturnLocked(e) { // a deleted queue keeps nothing
+		q.coverLocked(e.seq)
 		q.ready.reinsert(e)
 		q.dropHeadLocked() // returned messages are at the head: the first dropped (R5.2)
 	}
@@ -129,12 +131,17 @@ func (q *Queue) restoreAllLocked(es []entry) {
 	}
 	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
 	live := es[:0]
+	least := ^uint64(0)
 	for _, e := range es {
 		if q.mayReturnLocked(e) {
 			live = append(live, e)
+			least = min(least, e.seq)
 		}
 	}
 	clear(es[len(live):])
+	if len(live) > 0 {
+		q.coverLocked(least)
+	}
 	q.ready.merge(live)
 	q.dropHeadLocked()
 }

@@ -42,6 +42,16 @@ func (r *ring[T]) pop() T {
 	return v
 }
 
+// pushFront adds v at the front.
+func (r *ring[T]) pushFront(v T) {
+	if r.n == len(r.buf) {
+		r.grow()
+	}
+	r.head = (r.head - 1) & (len(r.buf) - 1)
+	r.buf[r.head] = v
+	r.n++
+}
+
 // popBack removes and returns the back element; the ring must not be empty.
 func (r *ring[T]) popBack() T {
 	var zero T

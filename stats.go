@@ -22,9 +22,9 @@ type QueueStats struct {
 	// OldestAge is how long the oldest ready message has been in the queue; 0 when none is
 	// ready. It is measured from samples of the clock taken when messages arrive, not one per
 	// message: exact for a message that arrived into an empty queue, and otherwise at most the
-	// arrival span of 63 messages too high; exact for every message of a queue with an
-	// [Alerts] age threshold. A returned message older than every sample kept counts from the
-	// oldest sample.
+	// arrival span of 63 messages too high; exact for a queue with an [Alerts] age threshold
+	// (up to 4096 messages held; beyond, samples are thinned). A message that was delivered as
+	// it arrived, sampled by none, counts from when it came back.
 	OldestAge time.Duration
 
 	// Counters since the queue was declared. Each message that entered (Enqueued) ends in one
@@ -46,7 +46,7 @@ type QueueStats struct {
 // deleted it returns what the queue had at the end, with nothing ready.
 func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
-	defer q.unlock()
+	defer q.readUnlock()
 	s := QueueStats{
 		Queue: q.name, Ready: q.ready.len(), Unacked: q.unacked, Consumers: q.consumerCountLocked(),
 		Bytes:    q.ready.bytes,
@@ -90,8 +90,8 @@ func (b *Broker) Stats() BrokerStats {
 // queue that was empty (the one moment its age is not bounded by an older message), one every
 // 64 sequence ids, one per message on a queue with an age threshold, and one per delayed
 // publish (it joins the ready set later, maybe into an empty queue). The oldest ready
-// message arrived no earlier than the newest stamp at or before its seq. Stamps before the one
-// that covers the oldest ready message are dropped as stamps are added.
+// message arrived no earlier than the newest stamp at or before its seq. Stamps no message
+// held needs are dropped from time to time (see pushStampLocked).
 
 // stamp records that the message with sequence id seq arrived at at, on the queue's clock.
 type stamp struct {
@@ -112,19 +112,62 @@ func (q *Queue) stampLocked(e entry, now int64) {
 }
 
 // pushStampLocked records that the message with sequence id seq, the newest, arrived at now (0:
-// read the clock), and drops the stamps no ready message needs.
+// read the clock). Now and then it drops the stamps no message needs: those before the one
+// that covers the oldest message the queue holds, ready or out with a consumer (which may come
+// back); that costs a look at every outstanding delivery, so it is done only when the stamps
+// have doubled since the last time, and it thins them out, keeping every other one, beyond
+// maxStamps.
 func (q *Queue) pushStampLocked(seq uint64, now int64) {
 	if now == 0 {
 		now = q.clock()
 	}
-	if oldest, ok := q.ready.oldestSeq(); ok {
-		for q.stamps.len() >= 2 && q.stamps.at(1).seq <= oldest {
-			q.stamps.pop()
-		}
-	} else {
-		q.stamps.clear()
+	if q.stamps.len() >= q.pruneStamps {
+		q.pruneStampsLocked()
+		q.pruneStamps = max(stampEvery, 2*q.stamps.len())
 	}
 	q.stamps.push(stamp{seq, now})
+}
+
+// coverLocked makes sure a message with sequence id seq coming back into the ready set is
+// covered by a stamp: one delivered as it arrived, or whose stamp went, counts its age from
+// now, its return (an under-estimate, but not nothing).
+func (q *Queue) coverLocked(seq uint64) {
+	if q.stamps.len() == 0 || q.stamps.front().seq > seq {
+		q.stamps.pushFront(stamp{seq, q.clock()})
+	}
+}
+
+// maxStamps bounds the stamps a queue keeps: a delivery held for long keeps the stamps after it.
+const maxStamps = 4096
+
+// pruneStampsLocked drops the stamps before the one covering the oldest message held, and thins
+// them out beyond maxStamps.
+func (q *Queue) pruneStampsLocked() {
+	oldest, ok := q.ready.oldestSeq()
+	held := func(d *Delivery) {
+		if d.state == deliveryOutstanding && (!ok || d.e.seq < oldest) {
+			oldest, ok = d.e.seq, true
+		}
+	}
+	for _, c := range q.holders {
+		for i := range c.unacked.len() {
+			held(c.unacked.at(i))
+		}
+	}
+	for i := range q.gets.len() {
+		held(q.gets.at(i))
+	}
+	if !ok {
+		q.stamps.clear()
+		return
+	}
+	for q.stamps.len() >= 2 && q.stamps.at(1).seq <= oldest {
+		q.stamps.pop()
+	}
+	if q.stamps.len() > maxStamps {
+		i := 0
+		q.stamps.filter(func(stamp) bool { i++; return i%2 == 1 }) // the first kept: it covers the oldest
+	}
 }
 
 // oldestAtLocked returns when the oldest ready message arrived, as far as the stamps tell.
@@ -278,9 +321,6 @@ var alertNames = [alertKinds]string{AlertMessages, AlertBytes, AlertAge, AlertMe
 // Cycle policy. now is the queue's clock, or 0 if not read yet.
 func (q *Queue) checkAlertsLocked(now int64) {
 	a := &q.cfg.alerts
-	if a.Policy == Cycle {
-		q.cycleLocked()
-	}
 	if a.Messages > 0 {
 		now = q.crossLocked(alertMessages, int64(q.ready.len()) >= int64(a.Messages), int64(q.ready.len()), int64(a.Messages), nil, now)
 	}
@@ -296,6 +336,9 @@ func (q *Queue) checkAlertsLocked(now int64) {
 			age = now - at
 		}
 		q.crossLocked(alertAge, age > int64(a.Age), age, int64(a.Age), nil, now)
+	}
+	if a.Policy == Cycle { // after the checks: a crossing is what the ring is about to drop
+		q.cycleLocked()
 	}
 }
 
