@@ -260,7 +260,7 @@ func (c queueConfig) equivalent(d queueConfig) error {
 	for _, k := range comparedQueueArgs {
 		v1, ok1 := c.args[k]
 		v2, ok2 := d.args[k]
-		if ok1 != ok2 || !fieldEqual(v1, v2) {
+		if ok1 != ok2 || !sameField(v1, v2) {
 			return fmt.Errorf("inequivalent arg %q: %v, was %v: %w", k, v2, v1, ErrPreconditionFailed)
 		}
 	}

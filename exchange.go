@@ -336,7 +336,7 @@ func (bd *binding) dest() bindingDest {
 // sameAs reports whether two bindings have the same source, destination, key and arguments.
 func (bd *binding) sameAs(o *binding) bool {
 	return bd.src == o.src && bd.queue == o.queue && bd.exchange == o.exchange && bd.key == o.key &&
-		fieldEqual(bd.args, o.args)
+		sameField(bd.args, o.args)
 }
 
 // unbindLocked removes the bindings from x for which drop returns true, and deletes x if that

@@ -105,13 +105,21 @@ func (h *headersBinding) match(headers Table) bool {
 //     themselves (this also keeps uncomparable types from panicking).
 //
 // It does not allocate, and is linear in the size of the values.
-func fieldEqual(a, b any) bool {
+func fieldEqual(a, b any) bool { return fieldCompare(a, b, false) }
+
+// sameField is fieldEqual for telling declarations and bindings apart, where a value must at
+// least be the same as itself: a NaN is the same as a NaN, so that a declaration holding one can
+// be repeated and a binding holding one removed (as RabbitMQ, which compares the encoded
+// arguments, does).
+func sameField(a, b any) bool { return fieldCompare(a, b, true) }
+
+func fieldCompare(a, b any, sameNaN bool) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
 	if na, ok := numberOf(a); ok {
 		nb, ok := numberOf(b)
-		return ok && na.equal(nb)
+		return ok && (na.equal(nb) || sameNaN && na.isNaN() && nb.isNaN())
 	}
 	switch a := a.(type) {
 	case string:
@@ -130,16 +138,16 @@ func fieldEqual(a, b any) bool {
 		b, ok := b.(Decimal)
 		return ok && a == b
 	case Table:
-		return tableEqual(a, b)
+		return tableEqual(a, b, sameNaN)
 	case map[string]any:
-		return tableEqual(a, b)
+		return tableEqual(a, b, sameNaN)
 	case []any:
 		b, ok := b.([]any)
 		if !ok || len(a) != len(b) {
 			return false
 		}
 		for i := range a {
-			if !fieldEqual(a[i], b[i]) {
+			if !fieldCompare(a[i], b[i], sameNaN) {
 				return false
 			}
 		}
@@ -149,7 +157,7 @@ func fieldEqual(a, b any) bool {
 }
 
 // tableEqual reports whether the table a equals b, which must be a Table or map[string]any.
-func tableEqual(a map[string]any, b any) bool {
+func tableEqual(a map[string]any, b any, sameNaN bool) bool {
 	var tb map[string]any
 	switch b := b.(type) {
 	case Table:
@@ -164,7 +172,7 @@ func tableEqual(a map[string]any, b any) bool {
 	}
 	for k, va := range a {
 		vb, ok := tb[k]
-		if !ok || !fieldEqual(va, vb) {
+		if !ok || !fieldCompare(va, vb, sameNaN) {
 			return false
 		}
 	}
@@ -230,6 +238,9 @@ func intNumber(i int64) number {
 }
 
 // equal reports whether x and y have the same value.
+// isNaN reports whether x is a float NaN.
+func (x number) isNaN() bool { return x.kind == floating && math.IsNaN(x.f) }
+
 func (x number) equal(y number) bool {
 	if x.kind > y.kind {
 		x, y = y, x

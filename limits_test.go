@@ -284,3 +284,14 @@ func TestDeadLetterIntoFullBlockQueue(t *testing.T) {
 		require.Equal(t, 0, main.Len())
 	})
 }
+
+// TestBlockRefusesBodyOverByteLimit: a body larger than a Block queue's byte limit can never
+// fit, so it is refused at once (ErrQueueFull) rather than waiting for the publisher's context.
+func TestBlockRefusesBodyOverByteLimit(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q", warren.MaxLengthBytes(4), warren.Overflow(warren.Block))
+	err := b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("12345")})
+	require.ErrorIs(t, err, warren.ErrQueueFull)
+	require.Zero(t, q.Len())
+	require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("1234")}), "one that fits")
+}

@@ -384,7 +384,9 @@ const (
 	RejectPublishDLX OverflowPolicy = "reject-publish-dlx"
 	// Block makes [Broker.Publish] wait until the queue has room, or until its context ends:
 	// backpressure, warren's own (RabbitMQ has no such policy; its argument value is "block").
-	// Dead letters are never waited for: one that finds a Block queue full is dropped.
+	// Dead letters are never waited for: one that finds a Block queue full is dropped. A body
+	// larger than the queue's [MaxLengthBytes] can never fit and is refused at once with
+	// [ErrQueueFull]; waiting publishers are let through in turn, each when its body fits.
 	Block OverflowPolicy = "block"
 )
 

@@ -413,7 +413,7 @@ type Queue struct {
 	flushedDead uint64                      // of those, published (or discarded by the queue's end)
 	n           counters                    // what Stats reports (stats.go)
 	flushed     sync.Cond                   // on mu: flushedDead grew
-	blocked     []chan struct{}             // publishers waiting for room (Block), first come first woken
+	blocked     []blockedPublisher          // publishers waiting for room (Block), first come first woken
 	lastUsed    int64                       // when the queue was last used, for Expires (R3.8)
 	delayed     *btree.BTreeG[delayedEntry] // hidden until due: NackWithDelay, DeliverAfter; nil until used
 	unacked     int                         // deliveries outstanding, all consumers and Gets
@@ -501,8 +501,8 @@ func (q *Queue) unlock() {
 	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil || q.ackTimed > 0 || q.cfg.alerts.Age > 0 {
 		q.armLocked()
 	}
-	if len(q.blocked) > 0 && q.roomLocked(0) {
-		close(q.blocked[0]) // the first waiting publisher tries again
+	if len(q.blocked) > 0 && q.roomLocked(q.blocked[0].need) {
+		close(q.blocked[0].ready) // the first waiting publisher tries again
 		q.blocked = q.blocked[1:]
 	}
 	defer q.b.pokeIdle() // after mu is released
@@ -571,8 +571,10 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 			break
 		}
 		// RejectPublish, RejectPublishDLX and Block check before enqueueing (R5.3).
-		if q.cfg.overflow == Block && ctx.Err() == nil && !opt.immediate { // immediate never waits
-			if err := q.waitRoomLocked(ctx); err != nil {
+		// Immediate never waits, nor does a body larger than the byte limit: it never fits.
+		if q.cfg.overflow == Block && ctx.Err() == nil && !opt.immediate &&
+			(q.cfg.maxBytes < 0 || int64(len(env.msg.Body)) <= q.cfg.maxBytes) {
+			if err := q.waitRoomLocked(ctx, len(env.msg.Body)); err != nil {
 				q.dropLocked(env, ReasonQueueFull)
 				q.unlock()
 				return err
@@ -702,11 +704,19 @@ func (q *Queue) dropOverLocked(maxLen, maxBytes int64) {
 	}
 }
 
-// waitRoomLocked waits, with mu released, until the queue may have room or ctx ends; it returns
-// with mu held either way, and ctx.Err() if ctx ended.
-func (q *Queue) waitRoomLocked(ctx context.Context) error {
+// blockedPublisher is a publisher waiting for room for a body of need bytes in a Block queue.
+type blockedPublisher struct {
+	ready chan struct{} // closed when it may try again
+	need  int
+}
+
+// waitRoomLocked waits, with mu released, until the queue may have room for a body of need bytes
+// or ctx ends; it returns with mu held either way, and ctx.Err() if ctx ended. Publishers are
+// woken in turn, each when there is room for its own body: one that does not fit yet holds up
+// those behind it, as a queue does.
+func (q *Queue) waitRoomLocked(ctx context.Context, need int) error {
 	ready := make(chan struct{})
-	q.blocked = append(q.blocked, ready)
+	q.blocked = append(q.blocked, blockedPublisher{ready, need})
 	q.unlock()
 	select {
 	case <-ready:
@@ -714,7 +724,7 @@ func (q *Queue) waitRoomLocked(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		q.mu.Lock()
-		if i := slices.Index(q.blocked, ready); i >= 0 {
+		if i := slices.IndexFunc(q.blocked, func(p blockedPublisher) bool { return p.ready == ready }); i >= 0 {
 			q.blocked = slices.Delete(q.blocked, i, i+1)
 		}
 		// If this waiter had just been woken, the caller's unlock wakes the next.
@@ -939,8 +949,8 @@ func (q *Queue) endLocked(err error, reason string) []*Consumer {
 	q.outbox = kept
 	q.flushedDead = q.queuedDead
 	q.flushed.Broadcast()
-	for _, ready := range q.blocked {
-		close(ready) // waiting publishers see endErr
+	for _, p := range q.blocked {
+		close(p.ready) // waiting publishers see endErr
 	}
 	q.blocked = nil
 	var feeders []*Consumer
