@@ -48,16 +48,6 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// fzAvoidBugs keeps the fuzz targets away from known library bugs while they are open, so that
-// they go on looking for others; each bug has its own failing test. With it true:
-//   - the checks that compare a table with itself skip tables holding a NaN
-//     (TestBindNaNArgumentUnbind, TestRedeclareNaNQueueType): warren compares binding arguments
-//     and queue arguments for identity with fieldEqual, under which NaN equals nothing;
-//   - FuzzQueueArguments does not publish to a Block queue that refuses the message for its
-//     bytes alone (TestBlockPublishWaitsForBytes): the publisher spins instead of waiting, which
-//     in a synctest bubble never lets virtual time reach its context's deadline.
-const fzAvoidBugs = true
-
 // fzBytes reads an input's choices, one byte each; 0 once the input is exhausted.
 type fzBytes struct{ b []byte }
 
@@ -640,10 +630,8 @@ func FuzzHeadersMatch(f *testing.F) {
 		}
 		require.Equal(t, want, got, "messages that reached the queue through binding %s (one copy each, though bound twice)", fzDesc(args))
 
-		// Binding twice was a no-op, so one Unbind removes the binding.
-		if fzAvoidBugs && refHasNaN(args) {
-			return // TestBindNaNArgumentUnbind
-		}
+		// Binding twice was a no-op, so one Unbind removes the binding (with a NaN too:
+		// TestBindNaNArgumentUnbind).
 		require.NoError(t, b.Unbind("q", "hx", "", args))
 		for _, h := range msgs {
 			err := b.Publish(ctx, "hx", "", warren.Message{Headers: h}, warren.Mandatory())
@@ -653,10 +641,10 @@ func FuzzHeadersMatch(f *testing.F) {
 	})
 }
 
-// TestBindNaNArgumentUnbind: a headers binding whose arguments hold a NaN can be bound twice
-// (Bind's doc: "Binding again with the same key and arguments is a no-op") and never unbound
-// (Unbind's: "the key and arguments must be equal"), even with the very same Table: bindings are
-// compared with fieldEqual, under which NaN equals nothing. Found by FuzzHeadersMatch.
+// TestBindNaNArgumentUnbind: a headers binding whose arguments hold a NaN is removed by Unbind
+// with the same arguments (Unbind's doc: "the key and arguments must be equal"), and binding it
+// twice is a no-op. Found by FuzzHeadersMatch: bindings were told apart with fieldEqual, under
+// which NaN equals nothing, so such a binding could be added twice and never removed.
 func TestBindNaNArgumentUnbind(t *testing.T) {
 	b := newBroker(t)
 	_, err := b.DeclareExchange("hx", warren.ExchangeHeaders)
@@ -940,7 +928,7 @@ func FuzzQueueArguments(f *testing.F) {
 	for _, p := range []string{"drop-head", "reject-publish", "reject-publish-dlx", "block"} {
 		seed(1, 0, 1, k("x-max-length"), 5, i(0), k("x-overflow"), 11, s(p), 0, 1)
 	}
-	// A Block queue full by its byte limit alone: 2 bytes, a 3-byte body (TestBlockPublishWaitsForBytes).
+	// A body over a Block queue's byte limit: refused at once (it found TestBlockPublishWaitsForBytes).
 	seed(1, 0, 1, k("x-max-length-bytes"), 1, i(2), k("x-overflow"), 11, s("block"), 0, 3)
 	// Max length bytes 2 and a 3-byte body; TTL 0; delivery limit 0 with a dead-letter exchange.
 	seed(1, 0, 0, k("x-max-length-bytes"), 1, i(2), 3)
@@ -994,14 +982,12 @@ func FuzzQueueArguments(f *testing.F) {
 			}
 			require.NoError(t, err, "DeclareQueue(%s)", desc)
 
-			// Equivalence: the same declaration again returns the queue; a bare one is refused if
-			// the declaration has flags or compared arguments.
-			comparedNaN := slices.ContainsFunc(fzComparedArgs, func(k string) bool { return refHasNaN(ref.args[k]) })
-			if !fzAvoidBugs || !comparedNaN { // TestRedeclareNaNQueueType
-				q2, err := b.DeclareQueue("fq", opts...)
-				require.NoError(t, err, "DeclareQueue(%s) again", desc)
-				require.Same(t, q, q2, "the queue declared again")
-			}
+			// Equivalence: the same declaration again returns the queue (with a NaN too:
+			// TestRedeclareNaNQueueType); a bare one is refused if the declaration has flags or
+			// compared arguments.
+			q2, err := b.DeclareQueue("fq", opts...)
+			require.NoError(t, err, "DeclareQueue(%s) again", desc)
+			require.Same(t, q, q2, "the queue declared again")
 			_, err = b.DeclareQueue("fq")
 			switch {
 			case ref.exclusive:
@@ -1015,11 +1001,10 @@ func FuzzQueueArguments(f *testing.F) {
 			// The queue works as its limits say.
 			ctx := owner
 			msg := warren.Message{Body: []byte("abc")[:bodyLen], Priority: prio}
-			room := cfg.maxLen != 0 && (cfg.maxBytes < 0 || int64(bodyLen) <= cfg.maxBytes)
-			if !room && cfg.overflow == "block" {
-				if fzAvoidBugs && cfg.maxLen != 0 {
-					return // refused for its bytes alone: TestBlockPublishWaitsForBytes
-				}
+			fits := cfg.maxBytes < 0 || int64(bodyLen) <= cfg.maxBytes // ever
+			room := cfg.maxLen != 0 && fits
+			if !room && cfg.overflow == "block" && fits {
+				// Block waits for room (Block's doc): none comes, so its context ends.
 				pctx, cancel := context.WithTimeout(ctx, 500*time.Microsecond) // within the shortest x-expires
 				err := b.Publish(pctx, "", "fq", msg)
 				cancel()
@@ -1030,6 +1015,7 @@ func FuzzQueueArguments(f *testing.F) {
 			err = b.Publish(ctx, "", "fq", msg)
 			switch {
 			case !room && cfg.overflow != "drop-head":
+				// Refused; by Block too, at once, for a body over the byte limit (Block's doc).
 				require.ErrorIs(t, err, warren.ErrQueueFull, "publish a %d-byte body to a queue with %s", bodyLen, desc)
 				require.Zero(t, q.Len())
 				return
@@ -1065,10 +1051,10 @@ func FuzzQueueArguments(f *testing.F) {
 }
 
 // TestRedeclareNaNQueueType: a queue declared with an "x-queue-type" argument holding a NaN (any
-// AMQP field value is accepted there) cannot be declared again with the very same arguments:
-// DeclareQueue's equivalence compares them with fieldEqual, under which NaN equals nothing, and
-// fails with ErrPreconditionFailed ("inequivalent arg x-queue-type: NaN, was NaN"). Found by
-// FuzzQueueArguments.
+// AMQP field value is accepted there) can be declared again with the same arguments. Found by
+// FuzzQueueArguments: DeclareQueue's equivalence compared them with fieldEqual, under which NaN
+// equals nothing, and failed with ErrPreconditionFailed ("inequivalent arg x-queue-type: NaN,
+// was NaN").
 func TestRedeclareNaNQueueType(t *testing.T) {
 	b := newBroker(t)
 	args := warren.Arguments(warren.Table{"x-queue-type": math.NaN()})
@@ -1079,15 +1065,15 @@ func TestRedeclareNaNQueueType(t *testing.T) {
 }
 
 // TestBlockPublishWaitsForBytes: a publisher waiting for room in a Block queue that is full by
-// its byte limit (MaxLengthBytes) but not by its length spins instead of waiting: Queue.unlock
-// wakes the first blocked publisher whenever roomLocked(0) holds — room for an empty message —
-// so waitRoomLocked's own unlock wakes it at once, it finds no room for its body, and waits
-// again, allocating a channel each time, until its context ends; with a context that never ends
-// it burns a core forever (and in a synctest bubble virtual time never advances). Here a 2-byte
-// message waits for 20 ms of real time behind 3 ready bytes of a 4-byte queue: it must return
-// the context's error having allocated next to nothing, and a spinning publisher allocates
-// hundreds of thousands of channels. Found by FuzzQueueArguments (a body larger than the limit
-// of an empty queue).
+// its byte limit (MaxLengthBytes) but not by its length waits, and goes in once its body fits.
+// Found by FuzzQueueArguments: Queue.unlock woke the first blocked publisher whenever there was
+// room for an empty message, so the publisher's own unlock woke it at once, it found no room for
+// its body and waited again, allocating a channel each time, until its context ended — burning a
+// core meanwhile, forever with a context that never ends, and in a synctest bubble stopping
+// virtual time. Here a 2-byte message waits for 20 ms of real time behind 3 ready bytes of a
+// 4-byte queue: it must return the context's error having allocated next to nothing (a spinning
+// publisher allocates hundreds of thousands of channels); then, in virtual time, one waits until
+// the 3 bytes are taken, and goes in.
 func TestBlockPublishWaitsForBytes(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q", warren.MaxLengthBytes(4), warren.Overflow(warren.Block))
@@ -1101,6 +1087,24 @@ func TestBlockPublishWaitsForBytes(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Equal(t, 1, q.Len())
 	require.Less(t, after.Mallocs-before.Mallocs, uint64(10_000), "allocations while one publisher waited 20 ms for room")
+
+	synctest.Test(t, func(t *testing.T) {
+		b := warren.New()
+		defer b.Close()
+		q := declare(t, b, "q", warren.MaxLengthBytes(4), warren.Overflow(warren.Block))
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("abc")}))
+		published := make(chan error, 1)
+		go func() { published <- b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("xy")}) }()
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		require.Empty(t, published, "a publisher went in without room")
+		d, err := q.Get(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, d.Ack())
+		synctest.Wait()
+		require.NoError(t, <-published)
+		require.Equal(t, 1, q.Len())
+	})
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1209,6 +1213,7 @@ func FuzzExpiration(f *testing.F) {
 				checks = append(checks, d-1, d)
 			}
 			slices.Sort(checks)
+			nacks := 0 // of the message in dl
 			checks = append(slices.Compact(checks), slices.Max(append(checks, 0))+time.Hour)
 			for _, at := range checks {
 				if at < 0 {
@@ -1230,7 +1235,10 @@ func FuzzExpiration(f *testing.F) {
 						dv, err := q.Get(ctx)
 						require.NoError(t, err)
 						require.Equal(t, exp, dv.Message.Expiration, "the delivered message's Expiration")
+						require.Equal(t, nacks, dv.DeliveryCount)
+						require.Equal(t, nacks > 0, dv.Redelivered)
 						require.NoError(t, dv.Nack())
+						nacks++
 						require.Equal(t, 1, q.Len())
 					}
 				}
