@@ -399,24 +399,6 @@ func refTableOK(t map[string]any) bool {
 	return true
 }
 
-// refHasNaN reports whether v is or holds a NaN.
-func refHasNaN(v any) bool {
-	if n, ok := refNumber(v); ok {
-		return n.special == 2
-	}
-	if t, ok := refTableOf(v); ok {
-		for _, e := range t {
-			if refHasNaN(e) {
-				return true
-			}
-		}
-	}
-	if a, ok := v.([]any); ok {
-		return slices.ContainsFunc(a, refHasNaN)
-	}
-	return false
-}
-
 // refHeadersMatch is the naive reference of R6.5: ok is false for a binding that must be
 // refused (an x-match other than the strings all, any, all-with-x, any-with-x); else match
 // says whether a message with headers goes through it.
@@ -959,6 +941,8 @@ func FuzzQueueArguments(f *testing.F) {
 	// Others: kept, not compared; "exclusive" as an argument overriding ExclusiveTo(nil).
 	seed(2, 0, 1, k("x-foo"), 1, i(1), k("x-queue-mode"), 9, i(1), 0, 0, k("x-consumer-timeout"), 8, i(1<<32-1))
 	seed(2, 0, 1, k("x-foo"), 1, i(1), k("x-queue-type"), 11, s("quorum"), 0, 0, k("x-consumer-timeout"), 8, i(1<<32-1))
+	// A NaN where any value is accepted, and compared: the declaration can be repeated.
+	seed(1, 0, 0, k("x-queue-type"), 13, 3)
 	seed(2, 13, 0, 0, 0, k("exclusive"), 12, 1)
 	fzRandomSeeds(f, 2, 40, 40)
 

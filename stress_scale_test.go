@@ -805,8 +805,6 @@ func (l *scLedger) serve(ctx context.Context, q *warren.Queue, rng *rand.Rand) {
 	limit := int64(20 + rng.IntN(300))
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stopWatch := context.AfterFunc(ctx, cancel)
-	defer stopWatch()
 	go func() { // the run may be over before the limit: every id ended
 		select {
 		case <-l.done:
