@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestWorkloadsVerify runs every workload at toy size on every in-process system (RabbitMQ
+// needs a server and is left to the driver) and requires the verification to pass: nothing
+// lost, nothing duplicated, the order kept where the system promises it.
+func TestWorkloadsVerify(t *testing.T) {
+	sz := QuickSizes()
+	sz.W1, sz.W2, sz.W3 = 5000, 5000, 5000
+	sz.S2Messages = 2000
+	for _, system := range []string{"chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem"} {
+		spec, err := Lookup(system)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range Cases(true) {
+			t.Run(system+"/"+c.ID, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+				defer cancel()
+				r := Run(ctx, system, c, sz)
+				if why, na := spec.NA[c.Workload]; na {
+					if r.Skipped != why {
+						t.Fatalf("want n/a (%s), got %+v", why, r)
+					}
+					return
+				}
+				t.Logf("%s %s: %d msgs, metrics %v, notes %v", system, c.ID, r.Messages, r.Metrics, r.Notes)
+				if !r.OK {
+					t.Fatalf("%s: %+v", r.Error, r)
+				}
+				if r.Messages == 0 || len(r.Metrics) == 0 {
+					t.Fatalf("nothing measured: %+v", r)
+				}
+				if c.Workload == "W4" && system != "watermill-gochannel" && r.Metrics["order_original"] != 1 {
+					t.Logf("%s: order after requeue not original (%v)", system, r.Notes)
+				}
+			})
+		}
+	}
+}
+
+func TestTopicKeysMatchOnePattern(t *testing.T) {
+	for i := range 30 {
+		for j := range 30 {
+			if got, want := topicMatch(TopicPattern(j), TopicKey(i)), i == j; got != want {
+				t.Fatalf("pattern %q, key %q: match %v, want %v", TopicPattern(j), TopicKey(i), got, want)
+			}
+		}
+	}
+	if natsPattern("a.1.#") != "a.1.>" || natsPattern("*.1") != "*.1" {
+		t.Fatal("natsPattern")
+	}
+}
+
+// topicMatch is a naive AMQP topic matcher for the test.
+func topicMatch(pattern, key string) bool {
+	return match(split(pattern), split(key))
+}
+
+func split(s string) []string {
+	var out []string
+	start := 0
+	for i := range len(s) {
+		if s[i] == '.' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
+
+func match(p, k []string) bool {
+	if len(p) == 0 {
+		return len(k) == 0
+	}
+	if p[0] == "#" {
+		for i := 0; i <= len(k); i++ {
+			if match(p[1:], k[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	if len(k) == 0 {
+		return false
+	}
+	return (p[0] == "*" || p[0] == k[0]) && match(p[1:], k[1:])
+}
+
+func TestCheckerAndOrder(t *testing.T) {
+	c := newChecker(130)
+	for _, s := range []uint64{0, 5, 129, 5, 200} {
+		c.mark(s)
+	}
+	if c.dups.Load() != 1 || c.bad.Load() != 1 || c.missing() != 127 {
+		t.Fatalf("dups %d bad %d missing %d", c.dups.Load(), c.bad.Load(), c.missing())
+	}
+	o := newOrder(2)
+	for _, s := range []uint64{0, 1, 3, 2, 4, 2} {
+		o.see(s)
+	}
+	if o.violations != 1 {
+		t.Fatalf("violations %d", o.violations)
+	}
+}

@@ -1,0 +1,384 @@
+// Command bench runs the comparative benchmarks: every system × workload, each run in a fresh
+// process (this binary re-executed with -child), -runs times, and reports medians as a
+// markdown table (stdout, results/results.md), raw and median numbers (results/results.json)
+// and a chart (results/chart.png).
+//
+//	go run ./cmd/bench                       # everything, 3 runs each
+//	go run ./cmd/bench -quick                # a smoke run: toy sizes, 1 run, no rabbitmq
+//	go run ./cmd/bench -systems warren,chan -workloads W1,S1/1M -runs 5
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/warrenmq/warren/bench"
+)
+
+type options struct {
+	systems, workloads string
+	runs               int
+	quick              bool
+	out                string
+	timeout            time.Duration
+	deep               string // systems that run S1/10M
+	scale              string // system=factor reductions for slow peers
+	noChart            bool
+	from               string // re-render the report from a results.json
+
+	// child mode
+	child  bool
+	system string
+	caseID string
+	factor float64
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.systems, "systems", "all", "comma-separated systems: "+strings.Join(bench.Systems(), ","))
+	flag.StringVar(&o.workloads, "workloads", "all", "comma-separated workloads (W1,W2,W3,W4,S1,S2) or cases (S1/1M, S2/10kq, …)")
+	flag.IntVar(&o.runs, "runs", 3, "fresh-process runs per system and case; the report shows medians")
+	flag.BoolVar(&o.quick, "quick", false, "smoke run: toy sizes, 1 run, no rabbitmq unless -systems names it")
+	flag.StringVar(&o.out, "out", "results", "directory for results.md, results.json and chart.png")
+	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "limit for one child run")
+	flag.StringVar(&o.deep, "s1-10m", "chan,warren", "systems that run S1 at a 10M backlog (the others are skipped there, with a footnote)")
+	flag.StringVar(&o.scale, "scale", "rabbitmq=0.1", "system=factor,…: run a slow peer's W1, W2, W3, S1 measurement and S2 message counts scaled by factor (footnoted)")
+	flag.BoolVar(&o.noChart, "no-chart", false, "do not write chart.png")
+	flag.StringVar(&o.from, "from", "", "render the report again from a results.json (no measurement) into -out")
+	flag.IntVar(&bench.BlockMaxLength, "block-maxlen", bench.BlockMaxLength, "warren-block's MaxLength")
+	flag.BoolVar(&bench.S1CollectFirst, "s1-gc", bench.S1CollectFirst, "S1: collect the heap after filling the backlog, before the timed phase")
+	flag.BoolVar(&o.child, "child", false, "internal: run one measurement and print its result as JSON")
+	flag.StringVar(&o.system, "system", "", "internal (-child): the system")
+	flag.StringVar(&o.caseID, "case", "", "internal (-child): the case")
+	flag.Float64Var(&o.factor, "factor", 1, "internal (-child): size factor")
+	flag.Parse()
+
+	if o.child {
+		os.Exit(child(o))
+	}
+	run := parent
+	if o.from != "" {
+		run = rerender
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// sizes are the sizes of one child run.
+func sizes(quick bool, factor float64) bench.Sizes {
+	sz := bench.FullSizes()
+	if quick {
+		sz = bench.QuickSizes()
+	}
+	if factor != 1 {
+		f := func(n int) int { return max(1000, int(float64(n)*factor)) }
+		sz.W1, sz.W2, sz.W3, sz.S2Messages = f(sz.W1), f(sz.W2), f(sz.W3), f(sz.S2Messages)
+		sz.S1Measure = max(sz.S1Batch*10, f(sz.S1Measure)/sz.S1Batch*sz.S1Batch)
+	}
+	return sz
+}
+
+func child(o options) int {
+	c, err := bench.LookupCase(o.caseID, o.quick)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	r := bench.Run(ctx, o.system, c, sizes(o.quick, o.factor))
+	b, err := json.Marshal(r)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Println(string(b))
+	return 0
+}
+
+// runChild re-executes this binary for one measurement.
+func runChild(o options, system string, c bench.Case, factor float64) bench.Result {
+	args := []string{"-child", "-system", system, "-case", c.ID,
+		"-factor", strconv.FormatFloat(factor, 'g', -1, 64),
+		"-timeout", o.timeout.String(), "-block-maxlen", strconv.Itoa(bench.BlockMaxLength),
+		"-s1-gc=" + strconv.FormatBool(bench.S1CollectFirst)}
+	if o.quick {
+		args = append(args, "-quick")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var r bench.Result
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if jerr := json.Unmarshal([]byte(lines[len(lines)-1]), &r); jerr != nil {
+		msg := "child failed"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		if tail := lastLines(stderr.String(), 3); tail != "" {
+			msg += ": " + tail
+		}
+		return bench.Result{System: system, Case: c.ID, Error: msg}
+	}
+	return r
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func parseScale(s string) (map[string]float64, error) {
+	m := map[string]float64{}
+	if s == "" {
+		return m, nil
+	}
+	for kv := range strings.SplitSeq(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		f, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil || f <= 0 || f > 1 {
+			return nil, fmt.Errorf("bad -scale entry %q: want system=factor with 0 < factor ≤ 1", kv)
+		}
+		m[strings.TrimSpace(k)] = f
+	}
+	return m, nil
+}
+
+func parent(o options) error {
+	if o.quick && !flagSet("runs") {
+		o.runs = 1
+	}
+	if o.runs < 1 {
+		return errors.New("-runs must be at least 1")
+	}
+	systems := bench.Systems()
+	if o.systems != "all" && o.systems != "" {
+		systems = nil
+		for s := range strings.SplitSeq(o.systems, ",") {
+			s = strings.TrimSpace(s)
+			if _, err := bench.Lookup(s); err != nil {
+				return err
+			}
+			systems = append(systems, s)
+		}
+	} else if o.quick {
+		systems = slices.DeleteFunc(systems, func(s string) bool { return s == "rabbitmq" })
+	}
+	cases, err := bench.CaseIDs(o.workloads, o.quick)
+	if err != nil {
+		return err
+	}
+	scale, err := parseScale(o.scale)
+	if err != nil {
+		return err
+	}
+	deep := map[string]bool{}
+	for s := range strings.SplitSeq(o.deep, ",") {
+		deep[strings.TrimSpace(s)] = true
+	}
+
+	rep := newReport(o, systems, cases)
+	rep.command = strings.TrimSpace("go run ./cmd/bench " + strings.Join(os.Args[1:], " "))
+	rep.machine = describeMachine()
+	if slices.Contains(systems, "rabbitmq") {
+		if err := bench.ProbeRabbit(); err != nil {
+			line := fmt.Sprintf("rabbitmq: skipped — cannot connect to %s (%v); start one with ./rabbitmq.sh install && ./rabbitmq.sh start", bench.RabbitURL, err)
+			fmt.Fprintln(os.Stderr, line)
+			rep.skipSystem("rabbitmq", line)
+		} else {
+			rep.machine.RabbitMQ = rabbitVersion()
+		}
+	}
+	for _, s := range systems {
+		if f, ok := scale[s]; ok && f != 1 && !o.quick {
+			rep.scaled[s] = f
+		}
+	}
+	for _, c := range cases {
+		for _, s := range systems {
+			if c.ID == "S1/10M" && !deep[s] && !o.quick {
+				rep.skip(s, c.ID, "S1 at a 10M backlog is run for "+strings.Join(sortedKeys(deep), " and ")+" only (-s1-10m): filling and draining 10M messages would take this peer many minutes per run")
+			}
+		}
+	}
+
+	start := time.Now()
+	for run := 1; run <= o.runs; run++ {
+		for _, c := range cases {
+			for _, s := range systems {
+				if rep.skipped(s, c.ID) {
+					continue
+				}
+				spec, _ := bench.Lookup(s)
+				if why, ok := spec.NA[c.Workload]; ok {
+					rep.na(s, c.ID, why)
+					continue
+				}
+				factor := 1.0
+				if f, ok := rep.scaled[s]; ok {
+					factor = f
+				}
+				t0 := time.Now()
+				r := runChild(o, s, c, factor)
+				rep.add(r)
+				fmt.Fprintf(os.Stderr, "[run %d/%d %s] %-8s %-20s %s (%.1fs)\n", run, o.runs, time.Since(start).Round(time.Second), c.ID, s, summary(r), time.Since(t0).Seconds())
+				if r.Skipped != "" {
+					rep.skipSystem(s, r.Skipped)
+				}
+			}
+		}
+	}
+	rep.elapsed = time.Since(start)
+	return rep.write(o)
+}
+
+// write prints the report and writes results.md, results.json and chart.png.
+func (rep *report) write(o options) error {
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	md := rep.markdown()
+	fmt.Print(md)
+	if err := os.WriteFile(filepath.Join(o.out, "results.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(rep.jsonValue(), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.out, "results.json"), js, 0o644); err != nil {
+		return err
+	}
+	if !o.noChart {
+		if err := rep.chart(filepath.Join(o.out, "chart.png")); err != nil {
+			return fmt.Errorf("chart: %w", err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s/results.md, results.json and chart.png in %s\n", o.out, rep.elapsed.Round(time.Second))
+	return nil
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+func summary(r bench.Result) string {
+	switch {
+	case r.Skipped != "":
+		return "skipped: " + r.Skipped
+	case !r.OK:
+		return "FAIL: " + r.Error
+	}
+	var parts []string
+	for _, k := range []string{"rate", "publish_rate", "drain_rate", "requeue_ms", "publish_ns", "consume_ns", "route_ns", "allocs_per_msg"} {
+		if v, ok := r.Metrics[k]; ok {
+			parts = append(parts, k+"="+strconv.FormatFloat(v, 'g', 4, 64))
+		}
+	}
+	parts = append(parts, fmt.Sprintf("rss=%dMB", r.PeakRSS>>20))
+	return "ok " + strings.Join(parts, " ")
+}
+
+func sortedKeys(m map[string]bool) []string {
+	var ks []string
+	for k, v := range m {
+		if v {
+			ks = append(ks, k)
+		}
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// rerender rebuilds the report from a results.json written by an earlier run.
+func rerender(o options) error {
+	b, err := os.ReadFile(o.from)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Machine machine                      `json:"machine"`
+		Command string                       `json:"command"`
+		Elapsed float64                      `json:"elapsed_seconds"`
+		Quick   bool                         `json:"quick"`
+		Runs    int                          `json:"runs"`
+		Scaled  map[string]float64           `json:"scaled"`
+		NA      map[string]map[string]string `json:"not_applicable"`
+		Skipped map[string]map[string]string `json:"skipped"`
+		Results []bench.Result               `json:"results"`
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return fmt.Errorf("%s: %w", o.from, err)
+	}
+	o.runs, o.quick = in.Runs, in.Quick
+	present := map[string]bool{}
+	sysPresent := map[string]bool{}
+	for _, r := range in.Results {
+		present[r.Case], sysPresent[r.System] = true, true
+	}
+	for _, m := range []map[string]map[string]string{in.NA, in.Skipped} {
+		for c, bySys := range m {
+			present[c] = true
+			for s := range bySys {
+				sysPresent[s] = true
+			}
+		}
+	}
+	var cases []bench.Case
+	for _, c := range bench.Cases(in.Quick) {
+		if present[c.ID] {
+			cases = append(cases, c)
+		}
+	}
+	var systems []string
+	for _, s := range bench.Systems() {
+		if sysPresent[s] {
+			systems = append(systems, s)
+		}
+	}
+	rep := newReport(o, systems, cases)
+	rep.machine, rep.command = in.Machine, in.Command
+	rep.elapsed = time.Duration(in.Elapsed * float64(time.Second))
+	if in.Scaled != nil {
+		rep.scaled = in.Scaled
+	}
+	for c, bySys := range in.NA {
+		for s, why := range bySys {
+			rep.na(s, c, why)
+		}
+	}
+	for c, bySys := range in.Skipped {
+		for s, why := range bySys {
+			rep.skip(s, c, why)
+		}
+	}
+	for _, r := range in.Results {
+		rep.add(r)
+	}
+	return rep.write(o)
+}

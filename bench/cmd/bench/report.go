@@ -1,0 +1,723 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/warrenmq/warren/bench"
+)
+
+type key struct{ system, caseID string }
+
+type cell struct {
+	runs []bench.Result
+	na   string // the system cannot do this workload meaningfully
+	skip string // not run here (flag, unavailable system)
+}
+
+func (c *cell) ok() []bench.Result {
+	var out []bench.Result
+	for _, r := range c.runs {
+		if r.OK {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (c *cell) failures() []bench.Result {
+	var out []bench.Result
+	for _, r := range c.runs {
+		if !r.OK && r.Skipped == "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// median of a metric over the successful runs; false when there is none, or when any run
+// failed (a failed run makes the cell FAIL).
+func (c *cell) median(metric string) (float64, bool) {
+	if c == nil || len(c.failures()) > 0 {
+		return 0, false
+	}
+	var vs []float64
+	for _, r := range c.ok() {
+		if v, ok := r.Metrics[metric]; ok {
+			vs = append(vs, v)
+		}
+	}
+	if len(vs) == 0 {
+		return 0, false
+	}
+	return median(vs), true
+}
+
+func (c *cell) medianRSS() (float64, bool) {
+	if c == nil || len(c.failures()) > 0 {
+		return 0, false
+	}
+	var vs []float64
+	for _, r := range c.ok() {
+		vs = append(vs, float64(r.PeakRSS))
+	}
+	if len(vs) == 0 {
+		return 0, false
+	}
+	return median(vs), true
+}
+
+func median(vs []float64) float64 {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+type machine struct {
+	CPUs       int    `json:"cpus"`
+	CPU        string `json:"cpu"`
+	RAM        string `json:"ram"`
+	Kernel     string `json:"kernel"`
+	Go         string `json:"go"`
+	Date       string `json:"date"`
+	RabbitMQ   string `json:"rabbitmq,omitempty"`
+	Deps       string `json:"deps"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+}
+
+func describeMachine() machine {
+	m := machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(), Date: time.Now().UTC().Format("2006-01-02 15:04 MST")}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && k == "MemTotal" {
+				if kb, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64); err == nil {
+					m.RAM = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+				}
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		var deps []string
+		for _, d := range bi.Deps {
+			for _, p := range []string{"github.com/ThreeDotsLabs/watermill", "github.com/nats-io/nats-server/v2", "github.com/nats-io/nats.go", "github.com/rabbitmq/amqp091-go"} {
+				if d.Path == p {
+					deps = append(deps, d.Path+" "+d.Version)
+				}
+			}
+		}
+		m.Deps = strings.Join(deps, ", ")
+	}
+	return m
+}
+
+func rabbitVersion() string { return bench.RabbitVersion() }
+
+type report struct {
+	o        options
+	systems  []string
+	cases    []bench.Case
+	cells    map[key]*cell
+	scaled   map[string]float64
+	machine  machine
+	elapsed  time.Duration
+	command  string
+	notes    []string // footnote texts; marker i+1
+	sysSkips map[string]string
+}
+
+func newReport(o options, systems []string, cases []bench.Case) *report {
+	return &report{o: o, systems: systems, cases: cases, cells: map[key]*cell{}, scaled: map[string]float64{}, sysSkips: map[string]string{}}
+}
+
+func (r *report) cell(system, caseID string) *cell {
+	k := key{system, caseID}
+	c, ok := r.cells[k]
+	if !ok {
+		c = &cell{}
+		r.cells[k] = c
+	}
+	return c
+}
+
+func (r *report) add(res bench.Result) {
+	c := r.cell(res.System, res.Case)
+	if res.Skipped != "" {
+		c.skip = res.Skipped
+		return
+	}
+	c.runs = append(c.runs, res)
+}
+
+func (r *report) na(system, caseID, why string)   { r.cell(system, caseID).na = why }
+func (r *report) skip(system, caseID, why string) { r.cell(system, caseID).skip = why }
+
+func (r *report) skipSystem(system, why string) {
+	r.sysSkips[system] = why
+	for _, c := range r.cases {
+		cl := r.cell(system, c.ID)
+		if cl.na == "" && len(cl.runs) == 0 {
+			cl.skip = why
+		}
+	}
+}
+
+func (r *report) skipped(system, caseID string) bool {
+	c, ok := r.cells[key{system, caseID}]
+	return ok && c.skip != ""
+}
+
+// note returns the footnote marker for text, adding it once.
+func (r *report) note(text string) string {
+	i := slices.Index(r.notes, text)
+	if i < 0 {
+		r.notes = append(r.notes, text)
+		i = len(r.notes) - 1
+	}
+	return fmt.Sprintf("[^%d]", i+1)
+}
+
+// ---- formatting ----
+
+func fmtRate(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2f M/s", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.0f k/s", v/1e3)
+	}
+	return fmt.Sprintf("%.0f /s", v)
+}
+
+func fmtNs(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2f ms", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.1f µs", v/1e3)
+	}
+	return fmt.Sprintf("%.0f ns", v)
+}
+
+func fmtMs(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f ms", v)
+	}
+	return fmt.Sprintf("%.2f ms", v)
+}
+
+func fmtMB(b float64) string { return fmt.Sprintf("%.0f MB", b/(1<<20)) }
+
+func fmtRatio(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f×", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f×", v)
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+func fmtAllocs(v float64) string {
+	if v >= 10 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// ---- rows ----
+
+// row is one line of the main table: a case's metric. higher says which way is better;
+// the ratio to chan is always expressed as throughput (above 1: faster than chan).
+type row struct {
+	label, caseID, metric string
+	kind                  string // rate, ns, ms
+}
+
+func (r *report) rows() []row {
+	var rows []row
+	has := func(id string) bool {
+		return slices.ContainsFunc(r.cases, func(c bench.Case) bool { return c.ID == id })
+	}
+	title := func(id string) string {
+		for _, c := range r.cases {
+			if c.ID == id {
+				return c.Title
+			}
+		}
+		return id
+	}
+	if has("W1") {
+		rows = append(rows, row{"W1 handoff (1→1, ack each), msg/s", "W1", "rate", "rate"})
+	}
+	if has("W2") {
+		rows = append(rows, row{"W2 fan-in (4→4, prefetch 256), msg/s", "W2", "rate", "rate"})
+	}
+	if has("W3") {
+		rows = append(rows, row{"W3 backlog: publish, msg/s", "W3", "publish_rate", "rate"},
+			row{"W3 backlog: drain (consume + ack), msg/s", "W3", "drain_rate", "rate"})
+	}
+	if has("W4") {
+		rows = append(rows, row{"W4 requeue: return the held unacked → all back (order after)", "W4", "requeue_ms", "ms"})
+	}
+	for _, c := range r.cases {
+		if c.Workload == "S1" {
+			rows = append(rows, row{"S1 publish, ns/msg, " + strings.TrimPrefix(title(c.ID), "S1 "), c.ID, "publish_ns", "ns"})
+		}
+	}
+	for _, c := range r.cases {
+		if c.Workload == "S1" {
+			rows = append(rows, row{"S1 consume + ack, ns/msg, " + strings.TrimPrefix(title(c.ID), "S1 "), c.ID, "consume_ns", "ns"})
+		}
+	}
+	for _, c := range r.cases {
+		if c.Workload == "S2" {
+			rows = append(rows, row{"S2 publish + route, ns/msg, " + strings.TrimPrefix(title(c.ID), "S2 "), c.ID, "route_ns", "ns"})
+		}
+	}
+	return rows
+}
+
+func (r *report) value(system string, rw row) (float64, bool) {
+	return r.cells[key{system, rw.caseID}].median(rw.metric)
+}
+
+// throughputRatio is a's throughput over b's for the row's metric.
+func throughputRatio(kind string, a, b float64) float64 {
+	if kind == "rate" {
+		return a / b
+	}
+	return b / a // ns, ms: time per message or per operation
+}
+
+func fmtValue(kind string, v float64) string {
+	switch kind {
+	case "rate":
+		return fmtRate(v)
+	case "ns":
+		return fmtNs(v)
+	case "ms":
+		return fmtMs(v)
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
+}
+
+// status is the text of a cell that has no value: n/a, skipped or FAIL, with its footnote.
+func (r *report) status(system, caseID string) string {
+	c := r.cells[key{system, caseID}]
+	switch {
+	case c == nil:
+		return "—"
+	case c.na != "":
+		workload, _, _ := strings.Cut(caseID, "/")
+		return "n/a" + r.note(system+", "+workload+": "+c.na+".")
+	case c.skip != "":
+		if why, ok := r.sysSkips[system]; ok && why == c.skip {
+			return "skipped" + r.note(system+": "+c.skip+".")
+		}
+		return "skipped" + r.note(caseID+": "+c.skip+".")
+	}
+	if f := c.failures(); len(f) > 0 {
+		return "FAIL" + r.note(fmt.Sprintf("%s, %s: %d of %d runs failed; first: %s", system, caseID, len(f), len(c.runs), f[0].Error))
+	}
+	return "—"
+}
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	m := r.machine
+	fmt.Fprintf(&b, "## Results\n\n")
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s RAM, %s, %s, %s. ", m.CPUs, m.CPU, m.RAM, m.Kernel, m.Go, m.Date)
+	if m.RabbitMQ != "" {
+		fmt.Fprintf(&b, "RabbitMQ %s. ", m.RabbitMQ)
+	}
+	fmt.Fprintf(&b, "Modules: %s.\n\n", m.Deps)
+	fmt.Fprintf(&b, "Command: `%s` (%d fresh-process run(s) per cell, medians", r.command, r.o.runs)
+	if r.elapsed > 0 {
+		fmt.Fprintf(&b, "; %s in all", r.elapsed.Round(time.Second))
+	}
+	b.WriteString(").\n\n")
+	sz := sizes(r.o.quick, 1)
+	fmt.Fprintf(&b, "Sizes: W1 %d, W2 %d (%d producers, %d consumers), W3 %d messages; W1/W2 bound (chan capacity, warren-block MaxLength) %d, prefetch %d; W4 %d unacked returned into %d; S1 %d messages measured in batches of %d at each depth; S2 %d messages; 128-byte bodies.\n\n",
+		sz.W1, sz.W2, sz.W2Producers, sz.W2Producers, sz.W3, sz.W1W2Window, sz.Prefetch, sz.W4Requeue, sz.W4Queue, sz.S1Measure, sz.S1Batch, sz.S2Messages)
+	for s, f := range r.scaled {
+		sz := sizes(r.o.quick, f)
+		fmt.Fprintf(&b, "Reduced sizes for %s%s: W1/W2/W3 %d messages, S1 %d measured at each depth, S2 %d messages.\n\n", s,
+			r.note(fmt.Sprintf("%s ran with reduced sizes (-scale %s=%g) to keep the run's length reasonable on this 2-core machine; rates are per message and comparable, but a smaller run has less GC and memory pressure, which flatters the peer if anything.", s, s, f)),
+			sz.W1, sz.S1Measure, sz.S2Messages)
+	}
+
+	// Main table.
+	b.WriteString("### Throughput and cost (× chan = throughput relative to the channel)\n\n")
+	r.header(&b, "Workload")
+	for _, rw := range r.rows() {
+		fmt.Fprintf(&b, "| %s |", rw.label)
+		chanV, chanOK := r.value("chan", rw)
+		for _, s := range r.systems {
+			v, ok := r.value(s, rw)
+			if !ok {
+				fmt.Fprintf(&b, " %s |", r.status(s, rw.caseID))
+				continue
+			}
+			cellText := fmtValue(rw.kind, v)
+			if rw.caseID == "W4" {
+				if o, ok := r.value(s, row{caseID: "W4", metric: "order_original"}); ok {
+					if o == 1 {
+						cellText += ", original order"
+					} else {
+						cellText += ", **reordered**"
+					}
+				}
+			} else if chanOK && s != "chan" {
+				cellText += " (" + fmtRatio(throughputRatio(rw.kind, v, chanV)) + ")"
+			}
+			fmt.Fprintf(&b, " %s |", cellText)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+
+	// Allocations and RSS.
+	b.WriteString("### Allocations per message and peak RSS\n\n")
+	b.WriteString("Allocations are heap allocations per message in the timed phase, net of the one 128-byte body the workload allocates per published message; peak RSS is the process's VmHWM in that run (each run is its own process).\n\n")
+	r.header(&b, "Workload")
+	type arow struct {
+		label, caseID string
+		metrics       []string
+		rss           bool
+	}
+	var arows []arow
+	for _, c := range r.cases {
+		switch c.Workload {
+		case "W1", "W2":
+			arows = append(arows, arow{c.ID + " allocs/msg · peak RSS", c.ID, []string{"allocs_per_msg"}, true})
+		case "W3":
+			arows = append(arows, arow{"W3 allocs/msg publish / drain · peak RSS", c.ID, []string{"publish_allocs_per_msg", "drain_allocs_per_msg"}, true})
+		case "W4":
+			arows = append(arows, arow{"W4 allocs per requeued msg · peak RSS", c.ID, []string{"requeue_allocs_per_msg"}, true})
+		case "S1":
+			arows = append(arows, arow{c.ID + " allocs/msg publish / consume · peak RSS", c.ID, []string{"publish_allocs_per_msg", "consume_allocs_per_msg"}, true})
+		case "S2":
+			arows = append(arows, arow{c.ID + " allocs/msg · peak RSS", c.ID, []string{"allocs_per_msg"}, true})
+		}
+	}
+	for _, ar := range arows {
+		fmt.Fprintf(&b, "| %s |", ar.label)
+		for _, s := range r.systems {
+			c := r.cells[key{s, ar.caseID}]
+			var parts []string
+			for _, mt := range ar.metrics {
+				if v, ok := c.median(mt); ok {
+					parts = append(parts, fmtAllocs(v))
+				}
+			}
+			if len(parts) == 0 {
+				fmt.Fprintf(&b, " %s |", r.status(s, ar.caseID))
+				continue
+			}
+			text := strings.Join(parts, " / ")
+			if rss, ok := c.medianRSS(); ok {
+				text += " · " + fmtMB(rss)
+			}
+			if spec, _ := bench.Lookup(s); spec.ClientOnly {
+				text += r.note(s + ": allocations and RSS are those of the client process only; the broker runs in its own process.")
+			}
+			fmt.Fprintf(&b, " %s |", text)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+	if v, ok := r.cells[key{"rabbitmq", "W3"}].median("server_rss_bytes"); ok {
+		fmt.Fprintf(&b, "The RabbitMQ node's own RSS right after W3's publish phase (backlog at its peak): %s (median).\n\n", fmtMB(v))
+	}
+	if v, ok := r.cells[key{"chan", "W3"}].medianRSS(); ok {
+		fmt.Fprintf(&b, "W3 peak RSS relative to chan's (%s):", fmtMB(v))
+		for _, s := range r.systems {
+			if w, ok := r.cells[key{s, "W3"}].medianRSS(); ok && s != "chan" {
+				fmt.Fprintf(&b, " %s %.2f×;", s, w/v)
+			}
+		}
+		b.WriteString("\n\n")
+	}
+
+	// warren against each peer.
+	for _, me := range []string{"warren", "warren-block"} {
+		if !slices.Contains(r.systems, me) {
+			continue
+		}
+		var peers []string
+		for _, s := range r.systems {
+			if s != me && s != "warren" && s != "warren-block" {
+				peers = append(peers, s)
+			}
+		}
+		var lines []string
+		for _, rw := range r.rows() {
+			mv, ok := r.value(me, rw)
+			if !ok {
+				continue
+			}
+			var line strings.Builder
+			line.WriteString("| " + rw.label + " |")
+			any := false
+			for _, p := range peers {
+				pv, ok := r.value(p, rw)
+				if !ok {
+					line.WriteString(" — |")
+					continue
+				}
+				line.WriteString(" " + fmtRatio(throughputRatio(rw.kind, mv, pv)) + " |")
+				any = true
+			}
+			if any {
+				lines = append(lines, line.String())
+			}
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "### %s against each peer (%s's throughput ÷ the peer's; above 1: %s is faster)\n\n", me, me, me)
+		b.WriteString("| Workload |")
+		for _, p := range peers {
+			fmt.Fprintf(&b, " ÷ %s |", p)
+		}
+		b.WriteString("\n|---|")
+		for range peers {
+			b.WriteString("---:|")
+		}
+		b.WriteString("\n" + strings.Join(lines, "\n") + "\n\n")
+	}
+
+	// Targets.
+	b.WriteString("### Targets (issue)\n\n| System | Target | Measured | Result |\n|---|---|---|---|\n")
+	for _, t := range r.targets() {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.system, t.name, t.measured, t.result)
+	}
+	b.WriteString("\n")
+
+	// Order and setup notes.
+	b.WriteString("### Order\n\n")
+	for _, s := range r.systems {
+		spec, _ := bench.Lookup(s)
+		var seen []string
+		for _, c := range r.cases {
+			cl := r.cells[key{s, c.ID}]
+			if cl == nil {
+				continue
+			}
+			var ooo int64
+			for _, res := range cl.runs {
+				if c.Workload != "W4" {
+					ooo += res.OutOfOrder
+				}
+			}
+			if ooo > 0 {
+				seen = append(seen, fmt.Sprintf("%s: %d out of order over %d runs", c.ID, ooo, len(cl.runs)))
+			}
+		}
+		switch {
+		case !spec.Ordered && len(seen) > 0:
+			fmt.Fprintf(&b, "- %s promises no order, so this is no failure; deliveries out of order were seen in %s.\n", s, strings.Join(seen, "; "))
+		case !spec.Ordered:
+			fmt.Fprintf(&b, "- %s promises no order; none was out of order in these runs.\n", s)
+		case len(seen) > 0:
+			fmt.Fprintf(&b, "- %s: order broken (a failure): %s.\n", s, strings.Join(seen, "; "))
+		default:
+			fmt.Fprintf(&b, "- %s: every consumer received each producer's messages in order in every ordered workload.\n", s)
+		}
+	}
+	b.WriteString("\n### Setup of each system\n\n")
+	for _, s := range r.systems {
+		spec, _ := bench.Lookup(s)
+		fmt.Fprintf(&b, "- **%s**: %s.\n", s, spec.Setup)
+	}
+	b.WriteString("\n")
+	for i, n := range r.notes {
+		fmt.Fprintf(&b, "[^%d]: %s\n", i+1, n)
+	}
+	return b.String()
+}
+
+func (r *report) header(b *strings.Builder, first string) {
+	fmt.Fprintf(b, "| %s |", first)
+	for _, s := range r.systems {
+		fmt.Fprintf(b, " %s |", s)
+	}
+	b.WriteString("\n|---|")
+	for range r.systems {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+}
+
+type target struct{ system, name, measured, result string }
+
+func (r *report) targets() []target {
+	var ts []target
+	get := func(s, c, m string) (float64, bool) { return r.cells[key{s, c}].median(m) }
+	verdict := func(ok bool) string {
+		if ok {
+			return "PASS"
+		}
+		return "**MISS**"
+	}
+	ratio := func(me, name, c, m string, peer string, min float64) {
+		a, ok1 := get(me, c, m)
+		p, ok2 := get(peer, c, m)
+		if !ok1 || !ok2 {
+			ts = append(ts, target{me, name, "not measured", "—"})
+			return
+		}
+		v := a / p
+		ts = append(ts, target{me, name, fmt.Sprintf("%s (%s vs %s)", fmtRatio(v), fmtRate(a), fmtRate(p)), verdict(v >= min)})
+	}
+	for _, me := range []string{"warren", "warren-block"} {
+		if !slices.Contains(r.systems, me) {
+			continue
+		}
+		ratio(me, "W1 ≥ 0.5× chan", "W1", "rate", "chan", 0.5)
+		if me == "warren" {
+			ratio(me, "W1 ≥ 30× watermill-gochannel", "W1", "rate", "watermill-gochannel", 30)
+			ratio(me, "W1 ≥ 50× nats-jetstream-mem", "W1", "rate", "nats-jetstream-mem", 50)
+			ratio(me, "W1 ≥ 80× rabbitmq", "W1", "rate", "rabbitmq", 80)
+		}
+		ratio(me, "W2 ≥ 0.45× chan", "W2", "rate", "chan", 0.45)
+		if me == "warren" {
+			ratio(me, "W3 publish ≥ 0.5× chan", "W3", "publish_rate", "chan", 0.5)
+			a, ok1 := r.cells[key{me, "W3"}].medianRSS()
+			p, ok2 := r.cells[key{"chan", "W3"}].medianRSS()
+			if ok1 && ok2 {
+				ts = append(ts, target{me, "W3 peak RSS at 1M backlog ≤ 1.3× chan's", fmt.Sprintf("%.2f× (%s vs %s)", a/p, fmtMB(a), fmtMB(p)), verdict(a/p <= 1.3)})
+			} else {
+				ts = append(ts, target{me, "W3 peak RSS at 1M backlog ≤ 1.3× chan's", "not measured", "—"})
+			}
+		}
+		var parts []string
+		okAll, any := true, false
+		for _, cm := range [][2]string{{"W1", "allocs_per_msg"}, {"W2", "allocs_per_msg"}, {"W3", "publish_allocs_per_msg"}, {"W3", "drain_allocs_per_msg"}} {
+			if v, ok := get(me, cm[0], cm[1]); ok {
+				any = true
+				name := cm[0]
+				if cm[0] == "W3" {
+					name += strings.TrimSuffix(strings.TrimSuffix(" "+cm[1], "_allocs_per_msg"), "_per_msg")
+				}
+				parts = append(parts, fmt.Sprintf("%s %.2f", name, v))
+				if cm[1] != "drain_allocs_per_msg" && v > 1.05 {
+					okAll = false
+				}
+			}
+		}
+		if any {
+			ts = append(ts, target{me, "one allocation per message on the steady path (publish + consume + ack, ≤ 1.05)", strings.Join(parts, ", "), verdict(okAll)})
+		}
+		if me == "warren" {
+			if o, ok := get(me, "W4", "order_original"); ok {
+				ts = append(ts, target{me, "W4 exact original order after requeue", map[bool]string{true: "original", false: "reordered"}[o == 1], verdict(o == 1)})
+			} else {
+				ts = append(ts, target{me, "W4 exact original order after requeue", "not measured", "—"})
+			}
+			if v, ok := get(me, "W4", "requeue_ms_per_1k"); ok {
+				ts = append(ts, target{me, "W4 ≤ 1 ms per 1k requeued", fmt.Sprintf("%.3f ms per 1k", v), verdict(v <= 1)})
+			} else {
+				ts = append(ts, target{me, "W4 ≤ 1 ms per 1k requeued", "not measured", "—"})
+			}
+			lo, ok1 := get(me, "S1/1k", "total_ns")
+			hi, ok2 := get(me, "S1/10M", "total_ns")
+			if ok1 && ok2 {
+				lp, _ := get(me, "S1/1k", "publish_ns")
+				hp, _ := get(me, "S1/10M", "publish_ns")
+				lc, _ := get(me, "S1/1k", "consume_ns")
+				hc, _ := get(me, "S1/10M", "consume_ns")
+				ts = append(ts, target{me, "S1 cost at 10M ≤ 2× cost at 1k (publish + consume + ack)",
+					fmt.Sprintf("%.2f× (%s vs %s; publish %s vs %s, consume + ack %s vs %s)", hi/lo, fmtNs(hi), fmtNs(lo), fmtNs(hp), fmtNs(lp), fmtNs(hc), fmtNs(lc)), verdict(hi/lo <= 2)})
+			} else {
+				ts = append(ts, target{me, "S1 cost at 10M ≤ 2× cost at 1k", "not measured", "—"})
+			}
+		}
+	}
+	return ts
+}
+
+func (r *report) jsonValue() any {
+	type out struct {
+		Machine  machine                                  `json:"machine"`
+		Command  string                                   `json:"command"`
+		Elapsed  float64                                  `json:"elapsed_seconds,omitempty"`
+		Quick    bool                                     `json:"quick,omitempty"`
+		Runs     int                                      `json:"runs"`
+		Sizes    bench.Sizes                              `json:"sizes"`
+		Scaled   map[string]float64                       `json:"scaled,omitempty"`
+		Medians  map[string]map[string]map[string]float64 `json:"medians"`
+		NA       map[string]map[string]string             `json:"not_applicable"`
+		Skipped  map[string]map[string]string             `json:"skipped"`
+		Results  []bench.Result                           `json:"results"`
+		Footnote []string                                 `json:"footnotes"`
+	}
+	o := out{Machine: r.machine, Command: r.command, Elapsed: r.elapsed.Seconds(), Quick: r.o.quick, Runs: r.o.runs,
+		Sizes: sizes(r.o.quick, 1), Scaled: r.scaled,
+		Medians: map[string]map[string]map[string]float64{}, NA: map[string]map[string]string{}, Skipped: map[string]map[string]string{}, Footnote: r.notes}
+	for _, c := range r.cases {
+		for _, s := range r.systems {
+			cl := r.cells[key{s, c.ID}]
+			if cl == nil {
+				continue
+			}
+			put := func(m map[string]map[string]string, v string) {
+				if m[c.ID] == nil {
+					m[c.ID] = map[string]string{}
+				}
+				m[c.ID][s] = v
+			}
+			if cl.na != "" {
+				put(o.NA, cl.na)
+			}
+			if cl.skip != "" {
+				put(o.Skipped, cl.skip)
+			}
+			o.Results = append(o.Results, cl.runs...)
+			if len(cl.ok()) == 0 || len(cl.failures()) > 0 {
+				continue
+			}
+			med := map[string]float64{}
+			for _, mt := range bench.SortedMetricNames(cl.ok()[0].Metrics) {
+				if v, ok := cl.median(mt); ok {
+					med[mt] = v
+				}
+			}
+			if v, ok := cl.medianRSS(); ok {
+				med["peak_rss_bytes"] = v
+			}
+			if o.Medians[c.ID] == nil {
+				o.Medians[c.ID] = map[string]map[string]float64{}
+			}
+			o.Medians[c.ID][s] = med
+		}
+	}
+	return o
+}

@@ -1,0 +1,271 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/warrenmq/warren"
+)
+
+// BlockMaxLength is the MaxLength of warren-block's queues (with the Block overflow policy):
+// publishers wait while a queue holds this many ready messages.
+var BlockMaxLength = 4096
+
+func init() {
+	register(Spec{
+		Info: Info{
+			Name: "chan", Ordered: true, Backlog: true,
+			NA: map[string]string{
+				"W4": "a channel has no acknowledgements, so nothing can be taken unacknowledged and returned",
+				"S2": "a channel has no routing",
+			},
+			Setup: "a buffered `chan *warren.Message` per queue (one allocation per message, as the project's own baseline); its capacity is the workload's bound: 4096 for W1/W2, the whole backlog for W3/S1; receive is the acknowledgement",
+		},
+		Open: func() (System, error) { return &chanSys{queues: map[string]chan *warren.Message{}}, nil },
+	})
+	register(Spec{
+		Info: Info{
+			Name: "warren", Ordered: true, Acks: true, Backlog: true,
+			Setup: "`warren.New()`, queues with default options (unbounded), `Broker.Publish` through the default exchange, `Queue.Consume` with `Prefetch`, `Delivery.Ack` per message, `Consumer.NackUpTo` to requeue",
+		},
+		Open: func() (System, error) { return newWarren(false), nil },
+	})
+	register(Spec{
+		Info: Info{
+			Name: "warren-block", Ordered: true, Acks: true,
+			NA: map[string]string{
+				"W3": "a bounded queue holds no 1M backlog: the publisher waits for a consumer (that is the point of Block)",
+				"W4": "the 100k backlog exceeds the bound",
+				"S1": "a bounded queue holds no deep backlog",
+				"S2": "routing is the same code as `warren`; the per-queue backlogs would exceed the bound",
+			},
+			Setup: "as `warren`, with `MaxLength(4096)` and `Overflow(Block)` on the queue: the publisher waits for room",
+		},
+		Open: func() (System, error) { return newWarren(true), nil },
+	})
+}
+
+// ---- chan ----
+
+type chanSys struct {
+	mu     sync.Mutex
+	queues map[string]chan *warren.Message
+}
+
+func (s *chanSys) DeclareQueue(name string, cfg Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := cfg.Capacity
+	if c <= 0 {
+		c = 4096
+	}
+	s.queues[name] = make(chan *warren.Message, c)
+	return nil
+}
+
+func (s *chanSys) queue(name string) (chan *warren.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.queues[name]
+	if !ok {
+		return nil, fmt.Errorf("chan: no queue %q", name)
+	}
+	return q, nil
+}
+
+func (s *chanSys) Producer() (Producer, error) { return &chanProducer{s: s}, nil }
+
+func (s *chanSys) Consumer(name string, _ int) (Consumer, error) {
+	q, err := s.queue(name)
+	if err != nil {
+		return nil, err
+	}
+	return &chanConsumer{ch: q}, nil
+}
+
+func (s *chanSys) Close() error { return nil }
+
+type chanProducer struct {
+	s    *chanSys
+	name string
+	ch   chan *warren.Message
+}
+
+func (p *chanProducer) Publish(name string, body []byte) error {
+	if p.ch == nil || name != p.name {
+		q, err := p.s.queue(name)
+		if err != nil {
+			return err
+		}
+		p.ch, p.name = q, name
+	}
+	p.ch <- &warren.Message{Body: body}
+	return nil
+}
+
+func (p *chanProducer) Flush() error { return nil }
+func (p *chanProducer) Close() error { return nil }
+
+type chanConsumer struct{ ch chan *warren.Message }
+
+func (c *chanConsumer) Next(ctx context.Context) (Delivery, error) {
+	select {
+	case m := <-c.ch:
+		return Delivery{Body: m.Body}, nil
+	default:
+	}
+	select {
+	case m := <-c.ch:
+		return Delivery{Body: m.Body}, nil
+	case <-ctx.Done():
+		return Delivery{}, context.Cause(ctx)
+	}
+}
+
+func (c *chanConsumer) Ack(Delivery) error       { return nil }
+func (c *chanConsumer) Requeue([]Delivery) error { return ErrUnsupported }
+func (c *chanConsumer) Close() error             { return nil }
+
+// ---- warren ----
+
+type warrenSys struct {
+	b      *warren.Broker
+	block  bool
+	mu     sync.Mutex
+	queues map[string]*warren.Queue
+	topicQ []*warren.Queue
+}
+
+func newWarren(block bool) *warrenSys {
+	return &warrenSys{b: warren.New(), block: block, queues: map[string]*warren.Queue{}}
+}
+
+func (s *warrenSys) DeclareQueue(name string, _ Config) error {
+	var opts []warren.QueueOption
+	if s.block {
+		opts = append(opts, warren.MaxLength(BlockMaxLength), warren.Overflow(warren.Block))
+	}
+	q, err := s.b.DeclareQueue(name, opts...)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.queues[name] = q
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *warrenSys) Producer() (Producer, error) { return &warrenProducer{b: s.b}, nil }
+
+func (s *warrenSys) Consumer(name string, prefetch int) (Consumer, error) {
+	s.mu.Lock()
+	q, ok := s.queues[name]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("warren: no queue %q", name)
+	}
+	c, err := q.Consume(context.Background(), warren.Prefetch(prefetch))
+	if err != nil {
+		return nil, err
+	}
+	return &warrenConsumer{c: c, ch: c.Deliveries()}, nil
+}
+
+func (s *warrenSys) Close() error { return s.b.Close() }
+
+type warrenProducer struct{ b *warren.Broker }
+
+func (p *warrenProducer) Publish(name string, body []byte) error {
+	return p.b.Publish(context.Background(), "", name, warren.Message{Body: body})
+}
+
+func (p *warrenProducer) Flush() error { return nil } // Publish is the confirm
+func (p *warrenProducer) Close() error { return nil }
+
+type warrenConsumer struct {
+	c  *warren.Consumer
+	ch <-chan *warren.Delivery
+}
+
+var errClosed = errors.New("consumer closed")
+
+func (c *warrenConsumer) Next(ctx context.Context) (Delivery, error) {
+	var d *warren.Delivery
+	var ok bool
+	select {
+	case d, ok = <-c.ch:
+	default:
+		select {
+		case d, ok = <-c.ch:
+		case <-ctx.Done():
+			return Delivery{}, context.Cause(ctx)
+		}
+	}
+	if !ok {
+		if err := c.c.Err(); err != nil {
+			return Delivery{}, err
+		}
+		return Delivery{}, errClosed
+	}
+	return Delivery{Body: d.Message.Body, Redelivered: d.Redelivered, Tag: d.DeliveryTag, h: d}, nil
+}
+
+func (c *warrenConsumer) Ack(d Delivery) error { return d.h.(*warren.Delivery).Ack() }
+
+func (c *warrenConsumer) Requeue(ds []Delivery) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	return c.c.NackUpTo(ds[len(ds)-1].Tag)
+}
+
+func (c *warrenConsumer) Close() error { return c.c.Cancel() }
+
+// S2: a topic exchange.
+
+const topicExchange = "bench.topic"
+
+func (s *warrenSys) SetupTopic(patterns []string, queues int) error {
+	if _, err := s.b.DeclareExchange(topicExchange, warren.ExchangeTopic); err != nil {
+		return err
+	}
+	s.topicQ = make([]*warren.Queue, queues)
+	for i := range queues {
+		q, err := s.b.DeclareQueue(fmt.Sprintf("t%d", i))
+		if err != nil {
+			return err
+		}
+		s.topicQ[i] = q
+	}
+	for i, p := range patterns {
+		if err := s.b.Bind(s.topicQ[i%queues].Name(), topicExchange, p, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *warrenSys) PublishTopic(key string, body []byte) error {
+	return s.b.Publish(context.Background(), topicExchange, key, warren.Message{Body: body})
+}
+
+func (s *warrenSys) FlushTopic() error { return nil }
+
+func (s *warrenSys) DrainTopic(perBinding []int, queues int) ([][]uint64, error) {
+	out := make([][]uint64, queues)
+	for i, q := range s.topicQ {
+		for {
+			d, err := q.Get(context.Background(), warren.AutoAck())
+			if errors.Is(err, warren.ErrEmpty) {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			out[i] = append(out[i], SeqOf(d.Message.Body))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,152 @@
+// Package bench compares warren with a buffered Go channel and with other message brokers a Go
+// service might embed or talk to, on the same workloads, in one run. Each system sits behind
+// the small interface below; the workloads (workloads.go) drive it and verify every message:
+// nothing lost, nothing duplicated, and the order, where the system promises one.
+//
+// The driver is cmd/bench: it runs every measurement in a fresh process and takes medians.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// BodySize is the size of every message body. The first 8 bytes carry the sequence number.
+const BodySize = 128
+
+// Delivery is one message received by a Consumer. It is passed by value; h and Tag let the
+// system settle it without a map lookup or an allocation.
+type Delivery struct {
+	Body        []byte
+	Redelivered bool
+	Tag         uint64 // the system's delivery tag, where it has one
+	h           any    // the system's own delivery handle (a pointer), where it has one
+}
+
+// Config describes the queue a workload needs.
+type Config struct {
+	// Capacity is the most messages the queue will hold at once (a hint: the channel baseline
+	// sizes its buffer with it; the others ignore it).
+	Capacity int
+	// MaxUnacked is the most unacknowledged deliveries the workload's consumers hold at once,
+	// prefetch × consumers (JetStream sets its consumer's MaxAckPending to it; the others
+	// bound each consumer by its own prefetch).
+	MaxUnacked int
+}
+
+// System is one message system under test: a broker (or a channel) and its queues.
+type System interface {
+	// DeclareQueue creates a work queue: every message is delivered to one of its consumers.
+	DeclareQueue(name string, cfg Config) error
+	// Producer returns a publisher; each producer goroutine gets its own.
+	Producer() (Producer, error)
+	// Consumer returns a consumer of queue name that holds at most prefetch unacknowledged
+	// deliveries; each consumer goroutine gets its own.
+	Consumer(name string, prefetch int) (Consumer, error)
+	// Close releases everything.
+	Close() error
+}
+
+// Producer publishes to queues. It is used by one goroutine.
+type Producer interface {
+	// Publish publishes body to queue name. It may return before the system has the message
+	// (an asynchronous publish); Flush waits for every publish so far to be confirmed.
+	Publish(name string, body []byte) error
+	Flush() error
+	Close() error
+}
+
+// Consumer receives from one queue. It is used by one goroutine.
+type Consumer interface {
+	// Next returns the next delivery, waiting for one until ctx ends.
+	Next(ctx context.Context) (Delivery, error)
+	// Ack acknowledges d (a no-op where the system has no acknowledgements).
+	Ack(d Delivery) error
+	// Requeue returns the unacknowledged deliveries ds, all received from this consumer in
+	// the order given, to the queue for redelivery, the way a user of the system would: one
+	// multiple-negative-acknowledgement where the system has one, else one per delivery.
+	// ErrUnsupported where the system cannot.
+	Requeue(ds []Delivery) error
+	Close() error
+}
+
+// TopicRouter is implemented by systems that route by topic patterns (S2).
+type TopicRouter interface {
+	// SetupTopic declares queues queues and one binding per pattern (AMQP topic syntax:
+	// dotted words, "*" one word, "#" zero or more words, used only last), binding i to queue
+	// i % queues.
+	SetupTopic(patterns []string, queues int) error
+	// PublishTopic publishes body with routing key key through the topic exchange.
+	PublishTopic(key string, body []byte) error
+	// FlushTopic returns once every message published so far has been routed.
+	FlushTopic() error
+	// DrainTopic receives every message routed, perBinding[i] of them through binding i, and
+	// returns their bodies' sequence numbers as lists, each in the order one queue (or, for
+	// a system with one subscription per binding, one subscription) delivered them.
+	DrainTopic(perBinding []int, queues int) ([][]uint64, error)
+}
+
+// ErrUnsupported is returned by operations a system cannot do meaningfully.
+var ErrUnsupported = errors.New("not supported by this system")
+
+// ErrSkip is wrapped by Open when a system is not available here (RabbitMQ not running).
+var ErrSkip = errors.New("system not available")
+
+// Info says what a system promises and can do, for the workloads and the report.
+type Info struct {
+	Name string
+	// Ordered: one queue delivers in publication order (per producer) to each consumer.
+	Ordered bool
+	// Acks: deliveries are acknowledged (at-least-once); false for core NATS and the channel.
+	Acks bool
+	// Backlog: the queue keeps messages published while no consumer takes them.
+	Backlog bool
+	// ClientOnly: allocations and RSS are the client process's only (a broker elsewhere).
+	ClientOnly bool
+	// NA maps a workload ID to the reason the system cannot do it meaningfully.
+	NA map[string]string
+	// Setup describes the configuration, for the report.
+	Setup string
+}
+
+// Spec is a system the driver knows: its Info and how to open it.
+type Spec struct {
+	Info
+	Open func() (System, error)
+}
+
+var specs = map[string]Spec{}
+
+func register(s Spec) { specs[s.Name] = s }
+
+// Systems returns the names of the known systems, in report order.
+func Systems() []string {
+	order := []string{"chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem", "rabbitmq"}
+	var names []string
+	for _, n := range order {
+		if _, ok := specs[n]; ok {
+			names = append(names, n)
+		}
+	}
+	var rest []string
+	for n := range specs {
+		if !slices.Contains(order, n) {
+			rest = append(rest, n)
+		}
+	}
+	sort.Strings(rest)
+	return append(names, rest...)
+}
+
+// Lookup returns the spec of the named system.
+func Lookup(name string) (Spec, error) {
+	s, ok := specs[name]
+	if !ok {
+		return Spec{}, fmt.Errorf("unknown system %q (known: %s)", name, strings.Join(Systems(), ", "))
+	}
+	return s, nil
+}
