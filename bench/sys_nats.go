@@ -257,6 +257,11 @@ type jsConsumer struct{ it jetstream.MessagesContext }
 
 func (c *jsConsumer) Next(ctx context.Context) (Delivery, error) {
 	m, err := c.it.Next(jetstream.NextContext(ctx))
+	for errors.Is(err, jetstream.ErrNoHeartbeat) {
+		// Reported, not fatal: the iterator has re-issued its pull and goes on (nats.go's
+		// documented handling). It happens when the process was starved for a while.
+		m, err = c.it.Next(jetstream.NextContext(ctx))
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return Delivery{}, context.Cause(ctx)

@@ -55,7 +55,7 @@ func main() {
 	flag.StringVar(&o.deep, "s1-10m", "chan,warren", "systems that run S1 at a 10M backlog (the others are skipped there, with a footnote)")
 	flag.StringVar(&o.scale, "scale", "rabbitmq=0.1", "system=factor,…: run a slow peer's W1, W2, W3, S1 measurement and S2 message counts scaled by factor (footnoted)")
 	flag.BoolVar(&o.noChart, "no-chart", false, "do not write chart.png")
-	flag.StringVar(&o.from, "from", "", "render the report again from a results.json (no measurement) into -out")
+	flag.StringVar(&o.from, "from", "", "render the report again from results.json files (comma-separated; a later file's cells replace an earlier one's), measuring nothing, into -out")
 	flag.IntVar(&bench.BlockMaxLength, "block-maxlen", bench.BlockMaxLength, "warren-block's MaxLength")
 	flag.BoolVar(&bench.S1CollectFirst, "s1-gc", bench.S1CollectFirst, "S1: collect the heap after filling the backlog, before the timed phase")
 	flag.BoolVar(&o.child, "child", false, "internal: run one measurement and print its result as JSON")
@@ -317,11 +317,7 @@ func sortedKeys(m map[string]bool) []string {
 
 // rerender rebuilds the report from a results.json written by an earlier run.
 func rerender(o options) error {
-	b, err := os.ReadFile(o.from)
-	if err != nil {
-		return err
-	}
-	var in struct {
+	type input struct {
 		Machine machine                      `json:"machine"`
 		Command string                       `json:"command"`
 		Elapsed float64                      `json:"elapsed_seconds"`
@@ -332,8 +328,30 @@ func rerender(o options) error {
 		Skipped map[string]map[string]string `json:"skipped"`
 		Results []bench.Result               `json:"results"`
 	}
-	if err := json.Unmarshal(b, &in); err != nil {
-		return fmt.Errorf("%s: %w", o.from, err)
+	// Later files replace earlier files' cells: a cell re-run on its own merges into the
+	// full run.
+	var in input
+	for i, path := range strings.Split(o.from, ",") {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		var next input
+		if err := json.Unmarshal(b, &next); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if i == 0 {
+			in = next
+			continue
+		}
+		replaced := map[[2]string]bool{}
+		for _, r := range next.Results {
+			replaced[[2]string{r.System, r.Case}] = true
+		}
+		in.Results = slices.DeleteFunc(in.Results, func(r bench.Result) bool { return replaced[[2]string{r.System, r.Case}] })
+		in.Results = append(in.Results, next.Results...)
+		in.Elapsed += next.Elapsed
+		in.Command += "; " + next.Command
 	}
 	o.runs, o.quick = in.Runs, in.Quick
 	present := map[string]bool{}
