@@ -65,7 +65,7 @@ func (r *report) chart(path string) error {
 	}
 	p.Legend.Top = true
 	p.Legend.Left = false
-	p.Y.Max = math.Ceil(top) + 0.5
+	p.Y.Max = top + 0.6 // room for the legend
 	var ticks plot.ConstantTicks
 	for e := 0.0; e <= p.Y.Max; e++ {
 		ticks = append(ticks, plot.Tick{Value: e, Label: rateLabel(e + chartBase)})

@@ -244,6 +244,14 @@ func fmtRatio(v float64) string {
 	return fmt.Sprintf("%.2f×", v)
 }
 
+// fmtTargetRatio shows enough digits that a ratio just under a threshold does not print as it.
+func fmtTargetRatio(v float64) string {
+	if v >= 10 {
+		return fmt.Sprintf("%.1f×", v)
+	}
+	return fmt.Sprintf("%.3f×", v)
+}
+
 func fmtAllocs(v float64) string {
 	if v >= 10 {
 		return fmt.Sprintf("%.0f", v)
@@ -367,6 +375,13 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "Sizes: W1 %d, W2 %d (%d producers, %d consumers), W3 %d messages; W1/W2 bound (chan capacity, warren-block MaxLength) %d, prefetch %d; W4 %d unacked returned into %d; S1 %d messages measured in batches of %d at each depth; S2 %d messages; 128-byte bodies.\n\n",
 		sz.W1, sz.W2, sz.W2Producers, sz.W2Producers, sz.W3, sz.W1W2Window, sz.Prefetch, sz.W4Requeue, sz.W4Queue, sz.S1Measure, sz.S1Batch, sz.S2Messages)
 	for s, f := range r.scaled {
+		ran := false
+		for k, c := range r.cells {
+			ran = ran || (k.system == s && len(c.runs) > 0)
+		}
+		if !ran {
+			continue
+		}
 		sz := sizes(r.o.quick, f)
 		fmt.Fprintf(&b, "Reduced sizes for %s%s: W1/W2/W3 %d messages, S1 %d measured at each depth, S2 %d messages.\n\n", s,
 			r.note(fmt.Sprintf("%s ran with reduced sizes (-scale %s=%g) to keep the run's length reasonable on this 2-core machine; rates are per message and comparable, but a smaller run has less GC and memory pressure, which flatters the peer if anything.", s, s, f)),
@@ -595,7 +610,7 @@ func (r *report) targets() []target {
 			return
 		}
 		v := a / p
-		ts = append(ts, target{me, name, fmt.Sprintf("%s (%s vs %s)", fmtRatio(v), fmtRate(a), fmtRate(p)), verdict(v >= min)})
+		ts = append(ts, target{me, name, fmt.Sprintf("%s (%s vs %s)", fmtTargetRatio(v), fmtRate(a), fmtRate(p)), verdict(v >= min)})
 	}
 	for _, me := range []string{"warren", "warren-block"} {
 		if !slices.Contains(r.systems, me) {
@@ -613,7 +628,7 @@ func (r *report) targets() []target {
 			a, ok1 := r.cells[key{me, "W3"}].medianRSS()
 			p, ok2 := r.cells[key{"chan", "W3"}].medianRSS()
 			if ok1 && ok2 {
-				ts = append(ts, target{me, "W3 peak RSS at 1M backlog ≤ 1.3× chan's", fmt.Sprintf("%.2f× (%s vs %s)", a/p, fmtMB(a), fmtMB(p)), verdict(a/p <= 1.3)})
+				ts = append(ts, target{me, "W3 peak RSS at 1M backlog ≤ 1.3× chan's", fmt.Sprintf("%s (%s vs %s)", fmtTargetRatio(a/p), fmtMB(a), fmtMB(p)), verdict(a/p <= 1.3)})
 			} else {
 				ts = append(ts, target{me, "W3 peak RSS at 1M backlog ≤ 1.3× chan's", "not measured", "—"})
 			}
@@ -627,7 +642,7 @@ func (r *report) targets() []target {
 				if cm[0] == "W3" {
 					name += strings.TrimSuffix(strings.TrimSuffix(" "+cm[1], "_allocs_per_msg"), "_per_msg")
 				}
-				parts = append(parts, fmt.Sprintf("%s %.2f", name, v))
+				parts = append(parts, fmt.Sprintf("%s %.3f", name, v))
 				if cm[1] != "drain_allocs_per_msg" && v > 1.05 {
 					okAll = false
 				}
@@ -655,7 +670,7 @@ func (r *report) targets() []target {
 				lc, _ := get(me, "S1/1k", "consume_ns")
 				hc, _ := get(me, "S1/10M", "consume_ns")
 				ts = append(ts, target{me, "S1 cost at 10M ≤ 2× cost at 1k (publish + consume + ack)",
-					fmt.Sprintf("%.2f× (%s vs %s; publish %s vs %s, consume + ack %s vs %s)", hi/lo, fmtNs(hi), fmtNs(lo), fmtNs(hp), fmtNs(lp), fmtNs(hc), fmtNs(lc)), verdict(hi/lo <= 2)})
+					fmt.Sprintf("%.3f× (%s vs %s; publish %s vs %s, consume + ack %s vs %s)", hi/lo, fmtNs(hi), fmtNs(lo), fmtNs(hp), fmtNs(lp), fmtNs(hc), fmtNs(lc)), verdict(hi/lo <= 2)})
 			} else {
 				ts = append(ts, target{me, "S1 cost at 10M ≤ 2× cost at 1k", "not measured", "—"})
 			}
