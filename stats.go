@@ -74,9 +74,9 @@ type BrokerStats struct {
 // after another, each in its own critical section: the snapshot is not atomic across queues.
 func (b *Broker) Stats() BrokerStats {
 	s := BrokerStats{Unroutable: b.unroutable.Load()}
-	for range b.Exchanges() {
-		s.Exchanges++
-	}
+	b.mu.RLock()
+	s.Exchanges = len(b.exchanges) // counted, not listed and sorted as Exchanges does
+	b.mu.RUnlock()
 	for q := range b.Queues() {
 		s.Queues = append(s.Queues, q.Stats())
 	}
