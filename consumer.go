@@ -353,14 +353,20 @@ func (c *Consumer) deliverLocked(e entry) *Delivery {
 // dominate (a consumer that holds one delivery for long while settling many later ones), and
 // finishes a stopped consumer that holds nothing more.
 func (c *Consumer) tidyLocked() {
-	for c.unacked.len() > 0 && c.unacked.front().state != deliveryOutstanding {
-		c.unacked.pop()
-	}
-	if n := c.unacked.len(); n > 64 && n > 4*c.live {
-		c.unacked.filter(func(d *Delivery) bool { return d.state == deliveryOutstanding })
-	}
+	trimSettled(&c.unacked, c.live)
 	if c.stopped && c.live == 0 && !c.ended {
 		c.finishLocked()
+	}
+}
+
+// trimSettled drops settled deliveries from the front of a tag-ordered list of deliveries with
+// live outstanding ones, and compacts it when holes dominate.
+func trimSettled(r *ring[*Delivery], live int) {
+	for r.len() > 0 && r.front().state != deliveryOutstanding {
+		r.pop()
+	}
+	if n := r.len(); n > 64 && n > 4*live {
+		r.filter(func(d *Delivery) bool { return d.state == deliveryOutstanding })
 	}
 }
 
@@ -672,7 +678,7 @@ func (q *Queue) releaseLocked(d *Delivery, state deliveryState) {
 		d.c.live--
 	} else {
 		q.getsLive--
-		q.tidyGetsLocked()
+		trimSettled(&q.gets, q.getsLive)
 	}
 }
 

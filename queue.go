@@ -835,17 +835,6 @@ func (q *Queue) outstandingGetsLocked() iter.Seq[*Delivery] {
 	}
 }
 
-// tidyGetsLocked drops settled Get deliveries from the front of gets, and compacts it when
-// holes dominate, as a consumer's unacked list is (see Consumer.tidyLocked).
-func (q *Queue) tidyGetsLocked() {
-	for q.gets.len() > 0 && q.gets.front().state != deliveryOutstanding {
-		q.gets.pop()
-	}
-	if n := q.gets.len(); n > 64 && n > 4*q.getsLive {
-		q.gets.filter(func(d *Delivery) bool { return d.state == deliveryOutstanding })
-	}
-}
-
 // Browse returns the queue's ready messages in delivery order, without consuming them (AMQP
 // has no browse; Qpid's browsing consumers do this): a snapshot taken when the iteration starts,
 // in one critical section, then yielded with no lock held. Messages hidden by a delay and
