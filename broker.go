@@ -486,5 +486,5 @@ func (b *Broker) Publish(ctx context.Context, exchange, key string, msg Message,
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return b.publish(ctx, nil, exchange, key, msg, opts)
+	return b.publish(ctx, nil, exchange, key, &msg, opts)
 }

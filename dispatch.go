@@ -159,24 +159,52 @@ func (q *Queue) dispatchLocked() {
 	for _, c := range q.feeders {
 		c.wakeLocked()
 	}
-	n := len(q.consumers)
-	for misses := 0; misses < n && q.ready.len() > 0; {
-		if q.rr >= n {
-			q.rr = 0
-		}
-		c := q.consumers[q.rr]
-		q.rr++
-		if c.live >= c.prefetch {
-			misses++
-			continue
+	for q.ready.len() > 0 {
+		c := q.creditedLocked()
+		if c == nil {
+			return
 		}
 		e, ok := q.takeLocked()
 		if !ok {
 			return // everything ready had expired
 		}
 		c.ch <- c.deliverLocked(e)
-		misses = 0
 	}
+}
+
+// creditedLocked returns the next push consumer in round-robin order that has credit, and moves
+// the turn past it; nil if none has. For the simple dispatch only.
+func (q *Queue) creditedLocked() *Consumer {
+	n := len(q.consumers)
+	for range n {
+		if q.rr >= n {
+			q.rr = 0
+		}
+		c := q.consumers[q.rr]
+		q.rr++
+		if c.live < c.prefetch {
+			return c
+		}
+	}
+	return nil
+}
+
+// deliverArrivingLocked delivers a message as it arrives when the simple dispatch would take it
+// at once: nothing is ready ahead of it, no stopped feeder is putting older messages back (see
+// Queue.leaving), and a push consumer has credit. It spares the message the trip into the ready
+// set and out again, and it is the same delivery, to the same consumer, as push and dispatch
+// would make: an arriving message has not expired, even with a TTL of 0 (R3.5). It reports
+// whether the message was delivered; if not, the caller pushes and dispatches as usual.
+func (q *Queue) deliverArrivingLocked(e entry) bool {
+	if q.ready.len() != 0 || q.general || len(q.leaving) > 0 {
+		return false
+	}
+	c := q.creditedLocked()
+	if c == nil {
+		return false
+	}
+	c.ch <- c.deliverLocked(e)
+	return true
 }
 
 // dispatchGeneralLocked is dispatch with consumer priorities or selectors: band by band, see

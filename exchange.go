@@ -77,7 +77,7 @@ func (x *Exchange) Publish(ctx context.Context, key string, msg Message, opts ..
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return x.b.publish(ctx, x, x.name, key, msg, opts)
+	return x.b.publish(ctx, x, x.name, key, &msg, opts)
 }
 
 // DeclareExchange declares an exchange of the given kind and returns it (AMQP's
@@ -513,7 +513,7 @@ func headerKeys(v any, fn func(string)) {
 }
 
 // publish routes msg from x (or, when x is nil, the exchange named name) and enqueues it.
-func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg Message, opts []PublishOption) error {
+func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg *Message, opts []PublishOption) error {
 	var cfg publishConfig
 	if len(opts) > 0 {
 		cfg = publishOptions(opts) // only here: the options' interface calls move cfg to the heap
@@ -558,7 +558,7 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 	r.routeLocked(b, x, key, msg.Headers, nil)
 	b.mu.RUnlock()
 
-	env := &envelope{msg: msg, exchange: x, routingKey: key}
+	env := &envelope{msg: *msg, exchange: x, routingKey: key}
 	if bcc, ok := msg.Headers["BCC"]; ok {
 		// Stripped from the delivered message, kept for dead-letter routing (R4.3, R6.15).
 		h := make(Table, len(msg.Headers)-1)
@@ -612,7 +612,7 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 
 // publishDefault is publish's fast path for the commonest case: the default exchange, which
 // routes to the one queue named by the key, with no headers, so no CC or BCC keys.
-func (b *Broker) publishDefault(ctx context.Context, key string, msg Message, ttl time.Duration, cfg publishConfig) error {
+func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, ttl time.Duration, cfg publishConfig) error {
 	b.mu.RLock()
 	q := b.queues[key]
 	closed := b.closed.Load()
@@ -620,7 +620,7 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg Message, tt
 	if closed {
 		return ErrClosed
 	}
-	env := &envelope{msg: msg, exchange: b.defaultX, routingKey: key}
+	env := &envelope{msg: *msg, exchange: b.defaultX, routingKey: key}
 	if b.listening() {
 		b.emit(Event{Kind: EventPublished, RoutingKey: key, Message: &env.msg})
 	}

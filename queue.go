@@ -612,10 +612,12 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		q.unlock()
 		return nil
 	}
-	q.ready.push(e)
-	q.arriving = e.seq
-	q.dispatchLocked()
-	q.arriving = 0
+	if opt.immediate || !q.deliverArrivingLocked(e) {
+		q.ready.push(e)
+		q.arriving = e.seq
+		q.dispatchLocked()
+		q.arriving = 0
+	}
 	if opt.immediate {
 		q.handOffLocked(e)
 		if _, ok := q.ready.remove(e.key()); ok { // no consumer took it: it was never here (Q8.7)

@@ -342,16 +342,7 @@ func TestReadySetLevelsAgainstSortedSlice(t *testing.T) {
 // returning messages are older than anything it could take. Once they are back it takes in order.
 func TestFeederWaitsWhileAnotherReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := New()
-		defer b.Close()
-		q, err := b.DeclareQueue("q")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := q.Consume(t.Context(), AutoAck(), Prefetch(4))
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, q, c := queueWithConsumer(t, AutoAck(), Prefetch(4))
 		synctest.Wait() // the feeder is parked, waiting
 		q.mu.Lock()
 		q.leaving = append(q.leaving, &Consumer{}) // as if another feeder were putting messages back
@@ -375,4 +366,47 @@ func TestFeederWaitsWhileAnotherReturns(t *testing.T) {
 			t.Fatalf("after the return: %d received, want 1", n)
 		}
 	})
+}
+
+// TestArrivalWaitsWhileFeederReturns: a message published while a stopped AutoAck consumer's
+// feeder has not yet put back what it held stays ready, even for a push consumer with credit
+// (the fast path of an arrival, deliverArrivingLocked, heeds Queue.leaving); once they are back
+// it is delivered.
+func TestArrivalWaitsWhileFeederReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, q, c := queueWithConsumer(t, Prefetch(4))
+		q.mu.Lock()
+		q.leaving = append(q.leaving, &Consumer{}) // as if a feeder were putting messages back
+		q.mu.Unlock()
+		if err := b.Publish(t.Context(), "", "q", Message{Body: []byte("later")}); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(c.Deliveries()); n != 0 || q.Len() != 1 {
+			t.Fatalf("while a feeder returns: %d delivered, %d ready; want 0 and 1", n, q.Len())
+		}
+		q.mu.Lock()
+		q.leaving = nil
+		q.dispatchLocked()
+		q.unlock()
+		if n := len(c.Deliveries()); n != 1 || q.Len() != 0 {
+			t.Fatalf("after the return: %d delivered, %d ready; want 1 and 0", n, q.Len())
+		}
+	})
+}
+
+// queueWithConsumer returns a broker, closed at the test's end, with a queue "q" and one
+// consumer of it.
+func queueWithConsumer(t *testing.T, opts ...ConsumeOption) (*Broker, *Queue, *Consumer) {
+	t.Helper()
+	b := New()
+	t.Cleanup(func() { b.Close() })
+	q, err := b.DeclareQueue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Consume(t.Context(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, q, c
 }

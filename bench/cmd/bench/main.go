@@ -15,9 +15,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,10 +41,12 @@ type options struct {
 	from               string // re-render the report from a results.json
 
 	// child mode
-	child  bool
-	system string
-	caseID string
-	factor float64
+	child   bool
+	system  string
+	caseID  string
+	factor  float64
+	cpuprof string // a CPU profile of the child's run, for looking into one measurement
+	trace   string // an execution trace of the child's run (go tool trace -pprof=sched shows wake-up delays)
 }
 
 func main() {
@@ -62,6 +67,8 @@ func main() {
 	flag.StringVar(&o.system, "system", "", "internal (-child): the system")
 	flag.StringVar(&o.caseID, "case", "", "internal (-child): the case")
 	flag.Float64Var(&o.factor, "factor", 1, "internal (-child): size factor")
+	flag.StringVar(&o.cpuprof, "cpuprofile", "", "with -child: write a CPU profile of the run to this file (go tool pprof)")
+	flag.StringVar(&o.trace, "trace", "", "with -child: write an execution trace of the run to this file (go tool trace)")
 	flag.Parse()
 
 	if o.child {
@@ -99,6 +106,25 @@ func child(o options) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
+	for _, p := range []struct {
+		path  string
+		start func(io.Writer) error
+		stop  func()
+	}{{o.cpuprof, pprof.StartCPUProfile, pprof.StopCPUProfile}, {o.trace, trace.Start, trace.Stop}} {
+		if p.path == "" {
+			continue
+		}
+		f, err := os.Create(p.path)
+		if err == nil {
+			err = p.start(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		defer f.Close()
+		defer p.stop()
+	}
 	r := bench.Run(ctx, o.system, c, sizes(o.quick, o.factor))
 	b, err := json.Marshal(r)
 	if err != nil {
