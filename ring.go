@@ -1,70 +1,115 @@
 package warren
 
-// ring is a growable FIFO of values: push at the back, pop at the front, both amortised O(1).
-// Popped slots are zeroed so that the garbage collector can reclaim what they pointed to, and a
-// large ring that empties to a quarter shrinks by half, so a burst does not pin its memory. The
-// zero ring is empty and ready to use. Unsafe for concurrent use.
+// ring is a growable FIFO of values: push at the back, pop at the front, both amortised O(1),
+// with indexed access. The zero ring is empty and ready to use. Unsafe for concurrent use.
+//
+// It has two layouts, which differ only in memory:
+//   - flat, up to ringPage elements: one power-of-two buffer that doubles as it fills;
+//   - paged, beyond: a FIFO of pages of ringPage elements each. Growing adds a page; nothing is
+//     copied, so a push into a queue millions deep costs what it costs into an empty one (a
+//     doubling buffer would copy every element under the queue lock, a pause of a tenth of a
+//     second at ten million), and no buffer outgrown is left for the garbage collector, so a
+//     deep queue's memory is its messages' plus at most a page. A page emptied at the front is
+//     freed, so memory follows the depth down, one page kept for the next.
+//
+// Popped, filtered and cleared slots are zeroed so that the garbage collector can reclaim what
+// they pointed to.
 type ring[T any] struct {
-	buf  []T // len(buf) is zero or a power of two
-	head int // index of the front element
-	n    int // number of elements
+	buf   []T   // flat: len(buf) is zero or a power of two ≤ ringPage; nil when paged
+	pages [][]T // paged: element i is at(head+i) over these; nil when flat
+	spare []T   // paged: one emptied page kept for reuse, or nil
+	head  int   // index of the front element: in buf (flat) or in pages[0] (paged)
+	n     int   // number of elements
 }
+
+// ringPage is the most elements a flat ring holds and the size of a page (128 KiB of entries).
+const (
+	ringPageShift = 12
+	ringPage      = 1 << ringPageShift
+)
 
 func (r *ring[T]) len() int { return r.n }
 
+// slot returns the address of the i-th element from the front, 0 ≤ i < the capacity.
+func (r *ring[T]) slot(i int) *T {
+	if r.pages != nil {
+		j := r.head + i
+		return &r.pages[j>>ringPageShift][j&(ringPage-1)]
+	}
+	return &r.buf[(r.head+i)&(len(r.buf)-1)]
+}
+
 func (r *ring[T]) push(v T) {
-	if r.n == len(r.buf) {
+	if r.pages == nil && r.n == len(r.buf) {
 		r.grow()
 	}
-	r.buf[(r.head+r.n)&(len(r.buf)-1)] = v
+	if r.pages != nil && r.head+r.n == len(r.pages)*ringPage {
+		r.pages = append(r.pages, r.newPage())
+	}
+	*r.slot(r.n) = v
 	r.n++
 }
 
 // front returns the front element; the ring must not be empty.
-func (r *ring[T]) front() T { return r.buf[r.head] }
+func (r *ring[T]) front() T { return *r.slot(0) }
 
 // at returns the i-th element from the front, 0 ≤ i < len.
-func (r *ring[T]) at(i int) T { return r.buf[(r.head+i)&(len(r.buf)-1)] }
+func (r *ring[T]) at(i int) T { return *r.slot(i) }
 
 // set replaces the i-th element from the front, 0 ≤ i < len.
-func (r *ring[T]) set(i int, v T) { r.buf[(r.head+i)&(len(r.buf)-1)] = v }
+func (r *ring[T]) set(i int, v T) { *r.slot(i) = v }
 
 // pop removes and returns the front element; the ring must not be empty.
 func (r *ring[T]) pop() T {
 	var zero T
-	v := r.buf[r.head]
-	r.buf[r.head] = zero
-	r.head = (r.head + 1) & (len(r.buf) - 1)
+	s := r.slot(0)
+	v := *s
+	*s = zero
 	r.n--
-	if len(r.buf) > ringKeep && r.n < len(r.buf)/4 {
-		r.resize(len(r.buf) / 2)
+	if r.pages == nil {
+		r.head = (r.head + 1) & (len(r.buf) - 1)
+		return v
+	}
+	r.head++
+	if r.n == 0 {
+		r.flatten()
+	} else if r.head == ringPage {
+		r.freePage(r.pages[0])
+		r.pages[0] = nil
+		r.pages = r.pages[1:]
+		r.head = 0
 	}
 	return v
 }
 
 // pushFront adds v at the front.
 func (r *ring[T]) pushFront(v T) {
-	if r.n == len(r.buf) {
+	if r.pages == nil && r.n == len(r.buf) {
 		r.grow()
 	}
-	r.head = (r.head - 1) & (len(r.buf) - 1)
-	r.buf[r.head] = v
+	if r.pages == nil {
+		r.head = (r.head - 1) & (len(r.buf) - 1)
+	} else {
+		if r.head == 0 {
+			r.pages = append([][]T{r.newPage()}, r.pages...)
+			r.head = ringPage
+		}
+		r.head--
+	}
+	*r.slot(0) = v
 	r.n++
 }
 
 // popBack removes and returns the back element; the ring must not be empty.
 func (r *ring[T]) popBack() T {
 	var zero T
-	i := (r.head + r.n - 1) & (len(r.buf) - 1)
-	v := r.buf[i]
-	r.buf[i] = zero
+	s := r.slot(r.n - 1)
+	v := *s
+	*s = zero
 	r.n--
+	r.trimPages()
 	return v
 }
-
-// ringKeep is the capacity (1.5 MiB of entries) below which a ring never shrinks: shrinking
-// smaller rings would make a queue whose depth swings reallocate over and over.
-const ringKeep = 1 << 16
 
 // filter keeps, in order, the elements for which keep returns true. O(len).
 func (r *ring[T]) filter(keep func(T) bool) {
@@ -73,35 +118,87 @@ func (r *ring[T]) filter(keep func(T) bool) {
 	for i := 0; i < r.n; i++ {
 		v := r.at(i)
 		if keep(v) {
-			r.buf[(r.head+w)&(len(r.buf)-1)] = v
+			r.set(w, v)
 			w++
 		}
 	}
 	for i := w; i < r.n; i++ {
-		r.buf[(r.head+i)&(len(r.buf)-1)] = zero
+		r.set(i, zero)
 	}
 	r.n = w
+	r.trimPages()
 }
 
-// clear removes every element.
+// clear removes every element. A flat ring keeps its buffer.
 func (r *ring[T]) clear() {
-	if len(r.buf) > ringKeep {
-		r.buf = nil
-	} else {
-		clear(r.buf)
+	if r.pages != nil {
+		r.pages, r.spare = nil, nil
+		r.head, r.n = 0, 0
+		return
 	}
+	clear(r.buf)
 	r.head, r.n = 0, 0
 }
 
-func (r *ring[T]) grow() {
-	r.resize(max(2*len(r.buf), 8))
+// capacity is how many elements the ring holds without allocating, beyond a spare page.
+func (r *ring[T]) capacity() int {
+	if r.pages != nil {
+		return len(r.pages) * ringPage
+	}
+	return len(r.buf)
 }
 
-// resize moves the elements into a new buffer of size slots, a power of two ≥ len.
+// grow doubles a flat ring, or makes a full ringPage one paged.
+func (r *ring[T]) grow() {
+	if len(r.buf) < ringPage {
+		r.resize(max(2*len(r.buf), 8))
+		return
+	}
+	r.resize(ringPage) // the front at index 0: the buffer becomes the first page
+	r.pages, r.buf = [][]T{r.buf}, nil
+}
+
+// resize moves the elements of a flat ring into a new buffer of size slots, a power of two ≥ len.
 func (r *ring[T]) resize(size int) {
 	buf := make([]T, size)
 	for i := 0; i < r.n; i++ {
 		buf[i] = r.at(i)
 	}
 	r.buf, r.head = buf, 0
+}
+
+// newPage returns an empty page, the spare one if there is one.
+func (r *ring[T]) newPage() []T {
+	if p := r.spare; p != nil {
+		r.spare = nil
+		return p
+	}
+	return make([]T, ringPage)
+}
+
+// freePage keeps an emptied (zeroed) page as the spare.
+func (r *ring[T]) freePage(p []T) { r.spare = p }
+
+// trimPages frees the pages past the back of a paged ring, and makes an empty one flat.
+func (r *ring[T]) trimPages() {
+	if r.pages == nil {
+		return
+	}
+	if r.n == 0 {
+		r.flatten()
+		return
+	}
+	for used := (r.head + r.n + ringPage - 1) >> ringPageShift; len(r.pages) > used; {
+		last := len(r.pages) - 1
+		r.freePage(r.pages[last])
+		r.pages[last] = nil
+		r.pages = r.pages[:last]
+	}
+}
+
+// flatten makes an empty paged ring flat again, keeping one page as its buffer.
+func (r *ring[T]) flatten() {
+	r.buf = r.pages[0]
+	r.pages, r.spare = nil, nil
+	r.head = 0
 }
