@@ -10,22 +10,26 @@ package warren
 //     doubling buffer would copy every element under the queue lock, a pause of a tenth of a
 //     second at ten million), and no buffer outgrown is left for the garbage collector, so a
 //     deep queue's memory is its messages' plus at most a page. A page emptied at the front is
-//     freed, so memory follows the depth down, one page kept for the next.
+//     kept for reuse, up to ringSpares of them, and freed beyond, so memory follows the depth
+//     down while a queue whose depth saw-tooths does not reallocate its pages every time.
 //
 // Popped, filtered and cleared slots are zeroed so that the garbage collector can reclaim what
 // they pointed to.
 type ring[T any] struct {
-	buf   []T   // flat: len(buf) is zero or a power of two ≤ ringPage; nil when paged
-	pages [][]T // paged: element i is at(head+i) over these; nil when flat
-	spare []T   // paged: one emptied page kept for reuse, or nil
-	head  int   // index of the front element: in buf (flat) or in pages[0] (paged)
-	n     int   // number of elements
+	buf    []T   // flat: len(buf) is zero or a power of two ≤ ringPage; nil when paged
+	pages  [][]T // paged: element i is at(head+i) over these; nil when flat
+	spares [][]T // emptied (zeroed) pages kept for reuse, at most ringSpares
+	head   int   // index of the front element: in buf (flat) or in pages[0] (paged)
+	n      int   // number of elements
 }
 
 // ringPage is the most elements a flat ring holds and the size of a page (128 KiB of entries).
+// Up to ringSpares emptied pages are kept (2 MiB of entries), as much as a ring of 65536
+// elements held before it was paged.
 const (
 	ringPageShift = 12
 	ringPage      = 1 << ringPageShift
+	ringSpares    = 16
 )
 
 func (r *ring[T]) len() int { return r.n }
@@ -129,18 +133,25 @@ func (r *ring[T]) filter(keep func(T) bool) {
 	r.trimPages()
 }
 
-// clear removes every element. A flat ring keeps its buffer.
+// clear removes every element. A flat ring keeps its buffer, a paged one as many pages as it
+// keeps spare.
 func (r *ring[T]) clear() {
 	if r.pages != nil {
-		r.pages, r.spare = nil, nil
-		r.head, r.n = 0, 0
-		return
+		for _, p := range r.pages[1:] {
+			if len(r.spares) < ringSpares {
+				clear(p)
+				r.freePage(p)
+			}
+		}
+		clear(r.pages[0])
+		r.flatten()
+	} else {
+		clear(r.buf)
 	}
-	clear(r.buf)
 	r.head, r.n = 0, 0
 }
 
-// capacity is how many elements the ring holds without allocating, beyond a spare page.
+// capacity is how many elements the ring holds without allocating, beyond its spare pages.
 func (r *ring[T]) capacity() int {
 	if r.pages != nil {
 		return len(r.pages) * ringPage
@@ -167,17 +178,23 @@ func (r *ring[T]) resize(size int) {
 	r.buf, r.head = buf, 0
 }
 
-// newPage returns an empty page, the spare one if there is one.
+// newPage returns an empty page, a spare one if there is one.
 func (r *ring[T]) newPage() []T {
-	if p := r.spare; p != nil {
-		r.spare = nil
+	if n := len(r.spares); n > 0 {
+		p := r.spares[n-1]
+		r.spares[n-1] = nil
+		r.spares = r.spares[:n-1]
 		return p
 	}
 	return make([]T, ringPage)
 }
 
-// freePage keeps an emptied (zeroed) page as the spare.
-func (r *ring[T]) freePage(p []T) { r.spare = p }
+// freePage keeps an emptied (zeroed) page for reuse, if fewer than ringSpares are kept.
+func (r *ring[T]) freePage(p []T) {
+	if len(r.spares) < ringSpares {
+		r.spares = append(r.spares, p)
+	}
+}
 
 // trimPages frees the pages past the back of a paged ring, and makes an empty one flat.
 func (r *ring[T]) trimPages() {
@@ -196,9 +213,9 @@ func (r *ring[T]) trimPages() {
 	}
 }
 
-// flatten makes an empty paged ring flat again, keeping one page as its buffer.
+// flatten makes an empty paged ring flat again, its first page the buffer.
 func (r *ring[T]) flatten() {
 	r.buf = r.pages[0]
-	r.pages, r.spare = nil, nil
+	r.pages = nil
 	r.head = 0
 }

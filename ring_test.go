@@ -88,8 +88,9 @@ func TestRingShrinks(t *testing.T) {
 			t.Fatalf("pop() = %d, want %d", got, i)
 		}
 	}
-	if c := r.capacity(); c > ringPage {
-		t.Fatalf("capacity %d after draining to %d elements, want at most %d", c, r.len(), ringPage)
+	if c := r.capacity(); c > ringPage || len(r.spares) > ringSpares {
+		t.Fatalf("capacity %d and %d spare pages after draining to %d elements, want at most %d and %d",
+			c, len(r.spares), r.len(), ringPage, ringSpares)
 	}
 	for i := range 10 {
 		if got := r.pop(); got != n-10+i {
