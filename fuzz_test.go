@@ -796,25 +796,18 @@ func fzQueueInput(data []byte, owner context.Context) (opts []warren.QueueOption
 	return opts, ref, f.intn(4), f.byte()
 }
 
-// refArgInt returns an argument's value if it is of an AMQP integer type.
+// refArgInt returns an argument's value if it is of an AMQP integer type: a signed integer, or
+// an unsigned one of at most 32 bits (a reference written apart from the library's intArg, by
+// kind rather than by type switch).
 func refArgInt(v any) (int64, bool) {
-	switch v := v.(type) {
-	case int8:
-		return int64(v), true
-	case int16:
-		return int64(v), true
-	case int32:
-		return int64(v), true
-	case int64:
-		return v, true
-	case int:
-		return int64(v), true
-	case uint8:
-		return int64(v), true
-	case uint16:
-		return int64(v), true
-	case uint32:
-		return int64(v), true
+	if v == nil {
+		return 0, false
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Int:
+		return rv.Int(), rv.Type().PkgPath() == "" // named types are not AMQP's
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+		return int64(rv.Uint()), rv.Type().PkgPath() == ""
 	}
 	return 0, false
 }

@@ -212,10 +212,19 @@ func (s *featStress) settleErr(what string, id int, err error, timeout time.Dura
 	return false
 }
 
-func (s *featStress) ack(d *warren.Delivery, id int, timeout time.Duration) {
+// ack records a successful ack of id.
+func (s *featStress) ack(id int) {
+	s.acks.Add(1)
+	s.settle(id, false)
+}
+
+// countUpTo counts a successful AckUpTo, for the log.
+func (s *featStress) countUpTo() { s.upTos.Add(1) }
+
+// ackDelivery acks d, received as id, and records the ack if it settled d (see settleErr).
+func (s *featStress) ackDelivery(d *warren.Delivery, id int, timeout time.Duration) {
 	if s.settleErr("Ack()", id, d.Ack(), timeout) {
-		s.acks.Add(1)
-		s.settle(id, false)
+		s.ack(id)
 	}
 }
 
@@ -468,65 +477,35 @@ func (s *featStress) incarnation(ctx context.Context, rng *rand.Rand) {
 	// held are deliveries received and not yet settled, in tag order; they are settled before
 	// the consumer waits, so that the credit they block is not what the rest of the run needs
 	// (unless the consumer stalls: then its ack timeout takes them back).
-	var (
-		held    []*warren.Delivery
-		heldIDs []int
-	)
+	held := &stressHeld{c: c, l: s, rng: rng}
 	flush := func() {
-		if len(held) == 0 {
-			return
-		}
-		if timeout == 0 && ctx.Err() == nil && rng.IntN(2) == 0 {
+		switch {
+		case len(held.ds) == 0:
+		case timeout == 0 && ctx.Err() == nil && rng.IntN(2) == 0:
 			// Without an ack timeout nothing takes the held deliveries back (until the run
 			// is over), so AckUpTo, whose tag 0 covers exactly what is held, settles them all.
-			tag := held[len(held)-1].DeliveryTag
-			if rng.IntN(4) == 0 {
-				tag = 0
-			}
-			if err := c.AckUpTo(tag); err != nil {
-				s.errorf("AckUpTo(%d) = %v, want nil", tag, err)
-			} else {
-				s.upTos.Add(1)
-				for _, id := range heldIDs {
-					s.acks.Add(1)
-					s.settle(id, false)
-				}
-			}
-		} else {
-			for i, d := range held {
-				s.ack(d, heldIDs[i], timeout)
-			}
+			held.flush()
+		default:
+			held.settleEach(func(d *warren.Delivery, id int) { s.ackDelivery(d, id, timeout) })
 		}
-		held, heldIDs = held[:0], heldIDs[:0]
+	}
+	flushBeforeWait := flush
+	if stall {
+		flushBeforeWait = nil
 	}
 
 	exit, timedOut := false, false
 receive:
 	for range 1 + rng.IntN(300) {
-		var (
-			d  *warren.Delivery
-			ok bool
-		)
-		select {
-		case d, ok = <-c.Deliveries():
-		default:
-			if !stall {
-				flush()
-			}
-			select {
-			case d, ok = <-c.Deliveries():
-			case <-idleC:
-				s.idles.Add(1)
-				break receive
-			case <-s.done:
-				exit = true
-				break receive
-			case <-ctx.Done():
-				exit = true
-				break receive
-			}
-		}
-		if !ok {
+		d, got := stressReceive(ctx, c, s.done, idleC, flushBeforeWait)
+		switch got {
+		case stressIdle:
+			s.idles.Add(1)
+			break receive
+		case stressOver:
+			exit = true
+			break receive
+		case stressClosed:
 			if ctx.Err() != nil {
 				exit = true // the run is over: its context has ended the consumer
 				break receive
@@ -562,17 +541,12 @@ receive:
 				s.settle(id, true)
 			}
 		case r < 13:
-			// Everything held goes back, d with it.
-			if err := c.Recover(); err != nil {
-				s.errorf("Recover() = %v, want nil", err)
-			}
-			held, heldIDs = held[:0], heldIDs[:0]
+			held.recoverAll() // everything held goes back, d with it
 			s.recovers.Add(1)
 		case r < 40:
-			held = append(held, d)
-			heldIDs = append(heldIDs, id)
+			held.hold(d, id)
 		default:
-			s.ack(d, id, timeout)
+			s.ackDelivery(d, id, timeout)
 		}
 	}
 
@@ -607,12 +581,11 @@ receive:
 		}
 		s.checkStopped(c, timeout)
 		if rng.IntN(4) == 0 {
-			for i, d := range held {
-				if s.settleErr("Nack() after Cancel", heldIDs[i], d.Nack(), timeout) {
+			held.settleEach(func(d *warren.Delivery, id int) {
+				if s.settleErr("Nack() after Cancel", id, d.Nack(), timeout) {
 					s.nacks.Add(1)
 				}
-			}
-			held, heldIDs = held[:0], heldIDs[:0]
+			})
 		}
 		flush()
 		s.cancels.Add(1)

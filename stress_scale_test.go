@@ -295,6 +295,9 @@ func (l *scLedger) ack(id int) {
 	l.final()
 }
 
+// countUpTo counts a successful AckUpTo, for the log.
+func (l *scLedger) countUpTo() { l.upTos.Add(1) }
+
 func (l *scLedger) reject(id int) {
 	if id >= 0 {
 		l.rejected[id].Store(true)
@@ -624,53 +627,17 @@ func (l *scLedger) incarnation(ctx context.Context, q *warren.Queue, rng *rand.R
 		return
 	}
 	upTo := rng.IntN(4) == 0
-	batch := 1 + rng.IntN(prefetch)
-	// held are the deliveries received and not yet settled, for AckUpTo, in tag order.
-	var (
-		held    []*warren.Delivery
-		heldIDs []int
-	)
-	flush := func() {
-		if len(held) == 0 {
-			return
-		}
-		tag := held[len(held)-1].DeliveryTag // 0 covers exactly what is held too
-		if rng.IntN(4) == 0 {
-			tag = 0
-		}
-		if err := c.AckUpTo(tag); err != nil {
-			l.errorf("AckUpTo(%d) = %v, want nil", tag, err)
-		} else {
-			l.upTos.Add(1)
-			for _, id := range heldIDs {
-				l.ack(id)
-			}
-		}
-		held, heldIDs = held[:0], heldIDs[:0]
-	}
+	held := &stressHeld{c: c, l: l, rng: rng, max: 1 + rng.IntN(prefetch)}
 
-receive:
 	for range 1 + rng.IntN(400) {
-		var (
-			d  *warren.Delivery
-			ok bool
-		)
 		if !l.brake(ctx) {
 			break
 		}
-		select {
-		case d, ok = <-c.Deliveries():
-		default:
-			flush() // before waiting: the credit held may be what the rest needs
-			select {
-			case d, ok = <-c.Deliveries():
-			case <-l.done:
-				break receive
-			case <-ctx.Done():
-				break receive
-			}
+		d, got := stressReceive(ctx, c, l.done, nil, held.flush)
+		if got == stressOver {
+			break
 		}
-		if !ok {
+		if got == stressClosed {
 			if ctx.Err() == nil {
 				l.errorf("Deliveries() closed under an active consumer: Err() = %v", c.Err())
 			}
@@ -690,24 +657,10 @@ receive:
 				l.reject(id)
 			}
 		case r < 13:
-			// Everything held goes back, d with it.
-			if err := c.Recover(); err != nil {
-				l.errorf("Recover() = %v, want nil", err)
-			}
-			held, heldIDs = held[:0], heldIDs[:0]
+			held.recoverAll() // everything held goes back, d with it
 			l.recovers.Add(1)
-		case upTo:
-			held = append(held, d)
-			heldIDs = append(heldIDs, id)
-			if len(held) >= batch {
-				flush()
-			}
 		default:
-			if err := d.Ack(); err != nil {
-				l.errorf("Ack() = %v, want nil", err)
-			} else {
-				l.ack(id)
-			}
+			held.ack(d, id, upTo)
 		}
 	}
 
@@ -735,16 +688,15 @@ receive:
 		l.errorf("Err() after Cancel = %v, want ErrCancelled", err) // unless the run ended first
 	}
 	if rng.IntN(3) == 0 {
-		for i, d := range held {
+		held.settleEach(func(d *warren.Delivery, id int) {
 			if err := d.Reject(); err != nil {
 				l.errorf("Reject() after Cancel = %v, want nil", err)
 			} else {
-				l.reject(heldIDs[i])
+				l.reject(id)
 			}
-		}
-		held, heldIDs = held[:0], heldIDs[:0]
+		})
 	}
-	flush()
+	held.flush()
 	l.cancels.Add(1)
 }
 

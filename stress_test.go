@@ -98,6 +98,9 @@ func (l *stressLedger) ack(id int) {
 	}
 }
 
+// countUpTo counts a successful AckUpTo, for the log.
+func (l *stressLedger) countUpTo() { l.upTos.Add(1) }
+
 // verify checks the final state: every id acked exactly once.
 func (l *stressLedger) verify() {
 	lost, dup, redeliveries := 0, 0, 0
@@ -298,50 +301,14 @@ func stressIncarnation(ctx context.Context, q *warren.Queue, l *stressLedger, rn
 		return
 	}
 	life := 1 + rng.IntN(1500)
-	batch := 1 + rng.IntN(prefetch)
+	held := &stressHeld{c: c, l: l, rng: rng, max: 1 + rng.IntN(prefetch)}
 
-	// held are the deliveries received and not yet settled, for AckUpTo, in tag order.
-	var held []*warren.Delivery
-	var heldIDs []int
-	flush := func() {
-		if len(held) == 0 {
-			return
-		}
-		// Tag 0 covers exactly the received deliveries, which are those held.
-		tag := held[len(held)-1].DeliveryTag
-		if rng.IntN(4) == 0 {
-			tag = 0
-		}
-		if err := c.AckUpTo(tag); err != nil {
-			l.errorf("AckUpTo(%d) = %v, want nil", tag, err)
-		} else {
-			for _, id := range heldIDs {
-				l.ack(id)
-			}
-			l.upTos.Add(1)
-		}
-		held, heldIDs = held[:0], heldIDs[:0]
-	}
-
-receive:
 	for range life {
-		var d *warren.Delivery
-		var ok bool
-		select {
-		case d, ok = <-c.Deliveries():
-		default:
-			// Nothing buffered: settle what is held before waiting, so that the credit it
-			// blocks is not needed by the messages that remain.
-			flush()
-			select {
-			case d, ok = <-c.Deliveries():
-			case <-l.done:
-				break receive
-			case <-ctx.Done():
-				break receive
-			}
+		d, got := stressReceive(ctx, c, l.done, nil, held.flush)
+		if got == stressOver {
+			break
 		}
-		if !ok {
+		if got == stressClosed {
 			if ctx.Err() == nil {
 				l.errorf("Deliveries() closed under an active consumer: Err() = %v", c.Err())
 			}
@@ -355,34 +322,20 @@ receive:
 			}
 			l.nacks.Add(1)
 		case r < 11:
-			// Everything held goes back, d with it.
-			if err := c.Recover(); err != nil {
-				l.errorf("Recover() = %v, want nil", err)
-			}
-			held, heldIDs = held[:0], heldIDs[:0]
+			held.recoverAll() // everything held goes back, d with it
 			l.recovers.Add(1)
-		case upTo:
-			held = append(held, d)
-			heldIDs = append(heldIDs, id)
-			if len(held) >= batch {
-				flush()
-			}
 		default:
-			if err := d.Ack(); err != nil {
-				l.errorf("Ack() = %v, want nil", err)
-			} else {
-				l.ack(id)
-			}
+			held.ack(d, id, upTo)
 		}
 	}
 
 	if ctx.Err() != nil {
 		return
 	}
-	if rng.IntN(4) == 0 || len(held) > 256 && rng.IntN(2) == 0 {
+	if rng.IntN(4) == 0 || len(held.ds) > 256 && rng.IntN(2) == 0 {
 		// End by the context: what is held goes back redelivered, asynchronously (in chunks
 		// when it is much).
-		if len(held) > 256 {
+		if len(held.ds) > 256 {
 			l.bigCtxEnds.Add(1)
 		}
 		cancel()
@@ -408,7 +361,7 @@ receive:
 	if err := c.Err(); err != warren.ErrCancelled {
 		l.errorf("Err() after Cancel = %v, want ErrCancelled", err)
 	}
-	flush()
+	held.flush()
 	l.cancels.Add(1)
 }
 

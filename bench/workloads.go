@@ -308,7 +308,7 @@ func allocsPerMsg(mallocs uint64, bodies, msgs int) float64 {
 	return (float64(mallocs) - float64(bodies)) / float64(msgs)
 }
 
-// receiver receives with a stall watchdog of its own.
+// receiver is a consumer that receives with a stall watchdog of its own.
 type receiver struct {
 	c        Consumer
 	ctx      context.Context
@@ -317,13 +317,19 @@ type receiver struct {
 	stop     func()
 }
 
-func newReceiver(ctx context.Context, c Consumer, stall time.Duration, what string) *receiver {
+// newReceiver opens a consumer of q with prefetch, whose receptions fail once none has come for
+// stall; what names it in that failure. close stops the watchdog and closes the consumer.
+func newReceiver(ctx context.Context, sys System, q string, prefetch int, stall time.Duration, what string) (*receiver, error) {
+	c, err := sys.Consumer(q, prefetch)
+	if err != nil {
+		return nil, err
+	}
 	rc := &receiver{c: c}
 	rc.ctx, rc.cancel = context.WithCancelCause(ctx)
 	rc.stop = watchdog(rc.ctx, rc.cancel, &rc.progress, stall, func() error {
 		return fmt.Errorf("stalled: %d received (%s)", rc.progress.Load(), what)
 	})
-	return rc
+	return rc, nil
 }
 
 func (rc *receiver) next() (Delivery, error) {
@@ -335,9 +341,46 @@ func (rc *receiver) next() (Delivery, error) {
 	return d, nil
 }
 
+// take receives the next delivery, records its sequence number in chk and o, and acks it.
+func (rc *receiver) take(chk *checker, o *order) error {
+	d, err := rc.next()
+	if err != nil {
+		return err
+	}
+	seq := SeqOf(d.Body)
+	chk.mark(seq)
+	o.see(seq)
+	if err := rc.c.Ack(d); err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	return nil
+}
+
 func (rc *receiver) close() {
 	rc.stop()
 	rc.cancel(nil)
+	rc.c.Close()
+}
+
+// openProducer declares q with cfg and opens a producer; the caller closes it.
+func openProducer(sys System, q string, cfg Config) (Producer, error) {
+	if err := sys.DeclareQueue(q, cfg); err != nil {
+		return nil, err
+	}
+	return sys.Producer()
+}
+
+// publishSeq publishes the messages with sequence numbers from to to-1 to q, then flushes.
+func publishSeq(p Producer, q string, from, to int) error {
+	for s := from; s < to; s++ {
+		if err := p.Publish(q, NewBody(uint64(s))); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+	}
+	if err := p.Flush(); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	return nil
 }
 
 // runBacklog is W3: publish every message with nobody consuming, then drain with one
@@ -346,22 +389,14 @@ func runBacklog(ctx context.Context, sys System, r *Result, sz Sizes) error {
 	const q = "backlog"
 	n := sz.W3
 	r.Messages = n
-	if err := sys.DeclareQueue(q, Config{Capacity: n, MaxUnacked: sz.Prefetch}); err != nil {
-		return err
-	}
-	p, err := sys.Producer()
+	p, err := openProducer(sys, q, Config{Capacity: n, MaxUnacked: sz.Prefetch})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
 	ph := begin()
-	for s := range n {
-		if err := p.Publish(q, NewBody(uint64(s))); err != nil {
-			return fmt.Errorf("publish: %w", err)
-		}
-	}
-	if err := p.Flush(); err != nil {
-		return fmt.Errorf("flush: %w", err)
+	if err := publishSeq(p, q, 0, n); err != nil {
+		return err
 	}
 	pubDur, pubMallocs := ph.end()
 	r.Metrics["publish_rate"] = float64(n) / pubDur.Seconds()
@@ -374,25 +409,16 @@ func runBacklog(ctx context.Context, sys System, r *Result, sz Sizes) error {
 		}
 	}
 
-	c, err := sys.Consumer(q, sz.Prefetch)
+	rc, err := newReceiver(ctx, sys, q, sz.Prefetch, sz.Stall, "drain")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	rc := newReceiver(ctx, c, sz.Stall, "drain")
 	defer rc.close()
 	chk, o := newChecker(n), newOrder(1)
 	ph = begin()
 	for range n {
-		d, err := rc.next()
-		if err != nil {
+		if err := rc.take(chk, o); err != nil {
 			return err
-		}
-		seq := SeqOf(d.Body)
-		chk.mark(seq)
-		o.see(seq)
-		if err := c.Ack(d); err != nil {
-			return fmt.Errorf("ack: %w", err)
 		}
 	}
 	drainDur, drainMallocs := ph.end()
@@ -412,29 +438,20 @@ func runRequeue(ctx context.Context, sys System, r *Result, sz Sizes) error {
 	const q = "requeue"
 	n, k := sz.W4Queue, sz.W4Requeue
 	r.Messages = n
-	if err := sys.DeclareQueue(q, Config{Capacity: n, MaxUnacked: k}); err != nil {
-		return err
-	}
-	p, err := sys.Producer()
+	p, err := openProducer(sys, q, Config{Capacity: n, MaxUnacked: k})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	for s := range n {
-		if err := p.Publish(q, NewBody(uint64(s))); err != nil {
-			return fmt.Errorf("publish: %w", err)
-		}
+	if err := publishSeq(p, q, 0, n); err != nil {
+		return err
 	}
-	if err := p.Flush(); err != nil {
-		return fmt.Errorf("flush: %w", err)
-	}
-	c, err := sys.Consumer(q, k)
+	rc, err := newReceiver(ctx, sys, q, k, sz.Stall, "requeue")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	rc := newReceiver(ctx, c, sz.Stall, "requeue")
 	defer rc.close()
+	c := rc.c
 	held := make([]Delivery, 0, k)
 	for len(held) < k {
 		d, err := rc.next()
@@ -521,21 +538,13 @@ func runDepth(ctx context.Context, sys System, r *Result, depth int, sz Sizes) e
 	k, b := sz.S1Measure, sz.S1Batch
 	total := depth + k
 	r.Messages = total
-	if err := sys.DeclareQueue(q, Config{Capacity: total + b, MaxUnacked: b}); err != nil {
-		return err
-	}
-	p, err := sys.Producer()
+	p, err := openProducer(sys, q, Config{Capacity: total + b, MaxUnacked: b})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	for s := range depth {
-		if err := p.Publish(q, NewBody(uint64(s))); err != nil {
-			return fmt.Errorf("publish: %w", err)
-		}
-	}
-	if err := p.Flush(); err != nil {
-		return fmt.Errorf("flush: %w", err)
+	if err := publishSeq(p, q, 0, depth); err != nil {
+		return err
 	}
 	// Start the measured phase from a collected heap, for every system alike: what is timed
 	// is the per-message work at this depth, not a collection the fill happened to leave
@@ -543,46 +552,26 @@ func runDepth(ctx context.Context, sys System, r *Result, depth int, sz Sizes) e
 	if S1CollectFirst {
 		runtime.GC()
 	}
-	c, err := sys.Consumer(q, b)
+	rc, err := newReceiver(ctx, sys, q, b, sz.Stall, "depth")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	rc := newReceiver(ctx, c, sz.Stall, "depth")
 	defer rc.close()
 	chk, o := newChecker(total), newOrder(1)
-	receive := func() error {
-		d, err := rc.next()
-		if err != nil {
-			return err
-		}
-		seq := SeqOf(d.Body)
-		chk.mark(seq)
-		o.see(seq)
-		if err := c.Ack(d); err != nil {
-			return fmt.Errorf("ack: %w", err)
-		}
-		return nil
-	}
 	var pubDur, conDur time.Duration
 	var pubMallocs, conMallocs uint64
 	next := depth
 	for done := 0; done < k; done += b {
 		ph := begin()
-		for range b {
-			if err := p.Publish(q, NewBody(uint64(next))); err != nil {
-				return fmt.Errorf("publish: %w", err)
-			}
-			next++
+		if err := publishSeq(p, q, next, next+b); err != nil {
+			return err
 		}
-		if err := p.Flush(); err != nil {
-			return fmt.Errorf("flush: %w", err)
-		}
+		next += b
 		d, m := ph.end()
 		pubDur, pubMallocs = pubDur+d, pubMallocs+m
 		ph = begin()
 		for range b {
-			if err := receive(); err != nil {
+			if err := rc.take(chk, o); err != nil {
 				return err
 			}
 		}
@@ -591,7 +580,7 @@ func runDepth(ctx context.Context, sys System, r *Result, depth int, sz Sizes) e
 	}
 	measured := next - depth
 	for range total - measured {
-		if err := receive(); err != nil {
+		if err := rc.take(chk, o); err != nil {
 			return err
 		}
 	}
