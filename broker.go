@@ -33,7 +33,6 @@ type Broker struct {
 	routers   sync.Pool      // *router scratch space for publishing
 	listeners listeners      // event listeners (events.go)
 	idle      idleWaiters    // WaitIdle (idle.go)
-	idleCount atomic.Int32   // WaitIdle calls in progress
 	// unroutable counts publishes that reached no queue (BrokerStats).
 	unroutable atomic.Uint64
 	// noWait is a context that is already done: an internal publish (a dead letter) passes it so

@@ -4,6 +4,7 @@ import (
 	"context"
 	"iter"
 	"sync"
+	"sync/atomic"
 )
 
 // Idle: a barrier for tests.
@@ -28,26 +29,26 @@ import (
 // someone waits, so WaitIdle re-checks after any change and knows a pass over the queues saw
 // one consistent state when the generation did not move during it.
 
-// idleWaiters is the state WaitIdle waits on; guarded by its mu. The broker's idleCount says,
-// without the lock, whether anyone waits.
+// idleWaiters is the state WaitIdle waits on. waiting says, without the lock, whether anyone
+// waits; mu guards the rest.
 type idleWaiters struct {
+	waiting atomic.Int32 // WaitIdle calls in progress
 	mu      sync.Mutex
 	gen     uint64        // bumped on every change while someone waits
 	changed chan struct{} // closed and replaced when gen moves
 }
 
-// pokeIdle tells WaitIdle callers that a queue's state changed. The caller holds no queue lock.
-func (b *Broker) pokeIdle() {
-	if b.idleCount.Load() == 0 {
-		return
+// poke tells WaitIdle callers that a queue's state changed. Callers check waiting first, so
+// that a broker nobody waits on pays one atomic load per critical section. The caller holds no
+// queue lock.
+func (w *idleWaiters) poke() {
+	w.mu.Lock()
+	w.gen++
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
 	}
-	b.idle.mu.Lock()
-	b.idle.gen++
-	if b.idle.changed != nil {
-		close(b.idle.changed)
-		b.idle.changed = nil
-	}
-	b.idle.mu.Unlock()
+	w.mu.Unlock()
 }
 
 // WaitIdle waits until no message of the broker's can make progress by itself — see the list
@@ -66,8 +67,8 @@ func (b *Broker) pokeIdle() {
 // not count, nor do messages buffered in a consumer's channel for the application to receive.
 // Work outside the broker (a publish still in progress) is not seen.
 func (b *Broker) WaitIdle(ctx context.Context) error {
-	b.idleCount.Add(1)
-	defer b.idleCount.Add(-1)
+	b.idle.waiting.Add(1)
+	defer b.idle.waiting.Add(-1)
 	for {
 		b.idle.mu.Lock()
 		gen := b.idle.gen

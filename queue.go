@@ -505,7 +505,9 @@ func (q *Queue) unlock() {
 		close(q.blocked[0].ready) // the first waiting publisher tries again
 		q.blocked = q.blocked[1:]
 	}
-	defer q.b.pokeIdle() // after mu is released
+	if q.b.idle.waiting.Load() != 0 {
+		defer q.b.idle.poke() // after mu is released
+	}
 	if q.flushing || len(q.outbox) == 0 {
 		q.mu.Unlock()
 		return
