@@ -28,7 +28,7 @@ func init() {
 				"W4": "core NATS has no acknowledgements to withhold and return",
 				"S1": "core NATS keeps no backlog",
 			},
-			Setup: "nats-server embedded (`DontListen`), clients over `nats.InProcessServer` (one connection per producer and per consumer); consumers are `QueueSubscribeSync` members of one queue group with pending limits lifted (`SetPendingLimits(-1, -1)`) so that a slow subscriber is not cut off; at-most-once: no acknowledgement (W1's \"ack each\" is not done); `Flush` after the last publish",
+			Setup: "nats-server embedded (`DontListen`), clients over `nats.InProcessServer` (one connection per producer and per consumer); consumers are `QueueSubscribeSync` members of one queue group with pending limits lifted (`SetPendingLimits(-1, -1)`, `SyncQueueLen` 2M, and the server's `MaxPending` raised to 1 GiB) so that a slow subscriber is not cut off; at-most-once: no acknowledgement (W1's \"ack each\" is not done); `Flush` after the last publish",
 		},
 		Open: func() (System, error) { return newNATS(false) },
 	})
@@ -67,6 +67,10 @@ func newNATS(js bool) (*natsSys, error) {
 	opts := &server.Options{
 		DontListen: true, NoLog: true, NoSigs: true,
 		JetStream: js, StoreDir: dir,
+		// The server's own bound on what it buffers for one client (64 MB by default): a
+		// consumer behind by more is a slow consumer and loses messages. Raised, as the
+		// subscriptions' pending limits are, so that core NATS is measured delivering.
+		MaxPending: 1 << 30,
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -91,8 +95,8 @@ func newNATS(js bool) (*natsSys, error) {
 	return s, nil
 }
 
-func (s *natsSys) connect() (*nats.Conn, error) {
-	nc, err := nats.Connect("nats://in-process", nats.InProcessServer(s.ns), nats.MaxReconnects(0))
+func (s *natsSys) connect(opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect("nats://in-process", append([]nats.Option{nats.InProcessServer(s.ns), nats.MaxReconnects(0)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +152,14 @@ func (s *natsSys) Producer() (Producer, error) {
 }
 
 func (s *natsSys) Consumer(name string, prefetch int) (Consumer, error) {
-	nc, err := s.connect()
+	// A core NATS consumer's synchronous subscription buffers in a channel of SyncQueueLen
+	// messages (65536 by default) whatever its pending limits, and drops beyond as a slow
+	// consumer; a channel of 2M (16 MB) per consumer holds a W1/W2 producer's lead.
+	var opts []nats.Option
+	if !s.js {
+		opts = append(opts, nats.SyncQueueLen(1<<21))
+	}
+	nc, err := s.connect(opts...)
 	if err != nil {
 		return nil, err
 	}

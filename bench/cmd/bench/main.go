@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -38,6 +39,7 @@ type options struct {
 	deep               string // systems that run S1/10M
 	scale              string // system=factor reductions for slow peers
 	noChart            bool
+	readme             string // a README to put the headline table into
 	from               string // re-render the report from a results.json
 
 	// child mode
@@ -60,6 +62,7 @@ func main() {
 	flag.StringVar(&o.deep, "s1-10m", "chan,warren", "systems that run S1 at a 10M backlog (the others are skipped there, with a footnote)")
 	flag.StringVar(&o.scale, "scale", "rabbitmq=0.1", "system=factor,…: run a slow peer's W1, W2, W3, S1 measurement and S2 message counts scaled by factor (footnoted)")
 	flag.BoolVar(&o.noChart, "no-chart", false, "do not write chart.png")
+	flag.StringVar(&o.readme, "readme", "", "also put the throughput table, the machine and the command into this file, between its "+readmeBegin+" and "+readmeEnd+" lines (the project's README: ../README.md)")
 	flag.StringVar(&o.from, "from", "", "render the report again from results.json files (comma-separated; a later file's cells replace an earlier one's), measuring nothing, into -out")
 	flag.IntVar(&bench.BlockMaxLength, "block-maxlen", bench.BlockMaxLength, "warren-block's MaxLength")
 	flag.BoolVar(&bench.S1CollectFirst, "s1-gc", bench.S1CollectFirst, "S1: collect the heap after filling the backlog, before the timed phase")
@@ -300,8 +303,53 @@ func (rep *report) write(o options) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "wrote %s/results.md, results.json and chart.png in %s\n", o.out, rep.elapsed.Round(time.Second))
+	if o.readme != "" {
+		if err := putReadme(o.readme, md); err != nil {
+			return fmt.Errorf("readme: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "updated the table in %s\n", o.readme)
+	}
 	return nil
 }
+
+// The lines of a README between which -readme puts the headline table.
+const (
+	readmeBegin = "<!-- bench:begin -->"
+	readmeEnd   = "<!-- bench:end -->"
+)
+
+// putReadme replaces what lies between the markers in the README at path with the report's
+// machine and command lines and its throughput table, footnote marks dropped (the README
+// points to results.md for those).
+func putReadme(path, md string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	text := string(b)
+	i, j := strings.Index(text, readmeBegin), strings.Index(text, readmeEnd)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %s … %s lines", path, readmeBegin, readmeEnd)
+	}
+	var keep []string
+	table := false
+	for line := range strings.SplitSeq(md, "\n") {
+		switch {
+		case strings.HasPrefix(line, "Machine:"), strings.HasPrefix(line, "Command:"):
+			keep = append(keep, line, "")
+		case strings.HasPrefix(line, "### Throughput and cost"):
+			table = true
+		case table && strings.HasPrefix(line, "|"):
+			keep = append(keep, footnoteMark.ReplaceAllString(line, ""))
+		case table && len(keep) > 0 && strings.HasPrefix(keep[len(keep)-1], "|"):
+			table = false // the table ended
+		}
+	}
+	block := readmeBegin + "\n" + strings.Join(keep, "\n") + "\n"
+	return os.WriteFile(path, []byte(text[:i]+block+text[j:]), 0o644)
+}
+
+var footnoteMark = regexp.MustCompile(`\[\^\d+\]`)
 
 func flagSet(name string) bool {
 	set := false
