@@ -153,14 +153,7 @@ func (q *Queue) Outstanding() iter.Seq[DeliveryInfo] {
 			return DeliveryInfo{Message: d.Message, ConsumerTag: d.ConsumerTag, DeliveryTag: d.DeliveryTag,
 				Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount}
 		}
-		for _, c := range q.holders {
-			for i := range c.unacked.len() {
-				if d := c.unacked.at(i); d.state == deliveryOutstanding {
-					ds = append(ds, info(d))
-				}
-			}
-		}
-		for d := range q.outstandingGetsLocked() {
+		for d := range q.outstandingLocked() {
 			ds = append(ds, info(d))
 		}
 		q.readUnlock()

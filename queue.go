@@ -828,11 +828,31 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 	return d, nil
 }
 
-// outstandingGetsLocked yields the outstanding Get deliveries in tag order.
-func (q *Queue) outstandingGetsLocked() iter.Seq[*Delivery] {
+// outstanding yields the outstanding deliveries of a tag-ordered list of deliveries with settled
+// holes (a consumer's unacked, a queue's gets), in tag order.
+func outstanding(r *ring[*Delivery]) iter.Seq[*Delivery] {
 	return func(yield func(*Delivery) bool) {
-		for i := range q.gets.len() {
-			if d := q.gets.at(i); d.state == deliveryOutstanding && !yield(d) {
+		for i := range r.len() {
+			if d := r.at(i); d.state == deliveryOutstanding && !yield(d) {
+				return
+			}
+		}
+	}
+}
+
+// outstandingLocked yields every outstanding delivery of the queue: each consumer's in tag
+// order, consumers in the order they started, then the Gets' in tag order.
+func (q *Queue) outstandingLocked() iter.Seq[*Delivery] {
+	return func(yield func(*Delivery) bool) {
+		for _, c := range q.holders {
+			for d := range outstanding(&c.unacked) {
+				if !yield(d) {
+					return
+				}
+			}
+		}
+		for d := range outstanding(&q.gets) {
+			if !yield(d) {
 				return
 			}
 		}
@@ -912,14 +932,7 @@ func (q *Queue) endLocked(err error, reason string) []*Consumer {
 		})
 		q.delayed = nil
 	}
-	for _, c := range q.holders {
-		for i := range c.unacked.len() {
-			if d := c.unacked.at(i); d.state == deliveryOutstanding {
-				q.dropLocked(d.e.env, why)
-			}
-		}
-	}
-	for d := range q.outstandingGetsLocked() {
+	for d := range q.outstandingLocked() {
 		q.dropLocked(d.e.env, why)
 	}
 	for _, cs := range [...][]*Consumer{q.holders, q.leaving} {
@@ -956,7 +969,7 @@ func (q *Queue) endLocked(err error, reason string) []*Consumer {
 		c.signalStopLocked()
 		c.stopCtx()
 	}
-	for d := range q.outstandingGetsLocked() {
+	for d := range outstanding(&q.gets) {
 		d.stopWatching()
 	}
 	q.gets.clear()

@@ -173,12 +173,10 @@ func (c *Consumer) Recover() error {
 // takeBackLocked releases every delivery c received and has not settled, marking it returned,
 // and appends its entry to back, redelivered, for the caller to put back.
 func (c *Consumer) takeBackLocked(back []entry, why string) []entry {
-	for i := range c.unacked.len() {
-		if d := c.unacked.at(i); d.state == deliveryOutstanding {
-			c.q.releaseLocked(d, deliveryReturned)
-			c.backLocked(d.e, why)
-			back = append(back, redelivered(d.e))
-		}
+	for d := range outstanding(&c.unacked) {
+		c.q.releaseLocked(d, deliveryReturned)
+		c.backLocked(d.e, why)
+		back = append(back, redelivered(d.e))
 	}
 	return back
 }
@@ -247,7 +245,7 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool
 	})
 	if get != nil {
 		var gone []*Delivery // collected first: releasing one tidies the list walked
-		for d := range q.outstandingGetsLocked() {
+		for d := range outstanding(&q.gets) {
 			if d.get != nil && get(d) { // a Get whose context cannot end is not watched
 				gone = append(gone, d)
 			}

@@ -144,18 +144,10 @@ const maxStamps = 4096
 // them out beyond maxStamps.
 func (q *Queue) pruneStampsLocked() {
 	oldest, ok := q.ready.oldestSeq()
-	held := func(d *Delivery) {
-		if d.state == deliveryOutstanding && (!ok || d.e.seq < oldest) {
+	for d := range q.outstandingLocked() {
+		if !ok || d.e.seq < oldest {
 			oldest, ok = d.e.seq, true
 		}
-	}
-	for _, c := range q.holders {
-		for i := range c.unacked.len() {
-			held(c.unacked.at(i))
-		}
-	}
-	for i := range q.gets.len() {
-		held(q.gets.at(i))
 	}
 	if !ok {
 		q.stamps.clear()

@@ -153,10 +153,8 @@ func (c *Consumer) ackDueLocked() int64 {
 	if c.ackTimeout == 0 {
 		return 0
 	}
-	for i := range c.unacked.len() {
-		if d := c.unacked.at(i); d.state == deliveryOutstanding {
-			return d.due
-		}
+	for d := range outstanding(&c.unacked) {
+		return d.due
 	}
 	return 0
 }
