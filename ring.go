@@ -133,20 +133,16 @@ func (r *ring[T]) filter(keep func(T) bool) {
 	r.trimPages()
 }
 
-// clear removes every element. A flat ring keeps its buffer, a paged one as many pages as it
-// keeps spare.
+// clear removes every element. A flat ring keeps its buffer, a paged one its first page as
+// the buffer and as many others as it keeps spare.
 func (r *ring[T]) clear() {
-	if r.pages != nil {
-		for _, p := range r.pages[1:] {
-			if len(r.spares) < ringSpares {
-				clear(p)
-				r.freePage(p)
-			}
-		}
-		clear(r.pages[0])
-		r.flatten()
-	} else {
+	if r.pages == nil {
 		clear(r.buf)
+	} else {
+		for _, p := range r.pages {
+			clear(p)
+		}
+		r.flatten()
 	}
 	r.head, r.n = 0, 0
 }
@@ -213,9 +209,11 @@ func (r *ring[T]) trimPages() {
 	}
 }
 
-// flatten makes an empty paged ring flat again, its first page the buffer.
+// flatten makes an empty paged ring flat again: its first page becomes the buffer, the others
+// spares.
 func (r *ring[T]) flatten() {
-	r.buf = r.pages[0]
-	r.pages = nil
-	r.head = 0
+	for _, p := range r.pages[1:] {
+		r.freePage(p)
+	}
+	r.buf, r.pages, r.head = r.pages[0], nil, 0
 }

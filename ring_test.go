@@ -71,6 +71,32 @@ func TestRingClearsReferences(t *testing.T) {
 			t.Fatalf("slot %d not cleared", i)
 		}
 	}
+
+	// Paged: what pop, popBack and filter free, and clear, is zeroed, in the pages kept for
+	// reuse too.
+	x := 1
+	for range 5 * ringPage {
+		r.push(&x)
+	}
+	for range ringPage + 7 {
+		r.pop()
+		r.popBack()
+	}
+	r.filter(func(*int) bool { return false })
+	for range 3 * ringPage {
+		r.push(&x)
+	}
+	r.clear()
+	for j, page := range append([][]*int{r.buf}, r.spares...) {
+		for i, p := range page {
+			if p != nil {
+				t.Fatalf("page %d slot %d not cleared", j, i)
+			}
+		}
+	}
+	if len(r.spares) == 0 {
+		t.Fatal("no page kept for reuse")
+	}
 }
 
 // TestRingShrinks: after a burst drains, a large ring gives its memory back page by page.
