@@ -469,8 +469,9 @@ func (c *Consumer) feed() {
 	back = c.drainLocked(back, why)
 	if c.handing {
 		// Handed over but never delivered, so never evented: it goes back as if it had not
-		// left (and expires as it comes back, if it must).
-		back = append(back, c.handoff) // an ended queue dropped it already, and cleared handing
+		// left (and expires as it comes back, if it must). (A queue that ended dropped it and
+		// cleared handing itself.)
+		back = append(back, c.handoff)
 		c.handoff, c.handing = entry{}, false
 	}
 	q.restoreAllLocked(back)

@@ -237,10 +237,10 @@ func intNumber(i int64) number {
 	return number{kind: nonNeg, u: uint64(i)}
 }
 
-// equal reports whether x and y have the same value.
 // isNaN reports whether x is a float NaN.
 func (x number) isNaN() bool { return x.kind == floating && math.IsNaN(x.f) }
 
+// equal reports whether x and y have the same value.
 func (x number) equal(y number) bool {
 	if x.kind > y.kind {
 		x, y = y, x
