@@ -136,3 +136,21 @@ func stressReceive(ctx context.Context, c *warren.Consumer, done <-chan struct{}
 	}
 	return d, stressDelivery
 }
+
+// stressConsume starts a consumer of q, owned by ctx, with a random prefetch, which it returns:
+// mostly 1 to 32, one time in ten 300 to 999, large enough that a context end returns more than
+// one chunk. A failure is reported to l unless the run is ending (parent done); nil then.
+func stressConsume(parent, ctx context.Context, q *warren.Queue, l stressBook, rng *rand.Rand) (*warren.Consumer, int) {
+	prefetch := 1 + rng.IntN(32)
+	if rng.IntN(10) == 0 {
+		prefetch = 300 + rng.IntN(700)
+	}
+	c, err := q.Consume(ctx, warren.Prefetch(prefetch))
+	if err != nil {
+		if parent.Err() == nil {
+			l.errorf("Consume(Prefetch(%d)) = %v, want nil", prefetch, err)
+		}
+		return nil, 0
+	}
+	return c, prefetch
+}

@@ -615,15 +615,8 @@ func (l *scLedger) verify() {
 func (l *scLedger) incarnation(ctx context.Context, q *warren.Queue, rng *rand.Rand) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	prefetch := 1 + rng.IntN(32)
-	if rng.IntN(10) == 0 {
-		prefetch = 300 + rng.IntN(700)
-	}
-	c, err := q.Consume(cctx, warren.Prefetch(prefetch))
-	if err != nil {
-		if ctx.Err() == nil {
-			l.errorf("Consume(Prefetch(%d)) = %v, want nil", prefetch, err)
-		}
+	c, prefetch := stressConsume(ctx, cctx, q, l, rng)
+	if c == nil {
 		return
 	}
 	upTo := rng.IntN(4) == 0

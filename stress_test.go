@@ -288,16 +288,8 @@ func stressWorker(ctx context.Context, q *warren.Queue, l *stressLedger, rng *ra
 func stressIncarnation(ctx context.Context, q *warren.Queue, l *stressLedger, rng *rand.Rand, upTo bool) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	prefetch := 1 + rng.IntN(32)
-	if rng.IntN(10) == 0 {
-		// Large enough that a context end returns more than one chunk.
-		prefetch = 300 + rng.IntN(700)
-	}
-	c, err := q.Consume(cctx, warren.Prefetch(prefetch))
-	if err != nil {
-		if ctx.Err() == nil {
-			l.errorf("Consume(Prefetch(%d)) = %v, want nil", prefetch, err)
-		}
+	c, prefetch := stressConsume(ctx, cctx, q, l, rng)
+	if c == nil {
 		return
 	}
 	life := 1 + rng.IntN(1500)
