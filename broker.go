@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"fmt"
 	"iter"
 	"maps"
 	"slices"
@@ -156,16 +155,16 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 		}
 	}
 	if cfg.err != nil {
-		return nil, fmt.Errorf("warren: declare queue %q: %w", name, cfg.err)
+		return nil, errorf("declare queue %q: %w", name, cfg.err)
 	}
 	if err := checkTable(cfg.args); err != nil {
-		return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)
+		return nil, errorf("declare queue %q: %w", name, err)
 	}
 	if err := cfg.parseArgs(); err != nil {
-		return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)
+		return nil, errorf("declare queue %q: %w", name, err)
 	}
 	if cfg.owner != nil && cfg.owner.Err() != nil {
-		return nil, fmt.Errorf("warren: declare exclusive queue %q: owner: %w", name, cfg.owner.Err())
+		return nil, errorf("declare exclusive queue %q: owner: %w", name, cfg.owner.Err())
 	}
 	var created *Queue
 	defer func() {
@@ -185,12 +184,12 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	} else if q := b.queues[name]; q != nil {
 		switch {
 		case q.cfg.owner != nil && (cfg.owner == nil || !q.ownedBy(cfg.owner)):
-			return nil, fmt.Errorf("warren: declare queue %q: exclusive to another context: %w", name, ErrResourceLocked)
+			return nil, errorf("declare queue %q: exclusive to another context: %w", name, ErrResourceLocked)
 		case q.cfg.owner == nil && cfg.owner != nil:
-			return nil, fmt.Errorf("warren: declare queue %q exclusive: it exists and is not: %w", name, ErrResourceLocked)
+			return nil, errorf("declare queue %q exclusive: it exists and is not: %w", name, ErrResourceLocked)
 		}
 		if err := q.cfg.equivalent(cfg); err != nil {
-			return nil, fmt.Errorf("warren: declare queue %q: %w", name, err)
+			return nil, errorf("declare queue %q: %w", name, err)
 		}
 		q.touch() // a declaration is a use (R3.8)
 		return q, nil
@@ -239,7 +238,7 @@ func (b *Broker) deleteOwned(q *Queue) {
 		q.mu.Unlock()
 		return
 	}
-	feeders = q.endLocked(fmt.Errorf("warren: exclusive queue %q: owner ended: %w", q.name, ErrQueueDeleted), ReasonOwnerEnded)
+	feeders = q.endLocked(errorf("exclusive queue %q: owner ended: %w", q.name, ErrQueueDeleted), ReasonOwnerEnded)
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
 }
@@ -248,19 +247,19 @@ func (b *Broker) deleteOwned(q *Queue) {
 // RabbitMQ compares (R6.12). Unrecognised arguments are not compared.
 func (c queueConfig) equivalent(d queueConfig) error {
 	if c.durable != d.durable {
-		return fmt.Errorf("inequivalent durable %t, was %t: %w", d.durable, c.durable, ErrPreconditionFailed)
+		return errorf("inequivalent durable %t, was %t: %w", d.durable, c.durable, ErrPreconditionFailed)
 	}
 	if c.autoDelete != d.autoDelete {
-		return fmt.Errorf("inequivalent auto-delete %t, was %t: %w", d.autoDelete, c.autoDelete, ErrPreconditionFailed)
+		return errorf("inequivalent auto-delete %t, was %t: %w", d.autoDelete, c.autoDelete, ErrPreconditionFailed)
 	}
 	if (c.owner != nil) != (d.owner != nil) {
-		return fmt.Errorf("inequivalent exclusive %t, was %t: %w", d.owner != nil, c.owner != nil, ErrPreconditionFailed)
+		return errorf("inequivalent exclusive %t, was %t: %w", d.owner != nil, c.owner != nil, ErrPreconditionFailed)
 	}
 	for _, k := range comparedQueueArgs {
 		v1, ok1 := c.args[k]
 		v2, ok2 := d.args[k]
 		if ok1 != ok2 || !sameField(v1, v2) {
-			return fmt.Errorf("inequivalent arg %q: %v, was %v: %w", k, v2, v1, ErrPreconditionFailed)
+			return errorf("inequivalent arg %q: %v, was %v: %w", k, v2, v1, ErrPreconditionFailed)
 		}
 	}
 	return nil
@@ -277,9 +276,9 @@ var comparedQueueArgs = []string{
 func checkName(what, name string) error {
 	switch {
 	case len(name) > maxNameLen:
-		return fmt.Errorf("warren: %s name longer than %d bytes: %w", what, maxNameLen, ErrInvalidArgument)
+		return errorf("%s name longer than %d bytes: %w", what, maxNameLen, ErrInvalidArgument)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("warren: %s name %q is not UTF-8: %w", what, name, ErrInvalidArgument)
+		return errorf("%s name %q is not UTF-8: %w", what, name, ErrInvalidArgument)
 	}
 	return nil
 }
@@ -287,7 +286,7 @@ func checkName(what, name string) error {
 // checkReserved refuses a new name with the reserved prefix "amq." (R6.14).
 func checkReserved(what, name string) error {
 	if strings.HasPrefix(name, "amq.") {
-		return fmt.Errorf("warren: %s name %q: prefix \"amq.\" is reserved: %w", what, name, ErrAccessRefused)
+		return errorf("%s name %q: prefix \"amq.\" is reserved: %w", what, name, ErrAccessRefused)
 	}
 	return nil
 }
@@ -304,7 +303,7 @@ func (b *Broker) Queue(name string) (*Queue, error) {
 		q.touch() // a passive declaration is a use (R3.8)
 		return q, nil
 	}
-	return nil, fmt.Errorf("warren: queue %q: %w", name, ErrNotFound)
+	return nil, errorf("queue %q: %w", name, ErrNotFound)
 }
 
 // Exchange returns the exchange with the given name, or an error wrapping [ErrNotFound].
@@ -317,7 +316,7 @@ func (b *Broker) Exchange(name string) (*Exchange, error) {
 	if x := b.exchanges[name]; x != nil {
 		return x, nil
 	}
-	return nil, fmt.Errorf("warren: exchange %q: %w", name, ErrNotFound)
+	return nil, errorf("exchange %q: %w", name, ErrNotFound)
 }
 
 // Queues returns the broker's queues, sorted by name, as of the call.
@@ -368,12 +367,12 @@ func (b *Broker) DeleteQueue(name string, opts ...DeleteOption) error {
 	switch {
 	case cfg.ifUnused && q.consumerCountLocked() > 0:
 		q.mu.Unlock()
-		return fmt.Errorf("warren: delete queue %q: in use: %w", name, ErrPreconditionFailed)
+		return errorf("delete queue %q: in use: %w", name, ErrPreconditionFailed)
 	case cfg.ifEmpty && q.ready.len() > 0:
 		q.mu.Unlock()
-		return fmt.Errorf("warren: delete queue %q: not empty: %w", name, ErrPreconditionFailed)
+		return errorf("delete queue %q: not empty: %w", name, ErrPreconditionFailed)
 	}
-	feeders = q.endLocked(fmt.Errorf("warren: queue %q: %w", name, ErrQueueDeleted), ReasonDeleted)
+	feeders = q.endLocked(errorf("queue %q: %w", name, ErrQueueDeleted), ReasonDeleted)
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
 	return nil
@@ -400,7 +399,7 @@ func (b *Broker) autoDeleteQueue(q *Queue) {
 		q.mu.Unlock()
 		return
 	}
-	feeders = q.endLocked(fmt.Errorf("warren: queue %q auto-deleted: %w", q.name, ErrQueueDeleted), ReasonAutoDelete)
+	feeders = q.endLocked(errorf("queue %q auto-deleted: %w", q.name, ErrQueueDeleted), ReasonAutoDelete)
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
 }
@@ -416,7 +415,7 @@ func (b *Broker) expireQueue(q *Queue) {
 		q.mu.Unlock()
 		return
 	}
-	q.endLocked(fmt.Errorf("warren: queue %q expired: %w", q.name, ErrQueueDeleted), ReasonQueueExpired)
+	q.endLocked(errorf("queue %q expired: %w", q.name, ErrQueueDeleted), ReasonQueueExpired)
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
 }

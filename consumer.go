@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"fmt"
 	"slices"
 	"sort"
 )
@@ -90,13 +89,13 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 		return nil, cfg.err
 	}
 	if cfg.autoAck && cfg.ackTimeout > 0 {
-		return nil, fmt.Errorf("warren: consume: an ack timeout needs manual acknowledgement: %w", ErrInvalidArgument)
+		return nil, errorf("consume: an ack timeout needs manual acknowledgement: %w", ErrInvalidArgument)
 	}
 	if cfg.prefetch < 1 || cfg.prefetch > maxPrefetch {
-		return nil, fmt.Errorf("warren: consume: prefetch %d not in [1, %d]: %w", cfg.prefetch, maxPrefetch, ErrInvalidArgument)
+		return nil, errorf("consume: prefetch %d not in [1, %d]: %w", cfg.prefetch, maxPrefetch, ErrInvalidArgument)
 	}
 	if len(cfg.tag) > maxNameLen {
-		return nil, fmt.Errorf("warren: consume: consumer tag longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
+		return nil, errorf("consume: consumer tag longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
 	c := &Consumer{
 		q:         q,
@@ -126,17 +125,17 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 	q.mu.Lock()
 	defer q.unlock()
 	if q.endErr != nil {
-		return nil, fmt.Errorf("warren: consume from queue %q: %w", q.name, q.endErrLocked())
+		return nil, errorf("consume from queue %q: %w", q.name, q.endErrLocked())
 	}
 	if owner := cmp.Or(cfg.owner, ctx); !q.ownedBy(owner) {
-		return nil, fmt.Errorf("warren: consume from exclusive queue %q: %w", q.name, ErrResourceLocked)
+		return nil, errorf("consume from exclusive queue %q: %w", q.name, ErrResourceLocked)
 	}
 	if c.tag == "" {
 		for c.tag == "" || q.consumerLocked(c.tag) != nil {
 			c.tag = "amq.ctag-" + rand.Text()
 		}
 	} else if q.consumerLocked(c.tag) != nil {
-		return nil, fmt.Errorf("warren: consume from queue %q: consumer tag %q in use: %w", q.name, c.tag, ErrPreconditionFailed)
+		return nil, errorf("consume from queue %q: consumer tag %q in use: %w", q.name, c.tag, ErrPreconditionFailed)
 	}
 	if err := q.addConsumerLocked(c); err != nil {
 		return nil, err
@@ -506,10 +505,10 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 	q.mu.Lock()
 	defer q.unlock()
 	if q.endErr != nil {
-		return fmt.Errorf("warren: settle up to %d: %w", tag, q.endErrLocked())
+		return errorf("settle up to %d: %w", tag, q.endErrLocked())
 	}
 	if c.autoAck {
-		return fmt.Errorf("warren: settle up to %d on an auto-ack consumer: %w", tag, ErrUnknownDelivery)
+		return errorf("settle up to %d on an auto-ack consumer: %w", tag, ErrUnknownDelivery)
 	}
 	// Only deliveries the application has received can be settled: the last len(ch) entries
 	// of unacked are still buffered in ch. Only mu's holder sends to ch, so len(ch) can only
@@ -518,7 +517,7 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 	if tag != 0 {
 		i := sort.Search(end, func(i int) bool { return c.unacked.at(i).DeliveryTag >= tag })
 		if i == end || c.unacked.at(i).DeliveryTag != tag || c.unacked.at(i).state != deliveryOutstanding {
-			return fmt.Errorf("warren: settle up to %d: tag not outstanding on consumer %q: %w", tag, c.tag, ErrUnknownDelivery)
+			return errorf("settle up to %d: tag not outstanding on consumer %q: %w", tag, c.tag, ErrUnknownDelivery)
 		}
 		end = i + 1
 	}
@@ -661,11 +660,11 @@ func (d *Delivery) stopWatching() {
 func (q *Queue) checkSettleLocked(d *Delivery) error {
 	switch {
 	case q.endErr != nil:
-		return fmt.Errorf("warren: settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, q.endErrLocked())
+		return errorf("settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, q.endErrLocked())
 	case d.state == deliveryAutoAcked:
-		return fmt.Errorf("warren: settle auto-acked delivery %d: %w", d.DeliveryTag, ErrUnknownDelivery)
+		return errorf("settle auto-acked delivery %d: %w", d.DeliveryTag, ErrUnknownDelivery)
 	case d.state != deliveryOutstanding:
-		return fmt.Errorf("warren: settle delivery %d: %w", d.DeliveryTag, ErrAlreadySettled)
+		return errorf("settle delivery %d: %w", d.DeliveryTag, ErrAlreadySettled)
 	}
 	return nil
 }

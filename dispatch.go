@@ -2,7 +2,6 @@ package warren
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 )
 
@@ -50,11 +49,11 @@ func (q *Queue) consumerCountLocked() int {
 func (q *Queue) addConsumerLocked(c *Consumer) error {
 	switch {
 	case q.exclusive:
-		return fmt.Errorf("warren: consume from queue %q: in exclusive use: %w", q.name, ErrAccessRefused)
+		return errorf("consume from queue %q: in exclusive use: %w", q.name, ErrAccessRefused)
 	case c.exclusive && q.cfg.singleActive:
-		return fmt.Errorf("warren: consume from queue %q: exclusive consumer on a single active consumer queue: %w", q.name, ErrAccessRefused)
+		return errorf("consume from queue %q: exclusive consumer on a single active consumer queue: %w", q.name, ErrAccessRefused)
 	case c.exclusive && q.consumerCountLocked() > 0:
-		return fmt.Errorf("warren: consume from queue %q: queue has consumers, cannot consume exclusively: %w", q.name, ErrAccessRefused)
+		return errorf("consume from queue %q: queue has consumers, cannot consume exclusively: %w", q.name, ErrAccessRefused)
 	}
 	q.exclusive = c.exclusive
 	q.hadConsumer = true

@@ -1112,3 +1112,63 @@ func TestArgumentsThatContainThemselves(t *testing.T) {
 	_, err := b.DeclareQueue("q", warren.Arguments(warren.Table{"k": self}))
 	require.ErrorIs(t, err, warren.ErrPreconditionFailed)
 }
+
+// TestErrorsSayWarrenOnce checks that an error's text names the package once, at the start,
+// however many layers wrap it: a declaration's option error inside its argument error inside the
+// declaration, a consumer's end inside a queue's deletion, a sentinel wrapping a sentinel.
+func TestErrorsSayWarrenOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		var errs []error
+		add := func(err error) {
+			t.Helper()
+			require.Error(t, err)
+			errs = append(errs, err)
+		}
+		_, err := b.DeclareQueue("q2", warren.MessageTTL(1500*time.Microsecond))
+		add(err)
+		_, err = b.DeclareQueue("q3", warren.Arguments(warren.Table{"x-nested": warren.Table{"k": struct{}{}}}))
+		add(err)
+		declare(t, b, "q", warren.DeliveryLimit(1))
+		_, err = b.DeclareQueue("q", warren.DeliveryLimit(2))
+		add(err)
+		add(b.Bind("missing", "amq.fanout", "", nil))
+		add(b.Publish(t.Context(), "", "q", warren.Message{Expiration: "soon"}))
+		_, err = b.DeclareQueue("amq.q")
+		add(err)
+
+		slow := declare(t, b, "slow", warren.WithAlerts(warren.Alerts{Messages: 1, Policy: warren.Delete}))
+		sc, err := slow.Consume(t.Context(), warren.Prefetch(1))
+		require.NoError(t, err)
+		require.NoError(t, b.Publish(t.Context(), "", "slow", warren.Message{}))
+		require.NoError(t, b.Publish(t.Context(), "", "slow", warren.Message{}))
+		<-sc.Done()
+		add(sc.Err())
+		require.ErrorIs(t, sc.Err(), warren.ErrSlowConsumer)
+		timed := declare(t, b, "timed")
+		tc, err := timed.Consume(t.Context(), warren.AckTimeout(time.Second))
+		require.NoError(t, err)
+		require.NoError(t, b.Publish(t.Context(), "", "timed", warren.Message{}))
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		add(tc.Err())
+
+		q := declare(t, b, "doomed")
+		c, err := q.Consume(t.Context())
+		require.NoError(t, err)
+		_, err = q.Consume(t.Context(), warren.Prefetch(0))
+		add(err)
+		require.NoError(t, b.DeleteQueue("doomed"))
+		add(c.Err())
+		_, err = q.Get(t.Context())
+		add(err)
+		add(warren.Permanent(warren.ErrQueueDeleted))
+
+		for _, err := range errs {
+			text := err.Error()
+			if !strings.HasPrefix(text, "warren: ") || strings.Count(text, "warren:") != 1 {
+				t.Errorf("error %q: want %q once, at the start", text, "warren: ")
+			}
+		}
+	})
+}

@@ -3,7 +3,6 @@ package warren
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -102,23 +101,23 @@ func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Ex
 	if v, ok := cfg.args["alternate-exchange"]; ok {
 		s, ok := v.(string)
 		if !ok {
-			return nil, fmt.Errorf("warren: declare exchange %q: alternate-exchange %v is not a string: %w", name, v, ErrPreconditionFailed)
+			return nil, errorf("declare exchange %q: alternate-exchange %v is not a string: %w", name, v, ErrPreconditionFailed)
 		}
 		cfg.alternate = s
 	}
 	if name == "" {
-		return nil, fmt.Errorf("warren: declare the default exchange: %w", ErrAccessRefused)
+		return nil, errorf("declare the default exchange: %w", ErrAccessRefused)
 	}
 	if err := checkName("exchange", name); err != nil {
 		return nil, err
 	}
 	if err := checkTable(cfg.args); err != nil {
-		return nil, fmt.Errorf("warren: declare exchange %q: %w", name, err)
+		return nil, errorf("declare exchange %q: %w", name, err)
 	}
 	switch kind {
 	case ExchangeDirect, ExchangeFanout, ExchangeTopic, ExchangeHeaders:
 	default:
-		return nil, fmt.Errorf("warren: declare exchange %q: unknown kind %q: %w", name, kind, ErrInvalidArgument)
+		return nil, errorf("declare exchange %q: unknown kind %q: %w", name, kind, ErrInvalidArgument)
 	}
 	b.mu.Lock()
 	defer b.unlockTopology()
@@ -129,7 +128,7 @@ func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Ex
 		// An existing exchange is compared, even a predeclared "amq." one; only a new name is
 		// checked for the reserved prefix (as RabbitMQ's exchange.declare does).
 		if err := x.equivalent(kind, cfg); err != nil {
-			return nil, fmt.Errorf("warren: declare exchange %q: %w", name, err)
+			return nil, errorf("declare exchange %q: %w", name, err)
 		}
 		return x, nil
 	}
@@ -145,15 +144,15 @@ func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Ex
 func (x *Exchange) equivalent(kind string, c exchangeConfig) error {
 	switch {
 	case x.kind != kind:
-		return fmt.Errorf("inequivalent kind %q, was %q: %w", kind, x.kind, ErrPreconditionFailed)
+		return errorf("inequivalent kind %q, was %q: %w", kind, x.kind, ErrPreconditionFailed)
 	case x.cfg.durable != c.durable:
-		return fmt.Errorf("inequivalent durable %t, was %t: %w", c.durable, x.cfg.durable, ErrPreconditionFailed)
+		return errorf("inequivalent durable %t, was %t: %w", c.durable, x.cfg.durable, ErrPreconditionFailed)
 	case x.cfg.autoDelete != c.autoDelete:
-		return fmt.Errorf("inequivalent auto-delete %t, was %t: %w", c.autoDelete, x.cfg.autoDelete, ErrPreconditionFailed)
+		return errorf("inequivalent auto-delete %t, was %t: %w", c.autoDelete, x.cfg.autoDelete, ErrPreconditionFailed)
 	case x.cfg.internal != c.internal:
-		return fmt.Errorf("inequivalent internal %t, was %t: %w", c.internal, x.cfg.internal, ErrPreconditionFailed)
+		return errorf("inequivalent internal %t, was %t: %w", c.internal, x.cfg.internal, ErrPreconditionFailed)
 	case x.cfg.alternate != c.alternate:
-		return fmt.Errorf("inequivalent alternate-exchange %q, was %q: %w", c.alternate, x.cfg.alternate, ErrPreconditionFailed)
+		return errorf("inequivalent alternate-exchange %q, was %q: %w", c.alternate, x.cfg.alternate, ErrPreconditionFailed)
 	}
 	return nil
 }
@@ -174,7 +173,7 @@ func (b *Broker) DeleteExchange(name string, opts ...DeleteOption) error {
 		return ErrClosed
 	}
 	if name == "" || strings.HasPrefix(name, "amq.") {
-		return fmt.Errorf("warren: delete exchange %q: %w", name, ErrAccessRefused)
+		return errorf("delete exchange %q: %w", name, ErrAccessRefused)
 	}
 	b.mu.Lock()
 	defer b.unlockTopology()
@@ -186,7 +185,7 @@ func (b *Broker) DeleteExchange(name string, opts ...DeleteOption) error {
 		return nil
 	}
 	if cfg.ifUnused && len(x.bindings) > 0 {
-		return fmt.Errorf("warren: delete exchange %q: in use: %w", name, ErrPreconditionFailed)
+		return errorf("delete exchange %q: in use: %w", name, ErrPreconditionFailed)
 	}
 	b.deleteExchangeLocked(x, ReasonDeleted)
 	return nil
@@ -255,7 +254,7 @@ func (b *Broker) bind(dst destination, src, key string, args Table) error {
 		return ErrClosed
 	}
 	if len(key) > maxNameLen {
-		return fmt.Errorf("warren: bind: key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
+		return errorf("bind: key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
 	b.mu.Lock()
 	defer b.unlockTopology()
@@ -309,22 +308,22 @@ func (b *Broker) bindingLocked(dst destination, src, key string, args Table) (*b
 		return nil, ErrClosed
 	}
 	if src == "" || dst.exchange && dst.name == "" {
-		return nil, fmt.Errorf("warren: bind the default exchange: %w", ErrAccessRefused)
+		return nil, errorf("bind the default exchange: %w", ErrAccessRefused)
 	}
 	if err := checkTable(args); err != nil {
-		return nil, fmt.Errorf("warren: bind: %w", err)
+		return nil, errorf("bind: %w", err)
 	}
 	x := b.exchanges[src]
 	if x == nil {
-		return nil, fmt.Errorf("warren: bind: exchange %q: %w", src, ErrNotFound)
+		return nil, errorf("bind: exchange %q: %w", src, ErrNotFound)
 	}
 	bd := &binding{src: x, key: key, args: args}
 	if dst.exchange {
 		if bd.exchange = b.exchanges[dst.name]; bd.exchange == nil {
-			return nil, fmt.Errorf("warren: bind: exchange %q: %w", dst.name, ErrNotFound)
+			return nil, errorf("bind: exchange %q: %w", dst.name, ErrNotFound)
 		}
 	} else if bd.queue = b.queues[dst.name]; bd.queue == nil {
-		return nil, fmt.Errorf("warren: bind: queue %q: %w", dst.name, ErrNotFound)
+		return nil, errorf("bind: queue %q: %w", dst.name, ErrNotFound)
 	}
 	return bd, nil
 }
@@ -522,10 +521,10 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 		return ErrClosed
 	}
 	if cfg.immediate && cfg.delay > 0 {
-		return fmt.Errorf("warren: publish: immediate with a delay: %w", ErrInvalidArgument)
+		return errorf("publish: immediate with a delay: %w", ErrInvalidArgument)
 	}
 	if len(key) > maxNameLen {
-		return fmt.Errorf("warren: publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
+		return errorf("publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
 	ttl, err := parseExpiration(msg.Expiration)
 	if err != nil {
@@ -550,10 +549,10 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 	switch {
 	case x == nil || x.deleted:
 		b.mu.RUnlock()
-		return fmt.Errorf("warren: publish to exchange %q: %w", name, ErrNotFound)
+		return errorf("publish to exchange %q: %w", name, ErrNotFound)
 	case x.cfg.internal:
 		b.mu.RUnlock()
-		return fmt.Errorf("warren: publish to internal exchange %q: %w", name, ErrAccessRefused)
+		return errorf("publish to internal exchange %q: %w", name, ErrAccessRefused)
 	}
 	r.routeLocked(b, x, key, msg.Headers, nil)
 	b.mu.RUnlock()
@@ -602,10 +601,10 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 		return full
 	}
 	if routed == 0 && cfg.mandatory {
-		return fmt.Errorf("warren: publish to exchange %q with key %q: %w", name, key, ErrUnroutable)
+		return errorf("publish to exchange %q with key %q: %w", name, key, ErrUnroutable)
 	}
 	if took == 0 && cfg.immediate {
-		return fmt.Errorf("warren: immediate publish to exchange %q with key %q: %w", name, key, ErrNoConsumers)
+		return errorf("immediate publish to exchange %q with key %q: %w", name, key, ErrNoConsumers)
 	}
 	return nil
 }
@@ -633,9 +632,9 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 	b.noRoute("", key, &env.msg) // no such queue, or it went meanwhile
 	switch {
 	case cfg.mandatory:
-		return fmt.Errorf("warren: publish to exchange \"\" with key %q: %w", key, ErrUnroutable)
+		return errorf("publish to exchange \"\" with key %q: %w", key, ErrUnroutable)
 	case cfg.immediate:
-		return fmt.Errorf("warren: immediate publish with key %q: %w", key, ErrNoConsumers)
+		return errorf("immediate publish with key %q: %w", key, ErrNoConsumers)
 	}
 	return nil
 }

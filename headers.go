@@ -2,7 +2,6 @@ package warren
 
 import (
 	"bytes"
-	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -38,7 +37,7 @@ func parseHeadersBinding(args Table) (headersBinding, error) {
 	if v, ok := args["x-match"]; ok {
 		s, ok := v.(string)
 		if !ok {
-			return headersBinding{}, fmt.Errorf("warren: headers binding: x-match %v of type %T is not a string: %w", v, v, ErrPreconditionFailed)
+			return headersBinding{}, errorf("headers binding: x-match %v of type %T is not a string: %w", v, v, ErrPreconditionFailed)
 		}
 		switch s {
 		case "all":
@@ -49,7 +48,7 @@ func parseHeadersBinding(args Table) (headersBinding, error) {
 		case "any-with-x":
 			h.matchAny, withX = true, true
 		default:
-			return headersBinding{}, fmt.Errorf("warren: headers binding: x-match %q is not all, any, all-with-x or any-with-x: %w", s, ErrPreconditionFailed)
+			return headersBinding{}, errorf("headers binding: x-match %q is not all, any, all-with-x or any-with-x: %w", s, ErrPreconditionFailed)
 		}
 	}
 	for k, v := range args {

@@ -1,7 +1,6 @@
 package warren
 
 import (
-	"fmt"
 	"time"
 )
 
@@ -61,7 +60,7 @@ const maxFieldDepth = 32
 func checkNested(t Table, depth int) error {
 	for k, v := range t {
 		if err := checkField(v, depth); err != nil {
-			return fmt.Errorf("argument %q: %w", k, err)
+			return errorf("argument %q: %w", k, err)
 		}
 	}
 	return nil
@@ -69,7 +68,7 @@ func checkNested(t Table, depth int) error {
 
 func checkField(v any, depth int) error {
 	if depth > maxFieldDepth {
-		return fmt.Errorf("tables nested deeper than %d: %w", maxFieldDepth, ErrPreconditionFailed)
+		return errorf("tables nested deeper than %d: %w", maxFieldDepth, ErrPreconditionFailed)
 	}
 	switch v := v.(type) {
 	case nil, bool, int8, int16, int32, int64, int, uint8, uint16, uint32, float32, float64,
@@ -87,5 +86,5 @@ func checkField(v any, depth int) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("value of type %T is not an AMQP field type: %w", v, ErrPreconditionFailed)
+	return errorf("value of type %T is not an AMQP field type: %w", v, ErrPreconditionFailed)
 }

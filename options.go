@@ -2,7 +2,6 @@ package warren
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"maps"
 	"time"
@@ -96,7 +95,7 @@ func (c *queueConfig) parseArgs() error {
 	if v, ok := c.args["x-expires"]; ok {
 		d, err := ttlArg("x-expires", v)
 		if err != nil || d == 0 {
-			return fmt.Errorf("warren: argument x-expires: %v (%T) is not an integer from 1 to 2^32-1: %w", v, v, ErrPreconditionFailed)
+			return errorf("argument x-expires: %v (%T) is not an integer from 1 to 2^32-1: %w", v, v, ErrPreconditionFailed)
 		}
 		c.expires = d
 	}
@@ -108,7 +107,7 @@ func (c *queueConfig) parseArgs() error {
 		if v, ok := c.args[a.name]; ok {
 			n, ok := intArg(v)
 			if !ok || n < a.min {
-				return fmt.Errorf("warren: argument %s: %v (%T) is not an integer from %d: %w", a.name, v, v, a.min, ErrPreconditionFailed)
+				return errorf("argument %s: %v (%T) is not an integer from %d: %w", a.name, v, v, a.min, ErrPreconditionFailed)
 			}
 			*a.dst = n
 		}
@@ -119,27 +118,27 @@ func (c *queueConfig) parseArgs() error {
 		case DropHead, RejectPublish, RejectPublishDLX, Block:
 			c.overflow = p
 		default:
-			return fmt.Errorf("warren: argument x-overflow: %v (%T) is not drop-head, reject-publish, reject-publish-dlx or block: %w", v, v, ErrPreconditionFailed)
+			return errorf("argument x-overflow: %v (%T) is not drop-head, reject-publish, reject-publish-dlx or block: %w", v, v, ErrPreconditionFailed)
 		}
 	}
 	if v, ok := c.args["x-max-priority"]; ok {
 		n, ok := intArg(v)
 		if !ok || n < 0 || n > maxPriority {
-			return fmt.Errorf("warren: argument x-max-priority: %v (%T) is not an integer from 0 to %d: %w", v, v, maxPriority, ErrPreconditionFailed)
+			return errorf("argument x-max-priority: %v (%T) is not an integer from 0 to %d: %w", v, v, maxPriority, ErrPreconditionFailed)
 		}
 		c.maxPriority = int(n)
 	}
 	if v, ok := c.args["x-single-active-consumer"]; ok {
 		b, ok := v.(bool)
 		if !ok {
-			return fmt.Errorf("warren: argument x-single-active-consumer: %v (%T) is not a boolean: %w", v, v, ErrPreconditionFailed)
+			return errorf("argument x-single-active-consumer: %v (%T) is not a boolean: %w", v, v, ErrPreconditionFailed)
 		}
 		c.singleActive = b
 	}
 	if v, ok := c.args["x-consumer-timeout"]; ok {
 		d, err := ttlArg("x-consumer-timeout", v)
 		if err != nil || d == 0 {
-			return fmt.Errorf("warren: argument x-consumer-timeout: %v (%T) is not an integer from 1 to 2^32-1: %w", v, v, ErrPreconditionFailed)
+			return errorf("argument x-consumer-timeout: %v (%T) is not an integer from 1 to 2^32-1: %w", v, v, ErrPreconditionFailed)
 		}
 		c.ackTimeout = d
 	}
@@ -153,7 +152,7 @@ func (c *queueConfig) parseArgs() error {
 	if v, ok := c.args["x-dead-letter-exchange"]; ok {
 		s, ok := v.(string)
 		if !ok {
-			return fmt.Errorf("warren: argument x-dead-letter-exchange: %v (%T) is not a string: %w", v, v, ErrPreconditionFailed)
+			return errorf("argument x-dead-letter-exchange: %v (%T) is not a string: %w", v, v, ErrPreconditionFailed)
 		}
 		c.dlx, c.hasDLX = s, true
 	}
@@ -161,9 +160,9 @@ func (c *queueConfig) parseArgs() error {
 		s, ok := v.(string)
 		switch {
 		case !ok:
-			return fmt.Errorf("warren: argument x-dead-letter-routing-key: %v (%T) is not a string: %w", v, v, ErrPreconditionFailed)
+			return errorf("argument x-dead-letter-routing-key: %v (%T) is not a string: %w", v, v, ErrPreconditionFailed)
 		case !c.hasDLX:
-			return fmt.Errorf("warren: argument x-dead-letter-routing-key without x-dead-letter-exchange: %w", ErrPreconditionFailed)
+			return errorf("argument x-dead-letter-routing-key without x-dead-letter-exchange: %w", ErrPreconditionFailed)
 		}
 		c.dlrk, c.hasDLRK = s, true
 	}
@@ -320,7 +319,7 @@ type msTTLOption struct {
 func (o msTTLOption) applyQueue(c *queueConfig) {
 	var v any = int64(o.d / time.Millisecond)
 	if o.d < 0 || o.d > maxTTL || o.d%time.Millisecond != 0 {
-		v = invalidOption{fmt.Errorf("warren: %s %v: not a whole number of milliseconds from 0 to 2^32-1: %w", o.arg, o.d, ErrInvalidArgument)}
+		v = invalidOption{errorf("%s %v: not a whole number of milliseconds from 0 to 2^32-1: %w", o.arg, o.d, ErrInvalidArgument)}
 	}
 	c.args = mergeTables(c.args, Table{o.arg: v})
 }
@@ -352,9 +351,9 @@ func (o intOption) applyQueue(c *queueConfig) {
 	var v any = o.n
 	switch {
 	case o.n < o.least:
-		v = invalidOption{fmt.Errorf("warren: %s %d: below %d: %w", o.arg, o.n, o.least, ErrInvalidArgument)}
+		v = invalidOption{errorf("%s %d: below %d: %w", o.arg, o.n, o.least, ErrInvalidArgument)}
 	case o.most != 0 && o.n > o.most:
-		v = invalidOption{fmt.Errorf("warren: %s %d: above %d: %w", o.arg, o.n, o.most, ErrInvalidArgument)}
+		v = invalidOption{errorf("%s %d: above %d: %w", o.arg, o.n, o.most, ErrInvalidArgument)}
 	}
 	c.args = mergeTables(c.args, Table{o.arg: v})
 }
@@ -480,7 +479,7 @@ func ConsumerPriority(p int) ConsumerOption {
 func Selector(accept func(*Message) bool) ConsumerOption {
 	return consumerOption(func(c *consumeConfig) {
 		if accept == nil && c.err == nil {
-			c.err = fmt.Errorf("warren: consume: nil selector: %w", ErrInvalidArgument)
+			c.err = errorf("consume: nil selector: %w", ErrInvalidArgument)
 		}
 		c.selector = accept
 	})
@@ -535,7 +534,7 @@ type exclusiveOption struct{ ctx context.Context }
 
 func (o exclusiveOption) applyQueue(c *queueConfig) {
 	if o.ctx == nil {
-		c.args = mergeTables(c.args, Table{"exclusive": invalidOption{fmt.Errorf("warren: ExclusiveTo(nil): %w", ErrInvalidArgument)}})
+		c.args = mergeTables(c.args, Table{"exclusive": invalidOption{errorf("ExclusiveTo(nil): %w", ErrInvalidArgument)}})
 		return
 	}
 	c.owner = o.ctx

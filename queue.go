@@ -2,7 +2,6 @@ package warren
 
 import (
 	"context"
-	"fmt"
 	"iter"
 	"slices"
 	"sync"
@@ -589,7 +588,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 			q.dropLocked(env, ReasonQueueFull)
 		}
 		q.unlock()
-		return fmt.Errorf("warren: queue %q: %w", q.name, ErrQueueFull)
+		return errorf("queue %q: %w", q.name, ErrQueueFull)
 	}
 	e := entry{env: env, seq: q.nextSeq}
 	if p := q.cfg.maxPriority; p > 0 {
@@ -625,7 +624,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		if _, ok := q.ready.remove(e.key()); ok { // no consumer took it: it was never here (Q8.7)
 			q.dropLocked(env, ReasonNoConsumers)
 			q.unlock()
-			return fmt.Errorf("warren: queue %q: %w", q.name, ErrNoConsumers)
+			return errorf("queue %q: %w", q.name, ErrNoConsumers)
 		}
 	}
 	q.enqueuedLocked(env, at, opt.deadReason)
@@ -793,11 +792,11 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 	if q.endErr != nil {
 		err := q.endErrLocked()
 		q.unlock()
-		return nil, fmt.Errorf("warren: get from queue %q: %w", q.name, err)
+		return nil, errorf("get from queue %q: %w", q.name, err)
 	}
 	if !q.ownedBy(ctx) {
 		q.unlock()
-		return nil, fmt.Errorf("warren: get from exclusive queue %q: %w", q.name, ErrResourceLocked)
+		return nil, errorf("get from exclusive queue %q: %w", q.name, ErrResourceLocked)
 	}
 	e, ok := q.takeLocked()
 	q.touchLocked() // a Get is a use, even of an empty queue (R3.8)
@@ -892,7 +891,7 @@ func (q *Queue) Purge() (int, error) {
 	q.mu.Lock()
 	defer q.unlock()
 	if q.endErr != nil {
-		return 0, fmt.Errorf("warren: purge queue %q: %w", q.name, q.endErrLocked())
+		return 0, errorf("purge queue %q: %w", q.name, q.endErrLocked())
 	}
 	q.dropReadyLocked(ReasonPurged)
 	return q.ready.clear(), nil

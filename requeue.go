@@ -3,7 +3,6 @@ package warren
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -155,7 +154,7 @@ func (c *Consumer) Recover() error {
 	q.mu.Lock()
 	defer q.unlock()
 	if q.endErr != nil {
-		return fmt.Errorf("warren: recover: %w", q.endErrLocked())
+		return errorf("recover: %w", q.endErrLocked())
 	}
 	if c.autoAck || c.ended {
 		return nil

@@ -3,7 +3,6 @@ package warren
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -32,7 +31,7 @@ func Workers(n int) ServeOption { return serveOption(func(c *serveConfig) { c.wo
 func Backoff(initial, max time.Duration) ServeOption {
 	return serveOption(func(c *serveConfig) {
 		if initial <= 0 || max < initial {
-			c.err = fmt.Errorf("warren: serve: backoff %v to %v: want 0 < initial ≤ max: %w", initial, max, ErrInvalidArgument)
+			c.err = errorf("serve: backoff %v to %v: want 0 < initial ≤ max: %w", initial, max, ErrInvalidArgument)
 			return
 		}
 		c.backoff = func(attempt int) time.Duration {
@@ -93,9 +92,9 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 	case cfg.err != nil:
 		return cfg.err
 	case h == nil:
-		return fmt.Errorf("warren: serve: nil handler: %w", ErrInvalidArgument)
+		return errorf("serve: nil handler: %w", ErrInvalidArgument)
 	case cfg.workers < 1 || cfg.workers > maxPrefetch:
-		return fmt.Errorf("warren: serve: workers %d not in [1, %d]: %w", cfg.workers, maxPrefetch, ErrInvalidArgument)
+		return errorf("serve: workers %d not in [1, %d]: %w", cfg.workers, maxPrefetch, ErrInvalidArgument)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -176,7 +175,7 @@ func (q *Queue) settleServed(d *Delivery, err error, backoff func(int) time.Dura
 
 // errHandlerExited is the failure of a handler that ended its goroutine with runtime.Goexit (as
 // t.FailNow does) instead of returning.
-var errHandlerExited = errors.New("warren: handler called runtime.Goexit")
+var errHandlerExited = newError("handler called runtime.Goexit")
 
 // runHandler calls h. A panic becomes an error (wrapping the panic value when it is an error),
 // after it is logged and told to listeners. A handler that ends its goroutine instead of
@@ -188,9 +187,9 @@ func (q *Queue) runHandler(ctx context.Context, h Handler, d *Delivery, backoff 
 		switch {
 		case p != nil:
 			if pe, ok := p.(error); ok {
-				err = fmt.Errorf("warren: handler panicked: %w", pe)
+				err = errorf("handler panicked: %w", pe)
 			} else {
-				err = fmt.Errorf("warren: handler panicked: %v", p)
+				err = errorf("handler panicked: %v", p)
 			}
 			q.b.cfg.logger.Error("warren: handler panicked", "queue", q.name, "consumer", d.ConsumerTag,
 				"tag", d.DeliveryTag, "panic", p, "stack", string(debug.Stack()))

@@ -1,8 +1,6 @@
 package warren
 
 import (
-	"errors"
-	"fmt"
 	"time"
 )
 
@@ -242,7 +240,7 @@ const (
 
 // ErrSlowConsumer is wrapped, with [ErrQueueDeleted], by the error the consumers of a queue
 // deleted by the [Delete] policy of its [Alerts] end with.
-var ErrSlowConsumer = errors.New("warren: slow consumer")
+var ErrSlowConsumer = newError("slow consumer")
 
 // Alert reasons: which threshold an [EventAlert] reports.
 const (
@@ -281,7 +279,7 @@ type alertsOption Alerts
 func (o alertsOption) applyQueue(c *queueConfig) {
 	a := Alerts(o)
 	if a.Messages < 0 || a.Bytes < 0 || a.Age < 0 || a.MessageSize < 0 || a.RepeatGap < 0 || a.Policy > Delete {
-		c.err = fmt.Errorf("warren: alerts %+v: negative threshold or unknown policy: %w", a, ErrInvalidArgument)
+		c.err = errorf("alerts %+v: negative threshold or unknown policy: %w", a, ErrInvalidArgument)
 		return
 	}
 	if a.RepeatGap == 0 {
@@ -356,7 +354,7 @@ func (q *Queue) crossLocked(i int, over bool, value, limit int64, m *envelope, n
 	}
 	q.eventLocked(e) // always: the flush logs it (see Broker.flush)
 	if i != alertSize && q.cfg.alerts.Policy == Delete && q.doomed == nil {
-		q.doomed = fmt.Errorf("warren: queue %q deleted by its slow-consumer policy: %s %d over %d: %w: %w",
+		q.doomed = errorf("queue %q deleted by its slow-consumer policy: %s %d over %d: %w: %w",
 			q.name, alertNames[i], value, limit, ErrQueueDeleted, ErrSlowConsumer)
 	}
 	return now

@@ -1,7 +1,6 @@
 package warren
 
 import (
-	"fmt"
 	"strconv"
 	"time"
 
@@ -326,7 +325,7 @@ func parseExpiration(s string) (time.Duration, error) {
 	}
 	ms, err := strconv.ParseUint(s, 10, 32)
 	if err != nil {
-		return 0, fmt.Errorf("warren: invalid expiration %q: %w", s, ErrPreconditionFailed)
+		return 0, errorf("invalid expiration %q: %w", s, ErrPreconditionFailed)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -336,7 +335,7 @@ func parseExpiration(s string) (time.Duration, error) {
 func ttlArg(name string, v any) (time.Duration, error) {
 	n, ok := intArg(v)
 	if !ok || n < 0 || n > int64(maxTTL/time.Millisecond) {
-		return 0, fmt.Errorf("warren: argument %s: %v (%T) is not an integer from 0 to 2^32-1: %w", name, v, v, ErrPreconditionFailed)
+		return 0, errorf("argument %s: %v (%T) is not an integer from 0 to 2^32-1: %w", name, v, v, ErrPreconditionFailed)
 	}
 	return time.Duration(n) * time.Millisecond, nil
 }
