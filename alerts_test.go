@@ -29,7 +29,7 @@ func (r *evRec) of(kind warren.EventKind, queue string) []warren.Event {
 }
 
 // alerts returns the EventAlerts of reason.
-func (r *evRec) alerts(reason string) []warren.Event {
+func (r *evRec) alerts(reason warren.Reason) []warren.Event {
 	var out []warren.Event
 	for _, e := range r.of(warren.EventAlert, "") {
 		if e.Reason == reason {
@@ -405,13 +405,13 @@ func TestCycleBytesWithConsumer(t *testing.T) {
 // dropped with Reason queue-deleted, and publishers carry on.
 func TestDeletePolicyOnCrossing(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
+		name   warren.Reason
 		alerts warren.Alerts
 	}{
 		{warren.AlertMessages, warren.Alerts{Messages: 3, Policy: warren.Delete}},
 		{warren.AlertBytes, warren.Alerts{Bytes: 3, Policy: warren.Delete}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(string(tc.name), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newBroker(t)
 				log := evRecord(t, b)

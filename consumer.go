@@ -261,7 +261,7 @@ func (c *Consumer) afterStop(autoDelete bool) {
 // once told by signalStopLocked). It appends to back the entries of deliveries that were
 // buffered and never received, unchanged, for the caller to put back; the caller also removes
 // c from the queue's consumer lists and calls signalStopLocked.
-func (c *Consumer) stopLocked(reason error, back []entry, why string) []entry {
+func (c *Consumer) stopLocked(reason error, back []entry, why Reason) []entry {
 	if c.stopped {
 		return back
 	}
@@ -284,7 +284,7 @@ func (c *Consumer) stopLocked(reason error, back []entry, why string) []entry {
 // back for why (see backLocked). Only ch's sender may call it: under q.mu for a push consumer,
 // the feeder for an AutoAck one. The application may be receiving at the same time; what it
 // receives first is its own.
-func (c *Consumer) drainLocked(back []entry, why string) []entry {
+func (c *Consumer) drainLocked(back []entry, why Reason) []entry {
 	for {
 		select {
 		case d := <-c.ch:
@@ -303,7 +303,7 @@ func (c *Consumer) drainLocked(back []entry, why string) []entry {
 // for an auto-acked delivery (why ReasonReturned), EventEnqueued, since its span ended when it
 // was delivered; nothing for why "". If the message cannot go back (its TTL passed, or the
 // delivery limit), a terminal event follows when it comes back.
-func (c *Consumer) backLocked(e entry, why string) {
+func (c *Consumer) backLocked(e entry, why Reason) {
 	switch why {
 	case "":
 	case ReasonReturned:

@@ -8,7 +8,7 @@ import (
 // death is one dead-lettering event, as recordDeath writes it into a message's headers.
 type death struct {
 	queue       string   // the queue the message is dead-lettered from
-	reason      string   // one of the reason constants
+	reason      Reason   // one of the x-death reasons
 	exchange    string   // the exchange the message was published to
 	routingKeys []string // its routing key and CC keys (never BCC)
 	expiration  string   // the message's per-message TTL, "" if it had none
@@ -34,7 +34,7 @@ func recordDeath(headers Table, d death) Table {
 	var entry Table
 	for _, e := range old {
 		t, ok := e.(Table)
-		if ok && entry == nil && t["queue"] == d.queue && t["reason"] == d.reason {
+		if ok && entry == nil && t["queue"] == d.queue && t["reason"] == string(d.reason) {
 			entry = make(Table, len(t))
 			maps.Copy(entry, t)
 			count, _ := entry["count"].(int64)
@@ -50,7 +50,7 @@ func recordDeath(headers Table, d death) Table {
 		}
 		entry = Table{
 			"queue":        d.queue,
-			"reason":       d.reason,
+			"reason":       string(d.reason), // the AMQP field type, not Reason
 			"count":        int64(1),
 			"time":         d.time.Truncate(time.Second),
 			"exchange":     d.exchange,
@@ -63,11 +63,11 @@ func recordDeath(headers Table, d death) Table {
 	deaths[0] = entry
 	h["x-death"] = deaths
 	if _, ok := h["x-first-death-reason"]; !ok {
-		h["x-first-death-reason"] = d.reason
+		h["x-first-death-reason"] = string(d.reason)
 		h["x-first-death-queue"] = d.queue
 		h["x-first-death-exchange"] = d.exchange
 	}
-	h["x-last-death-reason"] = d.reason
+	h["x-last-death-reason"] = string(d.reason)
 	h["x-last-death-queue"] = d.queue
 	h["x-last-death-exchange"] = d.exchange
 	return h
@@ -78,14 +78,14 @@ func recordDeath(headers Table, d death) Table {
 // newest deaths are walked back to the most recent one from target; if it is there and no death
 // on the way, itself included, was a rejection, the message has gone round without anyone
 // deciding to send it round, and it must not go to target. A rejection is never a cycle.
-func isDeathCycle(headers Table, target, reason string) bool {
+func isDeathCycle(headers Table, target string, reason Reason) bool {
 	if reason == ReasonRejected {
 		return false
 	}
 	deaths, _ := headers["x-death"].([]any)
 	for _, e := range deaths {
 		t, _ := e.(Table)
-		if t["reason"] == ReasonRejected {
+		if t["reason"] == string(ReasonRejected) {
 			return false
 		}
 		if t["queue"] == target {
@@ -99,7 +99,7 @@ func isDeathCycle(headers Table, target, reason string) bool {
 // with a dead-letter exchange it goes into the outbox, to be published once mu is released (see
 // [Queue.unlock]) and evented then, when the outcome is known; without one it expires or drops
 // here. A queue that ended dead-letters nothing (R4.2).
-func (q *Queue) deadLetterLocked(e entry, reason string) {
+func (q *Queue) deadLetterLocked(e entry, reason Reason) {
 	if reason == ReasonExpired {
 		q.n.expired++
 	}
@@ -117,13 +117,13 @@ func (q *Queue) deadLetterLocked(e entry, reason string) {
 }
 
 // dropLocked counts and events a message that leaves q, or is refused by it, going nowhere.
-func (q *Queue) dropLocked(env *envelope, reason string) {
+func (q *Queue) dropLocked(env *envelope, reason Reason) {
 	q.n.dropped++
 	q.messageEventLocked(EventDropped, env, "", reason)
 }
 
 // endReasonLocked is the drop reason for what a queue held when it ended.
-func (q *Queue) endReasonLocked() string {
+func (q *Queue) endReasonLocked() Reason {
 	if q.b.closed.Load() {
 		return ReasonClosed
 	}
@@ -164,7 +164,7 @@ func (b *Broker) flush(src *Queue, batch []Event) (dead, lost uint64) {
 // exchange, and that a queue the death history says it would cycle back into is skipped. It
 // reports whether a queue took the copy, and events the outcome for src: dead-lettered, or
 // dropped because the exchange is missing, nothing took it, or it would cycle.
-func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason string, now time.Time) bool {
+func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now time.Time) bool {
 	keys := []string{env.routingKey}
 	headerKeys(env.msg.Headers["CC"], func(k string) { keys = append(keys, k) }) // x-death: no BCC
 	msg := env.msg
@@ -182,7 +182,7 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason string, now
 		bcc = *env.bcc
 	}
 	dl := &envelope{msg: msg} // the copy: routed, enqueued and evented as one message
-	outcome := func(kind EventKind, why string) {
+	outcome := func(kind EventKind, why Reason) {
 		if b.listening() {
 			b.emit(Event{Kind: kind, Queue: src.name, Exchange: src.cfg.dlx, RoutingKey: key, Message: &dl.msg, Reason: why})
 		}
@@ -246,7 +246,7 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason string, now
 // and OriginalExpiration the message's own TTL then, if it had one.
 type Death struct {
 	Queue              string
-	Reason             string
+	Reason             Reason
 	Count              int64
 	Time               time.Time
 	Exchange           string
@@ -268,7 +268,8 @@ func (m *Message) Deaths() []Death {
 		}
 		d := Death{}
 		d.Queue, _ = t["queue"].(string)
-		d.Reason, _ = t["reason"].(string)
+		r, _ := t["reason"].(string)
+		d.Reason = Reason(r)
 		d.Count, _ = intArg(t["count"])
 		d.Time, _ = t["time"].(time.Time)
 		d.Exchange, _ = t["exchange"].(string)

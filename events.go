@@ -148,38 +148,42 @@ func (k EventKind) Terminal() bool {
 	return false
 }
 
+// Reason says why something happened: an [Event]'s Reason, and the reason of a dead-lettering
+// in a message's "x-death" history ([Death].Reason).
+type Reason string
+
 // Reasons carried by events ([Event].Reason). The first four are also the x-death reasons
 // ([Death].Reason) RabbitMQ writes.
 const (
-	ReasonRejected      = "rejected"       // rejected or nacked without requeue
-	ReasonExpired       = "expired"        // its TTL passed
-	ReasonMaxLen        = "maxlen"         // dropped from the head by a length limit (drop-head, the Cycle policy), or refused by reject-publish-dlx
-	ReasonDeliveryLimit = "delivery_limit" // returned more times than the queue's delivery limit
+	ReasonRejected      Reason = "rejected"       // rejected or nacked without requeue
+	ReasonExpired       Reason = "expired"        // its TTL passed
+	ReasonMaxLen        Reason = "maxlen"         // dropped from the head by a length limit (drop-head, the Cycle policy), or refused by reject-publish-dlx
+	ReasonDeliveryLimit Reason = "delivery_limit" // returned more times than the queue's delivery limit
 
 	// Why a message was dropped (EventDropped), besides the four above when the queue has no
 	// dead-letter exchange.
-	ReasonQueueFull       = "queue-full"        // refused on arrival by a length limit (reject-publish, a full Block queue)
-	ReasonNoConsumers     = "no-consumers"      // an [Immediate] publish no consumer could take
-	ReasonDLXNotFound     = "dlx-not-found"     // its dead-letter exchange does not exist
-	ReasonDLXNoRoute      = "dlx-no-route"      // its dead-letter copy reached no queue that took it
-	ReasonDeadLetterCycle = "dead-letter-cycle" // its dead-letter copy would have cycled back (R4.7)
-	ReasonPurged          = "purged"            // [Queue.Purge]
-	ReasonQueueDeleted    = "queue-deleted"     // its queue was deleted, for whatever reason
-	ReasonClosed          = "closed"            // the broker closed
+	ReasonQueueFull       Reason = "queue-full"        // refused on arrival by a length limit (reject-publish, a full Block queue)
+	ReasonNoConsumers     Reason = "no-consumers"      // an [Immediate] publish no consumer could take
+	ReasonDLXNotFound     Reason = "dlx-not-found"     // its dead-letter exchange does not exist
+	ReasonDLXNoRoute      Reason = "dlx-no-route"      // its dead-letter copy reached no queue that took it
+	ReasonDeadLetterCycle Reason = "dead-letter-cycle" // its dead-letter copy would have cycled back (R4.7)
+	ReasonPurged          Reason = "purged"            // [Queue.Purge]
+	ReasonQueueDeleted    Reason = "queue-deleted"     // its queue was deleted, for whatever reason
+	ReasonClosed          Reason = "closed"            // the broker closed
 
 	// Why a message came back (EventRequeued, EventEnqueued).
-	ReasonNack       = "nack"        // Nack, NackUpTo, NackWithDelay, or a Serve handler's error
-	ReasonRecover    = "recover"     // [Consumer.Recover]
-	ReasonCancel     = "cancel"      // [Consumer.Cancel]: buffered and never received, back unchanged
-	ReasonOwnerEnded = "owner-ended" // the consumer's or Get's context ended (for a queue: its exclusive owner)
-	ReasonAckTimeout = "ack-timeout" // its consumer's ack timeout ended the consumer
-	ReasonReturned   = "returned"    // an auto-acked delivery its stopped consumer never received
+	ReasonNack       Reason = "nack"        // Nack, NackUpTo, NackWithDelay, or a Serve handler's error
+	ReasonRecover    Reason = "recover"     // [Consumer.Recover]
+	ReasonCancel     Reason = "cancel"      // [Consumer.Cancel]: buffered and never received, back unchanged
+	ReasonOwnerEnded Reason = "owner-ended" // the consumer's or Get's context ended (for a queue: its exclusive owner)
+	ReasonAckTimeout Reason = "ack-timeout" // its consumer's ack timeout ended the consumer
+	ReasonReturned   Reason = "returned"    // an auto-acked delivery its stopped consumer never received
 
 	// Why a queue or exchange was deleted (EventQueueDeleted, EventExchangeDeleted).
-	ReasonDeleted      = "deleted"       // [Broker.DeleteQueue], [Broker.DeleteExchange]
-	ReasonAutoDelete   = "auto-delete"   // its last consumer (queue) or binding (exchange) went
-	ReasonQueueExpired = "queue-expired" // unused for its [Expires]
-	ReasonPolicy       = "policy"        // the [Delete] policy of its [Alerts]
+	ReasonDeleted      Reason = "deleted"       // [Broker.DeleteQueue], [Broker.DeleteExchange]
+	ReasonAutoDelete   Reason = "auto-delete"   // its last consumer (queue) or binding (exchange) went
+	ReasonQueueExpired Reason = "queue-expired" // unused for its [Expires]
+	ReasonPolicy       Reason = "policy"        // the [Delete] policy of its [Alerts]
 )
 
 // Event is something that happened in a broker, as told to its listeners ([Broker.Listen]). See
@@ -192,7 +196,7 @@ type Event struct {
 	DestinationExchange string   // an exchange-to-exchange binding's destination
 	Consumer            string   // the consumer tag concerned
 	Message             *Message // the message concerned; shared and read-only
-	Reason              string   // why, for the kinds that say
+	Reason              Reason   // why, for the kinds that say
 	Err                 error    // what went wrong
 	Value, Limit        int64    // EventAlert: the measure and its threshold
 
@@ -289,7 +293,7 @@ func (q *Queue) eventLocked(e Event) {
 }
 
 // messageEventLocked records an event about e's message in this queue, if anyone listens.
-func (q *Queue) messageEventLocked(kind EventKind, env *envelope, consumer, reason string) {
+func (q *Queue) messageEventLocked(kind EventKind, env *envelope, consumer string, reason Reason) {
 	if !q.b.listening() {
 		return
 	}

@@ -53,13 +53,13 @@ type evSpan struct {
 // evCounts counts the events of one incarnation of a queue, to compare with its Stats.
 type evCounts struct {
 	kinds         map[warren.EventKind]int
-	requeued      map[string]int // by reason
-	lone          int            // terminal events with no Enqueued before: refusals on arrival
-	expiredCopies int            // dead-letter outcomes of expired messages
+	requeued      map[warren.Reason]int // by reason
+	lone          int                   // terminal events with no Enqueued before: refusals on arrival
+	expiredCopies int                   // dead-letter outcomes of expired messages
 }
 
 func newEvCounts() *evCounts {
-	return &evCounts{kinds: map[warren.EventKind]int{}, requeued: map[string]int{}}
+	return &evCounts{kinds: map[warren.EventKind]int{}, requeued: map[warren.Reason]int{}}
 }
 
 // evChecker is a listener that checks, event by event, that the events of every message in
@@ -139,15 +139,16 @@ func evDepth(m *warren.Message) (n int64) {
 	return n
 }
 
-func evLastDeath(m *warren.Message) (queue, reason string) {
+func evLastDeath(m *warren.Message) (queue string, reason warren.Reason) {
 	queue, _ = m.Headers["x-last-death-queue"].(string)
-	reason, _ = m.Headers["x-last-death-reason"].(string)
+	r, _ := m.Headers["x-last-death-reason"].(string)
+	reason = warren.Reason(r)
 	return queue, reason
 }
 
 func evName(e warren.Event) string {
 	if e.Reason != "" {
-		return e.Kind.String() + "(" + e.Reason + ")"
+		return e.Kind.String() + "(" + string(e.Reason) + ")"
 	}
 	return e.Kind.String()
 }
@@ -407,7 +408,7 @@ func (c *evChecker) deadLetterOutcome(e warren.Event, n *evCounts) {
 // checkOut checks where a message was when it left for cause: a rejection takes a delivery
 // (out); expiry, a length limit, a purge and the delivery limit take a message in the queue —
 // one that was out comes back first (Requeued), then leaves.
-func (c *evChecker) checkOut(e warren.Event, sp *evSpan, cause string) {
+func (c *evChecker) checkOut(e warren.Event, sp *evSpan, cause warren.Reason) {
 	switch cause {
 	case warren.ReasonRejected:
 		if !sp.out {

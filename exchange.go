@@ -192,7 +192,7 @@ func (b *Broker) DeleteExchange(name string, opts ...DeleteOption) error {
 }
 
 // deleteExchangeLocked removes x and every binding from or to it, cascading auto-deletes.
-func (b *Broker) deleteExchangeLocked(x *Exchange, reason string) {
+func (b *Broker) deleteExchangeLocked(x *Exchange, reason Reason) {
 	if x.deleted {
 		return
 	}

@@ -1229,7 +1229,7 @@ func FuzzExpiration(f *testing.F) {
 			require.Equal(t, "", dv.Message.Expiration, "dead-lettering removes Expiration")
 			deaths := dv.Message.Deaths()
 			require.Len(t, deaths, 1)
-			require.Equal(t, "expired", deaths[0].Reason)
+			require.Equal(t, warren.ReasonExpired, deaths[0].Reason)
 			require.Equal(t, exp, deaths[0].OriginalExpiration)
 			require.NoError(t, dv.Ack())
 		})

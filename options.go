@@ -205,7 +205,7 @@ type publishConfig struct {
 	delay     time.Duration
 	// deadReason is the x-death reason of a dead letter being published: the Reason of its
 	// EventEnqueued.
-	deadReason string
+	deadReason Reason
 }
 
 type deleteConfig struct {

@@ -641,7 +641,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 // enqueuedLocked counts a message that entered the queue and, if anyone listens, puts its
 // Enqueued event at outbox position at: before the events of its dispatch, which happened first
 // so that an Immediate publish no consumer took is never evented as enqueued.
-func (q *Queue) enqueuedLocked(env *envelope, at int, reason string) {
+func (q *Queue) enqueuedLocked(env *envelope, at int, reason Reason) {
 	q.n.enqueued++
 	if !q.b.listening() {
 		return
@@ -911,7 +911,7 @@ func (q *Queue) endErrLocked() error {
 // message it held is evented as dropped. It returns the feeders to join after mu is released;
 // the caller, which holds the broker's lock, empties the outbox once that is released
 // ([Queue.flushOutbox]).
-func (q *Queue) endLocked(err error, reason string) []*Consumer {
+func (q *Queue) endLocked(err error, reason Reason) []*Consumer {
 	if q.endErr != nil {
 		return nil
 	}
@@ -989,7 +989,7 @@ func (q *Queue) endLocked(err error, reason string) []*Consumer {
 
 // dropReadyLocked counts and events every ready message as dropped with reason, before the
 // ready set is cleared.
-func (q *Queue) dropReadyLocked(reason string) {
+func (q *Queue) dropReadyLocked(reason Reason) {
 	if !q.b.listening() {
 		q.n.dropped += uint64(q.ready.len())
 		return

@@ -171,7 +171,7 @@ func (c *Consumer) Recover() error {
 
 // takeBackLocked releases every delivery c received and has not settled, marking it returned,
 // and appends its entry to back, redelivered, for the caller to put back.
-func (c *Consumer) takeBackLocked(back []entry, why string) []entry {
+func (c *Consumer) takeBackLocked(back []entry, why Reason) []entry {
 	for d := range outstanding(&c.unacked) {
 		c.q.releaseLocked(d, deliveryReturned)
 		c.backLocked(d.e, why)
@@ -221,7 +221,7 @@ func (q *Queue) reap() {
 // the active one ends, and receives once the caller dispatches, after everything is back: so a
 // consumer of this queue sees them in queue order. It returns the consumers it ended, for
 // finishOrphans.
-func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool, why string) []*Consumer {
+func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool, why Reason) []*Consumer {
 	var (
 		back  []entry
 		ended []*Consumer

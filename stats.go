@@ -244,10 +244,10 @@ var ErrSlowConsumer = newError("slow consumer")
 
 // Alert reasons: which threshold an [EventAlert] reports.
 const (
-	AlertMessages    = "messages"     // ready messages ≥ Messages
-	AlertBytes       = "bytes"        // ready body bytes ≥ Bytes
-	AlertAge         = "age"          // the oldest ready message is older than Age
-	AlertMessageSize = "message-size" // an arriving message's body ≥ MessageSize bytes
+	AlertMessages    Reason = "messages"     // ready messages ≥ Messages
+	AlertBytes       Reason = "bytes"        // ready body bytes ≥ Bytes
+	AlertAge         Reason = "age"          // the oldest ready message is older than Age
+	AlertMessageSize Reason = "message-size" // an arriving message's body ≥ MessageSize bytes
 )
 
 // Alerts are a queue's thresholds (see [WithAlerts]). A zero threshold checks nothing.
@@ -305,7 +305,7 @@ const (
 	alertKinds
 )
 
-var alertNames = [alertKinds]string{AlertMessages, AlertBytes, AlertAge, AlertMessageSize}
+var alertNames = [alertKinds]Reason{AlertMessages, AlertBytes, AlertAge, AlertMessageSize}
 
 // checkAlertsLocked checks the count, bytes and age thresholds after a change, and enforces the
 // Cycle policy. now is the queue's clock, or 0 if not read yet.

@@ -119,9 +119,9 @@ func scExpiration(id int) string {
 }
 
 // Death reasons, as codes in the per-id arrays.
-var scReasons = []string{"", warren.ReasonRejected, warren.ReasonExpired, warren.ReasonDeliveryLimit, warren.ReasonMaxLen, "other"}
+var scReasons = []warren.Reason{"", warren.ReasonRejected, warren.ReasonExpired, warren.ReasonDeliveryLimit, warren.ReasonMaxLen, "other"}
 
-func scReason(r string) uint32 {
+func scReason(r warren.Reason) uint32 {
 	for i, s := range scReasons {
 		if s == r && i > 0 {
 			return uint32(i)
@@ -340,7 +340,7 @@ func (l *scLedger) listen(e warren.Event) {
 			}
 		case e.Kind == warren.EventDropped && e.Reason == warren.ReasonDLXNoRoute:
 			last, _ := e.Message.Headers["x-last-death-reason"].(string)
-			r := scReason(last)
+			r := scReason(warren.Reason(last))
 			l.evWorkReason[id].Store(r)
 			l.evWorkDrop[id].Store(true)
 			l.workDropped[r].Add(1)
