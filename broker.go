@@ -183,7 +183,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 		}
 	} else if q := b.queues[name]; q != nil {
 		switch {
-		case q.cfg.owner != nil && (cfg.owner == nil || !q.ownedBy(cfg.owner)):
+		case q.cfg.owner != nil && !q.usableBy(cfg.owner):
 			return nil, errorf("declare queue %q: exclusive to another context: %w", name, ErrResourceLocked)
 		case q.cfg.owner == nil && cfg.owner != nil:
 			return nil, errorf("declare queue %q exclusive: it exists and is not: %w", name, ErrResourceLocked)
@@ -207,14 +207,6 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 		q.ownerStop = context.AfterFunc(cfg.owner, func() { b.deleteOwned(q) })
 	}
 	return q, nil
-}
-
-// ownedBy reports whether ctx may use the queue: any context may use a queue that is not
-// exclusive; an exclusive queue only its owner, or a context that shares its Done channel (one
-// derived from it with context.WithValue).
-func (q *Queue) ownedBy(ctx context.Context) bool {
-	o := q.cfg.owner
-	return o == nil || ctx == o || (ctx.Done() != nil && ctx.Done() == o.Done())
 }
 
 // deleteOwned deletes an exclusive queue whose owner context ended (R2.6).
@@ -291,19 +283,28 @@ func checkReserved(what, name string) error {
 	return nil
 }
 
-// Queue returns the queue with the given name, or an error wrapping [ErrNotFound] (AMQP's
-// passive declare).
-func (b *Broker) Queue(name string) (*Queue, error) {
+// Queue returns the queue with the given name (AMQP's passive declare), or an error wrapping
+// [ErrNotFound]. An exclusive queue is returned only to its owner ([As]); others get an error
+// wrapping [ErrResourceLocked].
+func (b *Broker) Queue(name string, opts ...CallOption) (*Queue, error) {
+	cfg := callOptions(opts)
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed.Load() {
 		return nil, ErrClosed
 	}
-	if q := b.queues[name]; q != nil {
-		q.touch() // a passive declaration is a use (R3.8)
-		return q, nil
+	q := b.queues[name]
+	if q == nil {
+		return nil, errorf("queue %q: %w", name, ErrNotFound)
 	}
-	return nil, errorf("queue %q: %w", name, ErrNotFound)
+	if err := q.checkUse("look up queue", cfg.owner); err != nil {
+		return nil, err
+	}
+	q.touch() // a passive declaration is a use
+	return q, nil
 }
 
 // Exchange returns the exchange with the given name, or an error wrapping [ErrNotFound].
@@ -337,29 +338,35 @@ func (b *Broker) Exchanges() iter.Seq[*Exchange] {
 }
 
 // DeleteQueue deletes a queue with its messages, ready and unacknowledged, and its bindings
-// (AMQP's queue.delete): nothing is dead-lettered. Its consumers stop; their [Consumer.Err] and
-// any later settlement of their deliveries report an error wrapping [ErrQueueDeleted].
+// (AMQP's queue.delete), and returns how many ready messages went with it (delete-ok's
+// message-count), counted in the critical section that deletes it: nothing is dead-lettered. Its
+// consumers stop, and their [Consumer.Err] says why with an error wrapping [ErrQueueDeleted];
+// their deliveries, and Get deliveries, may still be settled, to no effect.
 //
 // With [IfUnused] it fails if the queue has consumers, with [IfEmpty] if it has ready messages;
-// both with [ErrPreconditionFailed]. Deleting a queue that does not exist succeeds, as in RabbitMQ.
-func (b *Broker) DeleteQueue(name string, opts ...DeleteOption) error {
-	var cfg deleteConfig
-	for _, o := range opts {
-		if o != nil {
-			o.applyDelete(&cfg)
-		}
+// both with [ErrPreconditionFailed]. An exclusive queue may be deleted only on behalf of its
+// owner ([As]; else [ErrResourceLocked]). Deleting a queue that does not exist succeeds, as in
+// RabbitMQ. DeleteQueue returns once the queue's consumers have stopped.
+func (b *Broker) DeleteQueue(name string, opts ...CallOption) (int, error) {
+	cfg := callOptions(opts)
+	if cfg.err != nil {
+		return 0, cfg.err
 	}
 	var feeders []*Consumer
 	defer joinFeeders(&feeders) // after the locks are released
 	b.mu.Lock()
 	if b.closed.Load() {
 		b.mu.Unlock()
-		return ErrClosed
+		return 0, ErrClosed
 	}
 	q := b.queues[name]
 	if q == nil {
 		b.mu.Unlock()
-		return nil
+		return 0, nil
+	}
+	if err := q.checkUse("delete queue", cfg.owner); err != nil {
+		b.mu.Unlock()
+		return 0, err
 	}
 	defer q.flushOutbox()
 	defer b.unlockTopology()
@@ -367,15 +374,16 @@ func (b *Broker) DeleteQueue(name string, opts ...DeleteOption) error {
 	switch {
 	case cfg.ifUnused && q.consumerCountLocked() > 0:
 		q.mu.Unlock()
-		return errorf("delete queue %q: in use: %w", name, ErrPreconditionFailed)
+		return 0, errorf("delete queue %q: in use: %w", name, ErrPreconditionFailed)
 	case cfg.ifEmpty && q.ready.len() > 0:
 		q.mu.Unlock()
-		return errorf("delete queue %q: not empty: %w", name, ErrPreconditionFailed)
+		return 0, errorf("delete queue %q: not empty: %w", name, ErrPreconditionFailed)
 	}
+	n := q.ready.len()
 	feeders = q.endLocked(errorf("queue %q: %w", name, ErrQueueDeleted), ReasonDeleted)
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
-	return nil
+	return n, nil
 }
 
 // joinFeeders waits until the feeders of an ended queue have closed their consumers'
@@ -458,12 +466,12 @@ func (bd *binding) event(kind EventKind) Event {
 }
 
 // Purge removes the ready messages of the named queue; see [Queue.Purge].
-func (b *Broker) Purge(name string) (int, error) {
-	q, err := b.Queue(name)
+func (b *Broker) Purge(name string, opts ...CallOption) (int, error) {
+	q, err := b.Queue(name, opts...)
 	if err != nil {
 		return 0, err
 	}
-	return q.Purge()
+	return q.Purge(opts...)
 }
 
 // Publish routes msg through the named exchange with routing key key and enqueues it in every

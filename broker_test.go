@@ -466,7 +466,7 @@ func closeRacingCalls(t *testing.T, rng *rand.Rand) {
 			if check("Bind", b.Bind(name, "x", "", nil)) {
 				return
 			}
-			if check("DeleteQueue", b.DeleteQueue(name)) {
+			if _, err := b.DeleteQueue(name); check("DeleteQueue", err) {
 				return
 			}
 		}

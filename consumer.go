@@ -42,6 +42,9 @@ type Consumer struct {
 	// owner is the context given to Consume. It is the consumer's owner, AMQP's channel: kept
 	// to tell, when some context of the queue's ends, whether it was this one, and why.
 	owner context.Context
+	// as is the context on whose behalf the consumer was started, when that is not owner: the
+	// context given to Serve, whose consumer outlives it by the drain. Nil otherwise.
+	as context.Context
 
 	// Guarded by q.mu.
 	stopCtx func() bool     // stops watching owner
@@ -106,6 +109,7 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 		priority:  cfg.priority,
 		selector:  cfg.selector,
 		owner:     ctx,
+		as:        cfg.owner,
 		served:    cfg.served,
 		ch:        make(chan *Delivery, bufferSize(cfg)),
 		done:      make(chan struct{}),
@@ -127,8 +131,8 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 	if q.endErr != nil {
 		return nil, errorf("consume from queue %q: %w", q.name, q.endErrLocked())
 	}
-	if owner := cmp.Or(cfg.owner, ctx); !q.ownedBy(owner) {
-		return nil, errorf("consume from exclusive queue %q: %w", q.name, ErrResourceLocked)
+	if err := q.checkUse("consume", cmp.Or(cfg.owner, ctx)); err != nil {
+		return nil, err
 	}
 	if c.tag == "" {
 		for c.tag == "" || q.consumerLocked(c.tag) != nil {

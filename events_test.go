@@ -961,7 +961,7 @@ func (r *evRun) deleteVictim() {
 			}
 		})
 	}
-	require.NoError(r.t, r.b.DeleteQueue("victim"))
+	deleteQueue(r.t, r.b, "victim")
 	wg.Wait()
 	r.victimGone = true
 }
@@ -1705,7 +1705,7 @@ func TestEventDeleteQueue(t *testing.T) {
 		require.NoError(t, b.Publish(t.Context(), "x", "k", evMsg("delayed"), warren.DeliverAfter(time.Hour)))
 		assert.Equal(t, 2, q.Stats().Delayed)
 
-		require.NoError(t, b.DeleteQueue("q"))
+		deleteQueue(t, b, "q")
 		synctest.Wait()
 		for body, want := range map[string]string{
 			"received": "enqueued delivered dropped(queue-deleted)",
@@ -1749,7 +1749,7 @@ func TestEventDeleteQueueGetForever(t *testing.T) {
 			evGetOne(t, q)
 			want := "dropped(queue-deleted)"
 			if end == "delete" {
-				require.NoError(t, b.DeleteQueue("q"))
+				deleteQueue(t, b, "q")
 			} else {
 				require.NoError(t, b.Close())
 				want = "dropped(closed)"
@@ -1946,7 +1946,7 @@ func TestEventAutoAckReturnedUnread(t *testing.T) {
 		require.NoError(t, err)
 		evPublish(t, b, "q2", "a", "b", "c", "d")
 		synctest.Wait()
-		require.NoError(t, b.DeleteQueue("q2"))
+		deleteQueue(t, b, "q2")
 		synctest.Wait()
 		for _, body := range []string{"a", "b", "c"} {
 			require.Equal(t, "enqueued delivered acked", r.trace("q2", body), body)
@@ -2015,7 +2015,7 @@ func TestEventHandOffCancelledBeforeTaken(t *testing.T) {
 // AutoAck consumer and before its goroutine took it: the message is evented as dropped like
 // everything else the queue held.
 func TestEventHandOffDeletedBeforeTaken(t *testing.T) {
-	evHandOffRounds(t, func(b *warren.Broker, c *warren.Consumer) { require.NoError(t, b.DeleteQueue("q")) },
+	evHandOffRounds(t, func(b *warren.Broker, c *warren.Consumer) { deleteQueue(t, b, "q") },
 		func(st warren.QueueStats) bool { return st.Enqueued == st.Acked+st.Dropped })
 }
 
@@ -2067,7 +2067,7 @@ func TestEventTopology(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Cancel())
 	require.NoError(t, b.DeleteExchange("x"))
-	require.NoError(t, b.DeleteQueue("q"))
+	deleteQueue(t, b, "q")
 	assert.Equal(t, []string{
 		"exchange-created x",
 		"queue-created q",
@@ -2101,7 +2101,7 @@ func TestEventAutoDeleteCascade(t *testing.T) {
 	require.NoError(t, b.Bind("leaf", "ad2", "", nil))
 	require.NoError(t, b.BindExchange("ad2", "ad1", "", nil))
 	before := len(r.topology())
-	require.NoError(t, b.DeleteQueue("leaf"))
+	deleteQueue(t, b, "leaf")
 	assert.Equal(t, []string{
 		`binding-deleted ad2->leaf key ""`,
 		"exchange-deleted(auto-delete) ad2",

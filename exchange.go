@@ -162,13 +162,8 @@ func (x *Exchange) equivalent(kind string, c exchangeConfig) error {
 // [IfUnused] it fails with [ErrPreconditionFailed] if the exchange is the source of a binding.
 // The default exchange and the predeclared "amq." exchanges cannot be deleted
 // ([ErrAccessRefused]). Deleting an exchange that does not exist succeeds, as in RabbitMQ.
-func (b *Broker) DeleteExchange(name string, opts ...DeleteOption) error {
-	var cfg deleteConfig
-	for _, o := range opts {
-		if o != nil {
-			o.applyDelete(&cfg)
-		}
-	}
+func (b *Broker) DeleteExchange(name string, opts ...CallOption) error {
+	cfg := callOptions(opts)
 	if b.closed.Load() {
 		return ErrClosed
 	}
@@ -216,17 +211,20 @@ func (b *Broker) deleteExchangeLocked(x *Exchange, reason Reason) {
 // "any-with-x"). Binding again with the same key and arguments is a no-op.
 //
 // Errors: a missing queue or exchange ([ErrNotFound]), the default exchange
-// ([ErrAccessRefused]), a key over 255 bytes ([ErrInvalidArgument]), an invalid x-match
+// ([ErrAccessRefused]), an exclusive queue bound on behalf of another than its owner ([As];
+// [ErrResourceLocked]), a key over 255 bytes ([ErrInvalidArgument]), an invalid x-match
 // ([ErrPreconditionFailed]), a closed broker ([ErrClosed]).
-func (b *Broker) Bind(queue, exchange, key string, args Table) error {
-	return b.bind(destination{name: queue}, exchange, key, args)
+func (b *Broker) Bind(queue, exchange, key string, args Table, opts ...CallOption) error {
+	return b.bind(destination{name: queue}, exchange, key, args, callOptions(opts))
 }
 
 // Unbind removes a binding made by [Broker.Bind]; the key and arguments must be equal. Removing
-// a binding that does not exist succeeds. Removing an auto-delete exchange's last binding
-// deletes the exchange.
-func (b *Broker) Unbind(queue, exchange, key string, args Table) error {
-	return b.unbind(destination{name: queue}, exchange, key, args)
+// a binding that does not exist succeeds, also when the queue or the exchange does not exist, as
+// in RabbitMQ. Removing an auto-delete exchange's last binding deletes the exchange. Errors: the
+// default exchange ([ErrAccessRefused]), an exclusive queue unbound on behalf of another than its
+// owner ([As]; [ErrResourceLocked]), a closed broker ([ErrClosed]).
+func (b *Broker) Unbind(queue, exchange, key string, args Table, opts ...CallOption) error {
+	return b.unbind(destination{name: queue}, exchange, key, args, callOptions(opts))
 }
 
 // BindExchange binds a destination exchange to a source exchange (RabbitMQ's exchange-to-exchange
@@ -234,12 +232,12 @@ func (b *Broker) Unbind(queue, exchange, key string, args Table) error {
 // A message reaches each queue once however many paths lead there, and cycles are harmless.
 // Errors are as for [Broker.Bind].
 func (b *Broker) BindExchange(dst, source, key string, args Table) error {
-	return b.bind(destination{name: dst, exchange: true}, source, key, args)
+	return b.bind(destination{name: dst, exchange: true}, source, key, args, callConfig{})
 }
 
 // UnbindExchange removes a binding made by [Broker.BindExchange], as [Broker.Unbind] does.
 func (b *Broker) UnbindExchange(dst, source, key string, args Table) error {
-	return b.unbind(destination{name: dst, exchange: true}, source, key, args)
+	return b.unbind(destination{name: dst, exchange: true}, source, key, args, callConfig{})
 }
 
 // destination names what a binding routes to: a queue, or an exchange.
@@ -249,16 +247,19 @@ type destination struct {
 }
 
 // bind binds dst to the exchange src.
-func (b *Broker) bind(dst destination, src, key string, args Table) error {
+func (b *Broker) bind(dst destination, src, key string, args Table, cfg callConfig) error {
 	if b.closed.Load() {
 		return ErrClosed
+	}
+	if cfg.err != nil {
+		return cfg.err
 	}
 	if len(key) > maxNameLen {
 		return errorf("bind: key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
 	b.mu.Lock()
 	defer b.unlockTopology()
-	bd, err := b.bindingLocked(dst, src, key, args)
+	bd, err := b.bindingLocked("bind", dst, src, key, args, cfg)
 	if err != nil {
 		return err
 	}
@@ -286,10 +287,17 @@ func (b *Broker) bind(dst destination, src, key string, args Table) error {
 	return nil
 }
 
-func (b *Broker) unbind(dst destination, src, key string, args Table) error {
+// unbind removes the binding of dst to the exchange src, if there is one.
+func (b *Broker) unbind(dst destination, src, key string, args Table, cfg callConfig) error {
+	if cfg.err != nil {
+		return cfg.err
+	}
 	b.mu.Lock()
 	defer b.unlockTopology()
-	bd, err := b.bindingLocked(dst, src, key, args)
+	bd, err := b.bindingLocked("unbind", dst, src, key, args, cfg)
+	if errors.Is(err, ErrNotFound) {
+		return nil // nothing to unbind from, or nothing bound: no binding either way
+	}
 	if err != nil {
 		return err
 	}
@@ -302,28 +310,33 @@ func (b *Broker) unbind(dst destination, src, key string, args Table) error {
 	return nil
 }
 
-// bindingLocked resolves the names of a bind or unbind into a binding value.
-func (b *Broker) bindingLocked(dst destination, src, key string, args Table) (*binding, error) {
+// bindingLocked resolves the names of a bind or unbind (op) into a binding value, on behalf of
+// cfg's owner.
+func (b *Broker) bindingLocked(op string, dst destination, src, key string, args Table, cfg callConfig) (*binding, error) {
 	if b.closed.Load() {
 		return nil, ErrClosed
 	}
 	if src == "" || dst.exchange && dst.name == "" {
-		return nil, errorf("bind the default exchange: %w", ErrAccessRefused)
+		return nil, errorf("%s the default exchange: %w", op, ErrAccessRefused)
 	}
 	if err := checkTable(args); err != nil {
-		return nil, errorf("bind: %w", err)
+		return nil, errorf("%s: %w", op, err)
 	}
-	x := b.exchanges[src]
-	if x == nil {
-		return nil, errorf("bind: exchange %q: %w", src, ErrNotFound)
-	}
-	bd := &binding{src: x, key: key, args: args}
+	bd := &binding{key: key, args: args}
 	if dst.exchange {
 		if bd.exchange = b.exchanges[dst.name]; bd.exchange == nil {
-			return nil, errorf("bind: exchange %q: %w", dst.name, ErrNotFound)
+			return nil, errorf("%s: exchange %q: %w", op, dst.name, ErrNotFound)
 		}
-	} else if bd.queue = b.queues[dst.name]; bd.queue == nil {
-		return nil, errorf("bind: queue %q: %w", dst.name, ErrNotFound)
+	} else {
+		if bd.queue = b.queues[dst.name]; bd.queue == nil {
+			return nil, errorf("%s: queue %q: %w", op, dst.name, ErrNotFound)
+		}
+		if err := bd.queue.checkUse(op, cfg.owner); err != nil {
+			return nil, err
+		}
+	}
+	if bd.src = b.exchanges[src]; bd.src == nil {
+		return nil, errorf("%s: exchange %q: %w", op, src, ErrNotFound)
 	}
 	return bd, nil
 }

@@ -139,7 +139,7 @@ func TestRoutingDefaultExchange(t *testing.T) {
 	require.ErrorIs(t, b.BindExchange("amq.direct", "", "x", nil), warren.ErrAccessRefused)
 
 	// A deleted queue is no longer reachable by its name.
-	require.NoError(t, b.DeleteQueue("orders"))
+	deleteQueue(t, b, "orders")
 	require.ErrorIs(t, exPub(t, b, "", "orders", "gone", warren.Mandatory()), warren.ErrUnroutable)
 }
 
@@ -766,7 +766,7 @@ func TestRoutingAutoDeleteExchange(t *testing.T) {
 		declare(t, b, "q")
 		exBind(t, b, "q", "ad", "a", nil)
 		exBind(t, b, "q", "ad", "b", nil)
-		require.NoError(t, b.DeleteQueue("q"))
+		deleteQueue(t, b, "q")
 		exGone(t, b, "ad")
 	})
 	t.Run("delete destination exchange", func(t *testing.T) {
@@ -788,7 +788,7 @@ func TestRoutingAutoDeleteExchange(t *testing.T) {
 		exBindX(t, b, "B", "A", "", nil)
 		exBind(t, b, "q", "B", "", nil)
 		exMust(t, b, "keep", "", "before", warren.Mandatory())
-		require.NoError(t, b.DeleteQueue("q"))
+		deleteQueue(t, b, "q")
 		exGone(t, b, "B")
 		exGone(t, b, "A")
 		exExists(t, b, "keep")
@@ -819,7 +819,7 @@ func TestRoutingAutoDeleteExchange(t *testing.T) {
 		exBindX(t, b, "B", "A", "", nil)
 		exBind(t, b, "q", "A", "", nil)
 		exBind(t, b, "other", "B", "", nil)
-		require.NoError(t, b.DeleteQueue("other"))
+		deleteQueue(t, b, "other")
 		exGone(t, b, "B")
 		exExists(t, b, "A")
 		exMust(t, b, "A", "", "A still routes", warren.Mandatory())
@@ -837,9 +837,9 @@ func TestRoutingAutoDeleteExchange(t *testing.T) {
 		require.NoError(t, b.UnbindExchange("unrelated", "ad", "missing", nil))
 		require.ErrorIs(t, b.Bind("q", "adh", "", warren.Table{"x-match": "bogus"}), warren.ErrPreconditionFailed)
 		require.NoError(t, b.Unbind("r", "unrelated", "", nil))
-		require.NoError(t, b.DeleteQueue("r"))
+		deleteQueue(t, b, "r")
 		require.NoError(t, b.DeleteExchange("unrelated"))
-		require.NoError(t, b.DeleteQueue("q"))
+		deleteQueue(t, b, "q")
 		exExists(t, b, "ad")
 		exExists(t, b, "adh")
 	})
@@ -913,7 +913,7 @@ func TestRoutingDeleteQueueRemovesBindings(t *testing.T) {
 	exBind(t, b, "q", "amq.fanout", "", nil)
 	exBind(t, b, "q", "amq.topic", "#", nil)
 	exBind(t, b, "q", "amq.headers", "", nil)
-	require.NoError(t, b.DeleteQueue("q"))
+	deleteQueue(t, b, "q")
 	q := declare(t, b, "q")
 	for _, x := range []string{"amq.direct", "amq.fanout", "amq.topic", "amq.headers"} {
 		require.ErrorIs(t, exPub(t, b, x, "k", x, warren.Mandatory()), warren.ErrUnroutable, "exchange %q", x)
@@ -1115,6 +1115,22 @@ func TestRoutingBindUnbind(t *testing.T) {
 		exMust(t, b, "dx", "k", "kept", warren.Mandatory())
 		require.Equal(t, []string{"kept"}, exBodies(t, q))
 	})
+	t.Run("unbind from a missing queue or exchange succeeds", func(t *testing.T) {
+		// As RabbitMQ's queue.unbind and exchange.unbind do; binding to one stays ErrNotFound.
+		b := newBroker(t)
+		exDeclare(t, b, "dx", warren.ExchangeDirect)
+		q := declare(t, b, "q")
+		exBind(t, b, "q", "dx", "k", nil)
+		require.NoError(t, b.Unbind("missing", "dx", "k", nil), "Unbind from a missing queue")
+		require.NoError(t, b.Unbind("q", "missing", "k", nil), "Unbind from a missing exchange")
+		require.NoError(t, b.UnbindExchange("dx", "missing", "k", nil), "UnbindExchange from a missing source")
+		require.NoError(t, b.UnbindExchange("missing", "dx", "k", nil), "UnbindExchange of a missing destination")
+		require.ErrorIs(t, b.Bind("missing", "dx", "k", nil), warren.ErrNotFound)
+		require.ErrorIs(t, b.Bind("q", "missing", "k", nil), warren.ErrNotFound)
+		require.ErrorIs(t, b.Unbind("q", "", "q", nil), warren.ErrAccessRefused, "the default exchange's bindings are not the caller's")
+		exMust(t, b, "dx", "k", "kept", warren.Mandatory())
+		require.Equal(t, []string{"kept"}, exBodies(t, q))
+	})
 	t.Run("unbind with different arguments does not remove", func(t *testing.T) {
 		b := newBroker(t)
 		exDeclare(t, b, "dx", warren.ExchangeDirect)
@@ -1270,7 +1286,7 @@ func TestRoutingIterationSorted(t *testing.T) {
 	require.Equal(t, wantX, xnames)
 
 	// Deleted entities are no longer listed.
-	require.NoError(t, b.DeleteQueue("m"))
+	deleteQueue(t, b, "m")
 	require.NoError(t, b.DeleteExchange("xm"))
 	qnames = qnames[:0]
 	for q := range b.Queues() {

@@ -67,6 +67,24 @@ func (w *idleWaiters) poke() {
 // not count, nor do messages buffered in a consumer's channel for the application to receive.
 // Work outside the broker (a publish still in progress) is not seen.
 func (b *Broker) WaitIdle(ctx context.Context) error {
+	return b.waitFor(ctx, func() (bool, error) {
+		for q := range b.Queues() {
+			if q.busy() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// waitFor waits until reached reports true, or an error, for a state of the broker's queues that
+// no critical section changed while reached looked at it; or until ctx ends. reached must read
+// each queue it looks at in a critical section of that queue's.
+//
+// While anyone waits, every critical section that ends with unlock pokes b.idle: so reached runs
+// again after any change, and a pass during which the generation did not move saw one consistent
+// state.
+func (b *Broker) waitFor(ctx context.Context, reached func() (bool, error)) error {
 	b.idle.waiting.Add(1)
 	defer b.idle.waiting.Add(-1)
 	for {
@@ -77,20 +95,17 @@ func (b *Broker) WaitIdle(ctx context.Context) error {
 		}
 		changed := b.idle.changed
 		b.idle.mu.Unlock()
-		busy := false
-		for q := range b.Queues() {
-			if q.busy() {
-				busy = true
-				break
-			}
+		ok, err := reached()
+		if err != nil {
+			return err
 		}
 		b.idle.mu.Lock()
 		still := b.idle.gen == gen
 		b.idle.mu.Unlock()
-		if !busy && still {
+		if ok && still {
 			return nil
 		}
-		if !busy {
+		if ok {
 			continue // something changed during the pass: look again
 		}
 		select {

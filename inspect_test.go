@@ -103,7 +103,7 @@ func TestQueueBrowse(t *testing.T) {
 		require.Equal(t, "21", browse(), "the expired message is not shown")
 		require.NoError(t, held.Nack())
 		require.Equal(t, "201", browse())
-		require.NoError(t, b.DeleteQueue("q"))
+		deleteQueue(t, b, "q")
 		require.Empty(t, slices.Collect(q.Browse()), "a deleted queue yields nothing")
 	})
 }

@@ -158,7 +158,7 @@ func TestBlockedPublisherSeesDeletion(t *testing.T) {
 			published <- b.Publish(t.Context(), "", "q", warren.Message{}, warren.Mandatory())
 		}()
 		synctest.Wait()
-		require.NoError(t, b.DeleteQueue("q"))
+		deleteQueue(t, b, "q")
 		require.ErrorIs(t, <-published, warren.ErrUnroutable, "the queue it waited for is gone")
 	})
 }

@@ -657,19 +657,21 @@ func (r *refQueue) purge() (int, error) {
 }
 
 // deleteQueue is Broker.DeleteQueue of the queue.
-func (r *refQueue) deleteQueue(ifUnused, ifEmpty bool) error {
+// deleteQueue is Broker.DeleteQueue: it returns how many ready messages went with the queue.
+func (r *refQueue) deleteQueue(ifUnused, ifEmpty bool) (int, error) {
 	switch {
 	case r.closed:
-		return warren.ErrClosed
+		return 0, warren.ErrClosed
 	case r.endErr != nil:
-		return nil // deleting a queue that does not exist succeeds
+		return 0, nil // deleting a queue that does not exist succeeds
 	case ifUnused && (len(r.active) > 0 || r.feeder != nil):
-		return warren.ErrPreconditionFailed
+		return 0, warren.ErrPreconditionFailed
 	case ifEmpty && len(r.ready) > 0:
-		return warren.ErrPreconditionFailed
+		return 0, warren.ErrPreconditionFailed
 	}
+	n := len(r.ready)
 	r.end(warren.ErrQueueDeleted)
-	return nil
+	return n, nil
 }
 
 // closeBroker is Broker.Close.
@@ -1677,7 +1679,7 @@ func (h *modelHarness) do(o modelOp) {
 		h.note(" → %d", n)
 
 	case mopDeleteQueue:
-		var opts []warren.DeleteOption
+		var opts []warren.CallOption
 		ifUnused, ifEmpty := o.a%4&1 != 0, o.a%4&2 != 0
 		if ifUnused {
 			opts = append(opts, warren.IfUnused())
@@ -1686,10 +1688,14 @@ func (h *modelHarness) do(o modelOp) {
 			opts = append(opts, warren.IfEmpty())
 		}
 		h.logf("DeleteQueue (IfUnused %v, IfEmpty %v)", ifUnused, ifEmpty)
-		err := h.b.DeleteQueue("q", opts...)
+		n, err := h.b.DeleteQueue("q", opts...)
 		wasAlive := h.m.endErr == nil
-		h.checkErr("DeleteQueue", err, h.m.deleteQueue(ifUnused, ifEmpty))
-		h.note(" → %v", err)
+		wantN, wantErr := h.m.deleteQueue(ifUnused, ifEmpty)
+		h.checkErr("DeleteQueue", err, wantErr)
+		if n != wantN {
+			h.fail("DeleteQueue() = %d messages, want %d", n, wantN)
+		}
+		h.note(" → %d, %v", n, err)
 		if err != nil {
 			h.stats.failedDeletes++
 		}
@@ -1746,7 +1752,8 @@ func (h *modelHarness) checkEnded() {
 	if h.m.closed {
 		_, err = h.b.DeclareQueue("q")
 		h.checkErr("DeclareQueue after Close", err, warren.ErrClosed)
-		h.checkErr("DeleteQueue after Close", h.b.DeleteQueue("q"), warren.ErrClosed)
+		_, err := h.b.DeleteQueue("q")
+		h.checkErr("DeleteQueue after Close", err, warren.ErrClosed)
 	} else {
 		err = h.b.Publish(h.t.Context(), "", "q", warren.Message{Body: []byte("late")}, warren.Mandatory())
 		h.checkErr("mandatory Publish after DeleteQueue", err, warren.ErrUnroutable)

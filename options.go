@@ -16,6 +16,9 @@ const (
 // DefaultPrefetch is the prefetch count of a consumer started without [Prefetch].
 const DefaultPrefetch = 64
 
+// Options. Each call has one option type, so that an option given to the wrong call fails to
+// compile; an option that fits several calls returns a type that is all of them.
+
 // BrokerOption configures a [Broker]; see [New].
 type BrokerOption interface{ applyBroker(*brokerConfig) }
 
@@ -25,26 +28,47 @@ type QueueOption interface{ applyQueue(*queueConfig) }
 // ExchangeOption configures an exchange declaration; see [Broker.DeclareExchange].
 type ExchangeOption interface{ applyExchange(*exchangeConfig) }
 
-// ConsumeOption configures a consumer; see [Queue.Consume].
-type ConsumeOption interface{ applyConsume(*consumeConfig) }
+// DeclareOption configures a declaration of either a queue or an exchange: it is both a
+// [QueueOption] and an [ExchangeOption].
+type DeclareOption interface {
+	QueueOption
+	ExchangeOption
+}
 
-// ServeOption configures a handler runner; see [Queue.Serve].
-type ServeOption interface{ applyServe(*serveConfig) }
-
-// ConsumerOption configures a consumer started by either [Queue.Consume] or [Queue.Serve].
-type ConsumerOption interface {
-	ConsumeOption
+// ConsumeOption configures how a queue is consumed: by a consumer ([Queue.Consume]), by a
+// handler runner ([Queue.Serve], which takes every ConsumeOption but [AutoAck]), or by one
+// [Queue.Get] (which takes [AutoAck] and [As] only). Those two refuse the others with
+// [ErrInvalidArgument].
+type ConsumeOption interface {
+	applyConsume(*consumeConfig)
 	ServeOption
 }
 
-// GetOption configures a [Queue.Get].
-type GetOption interface{ applyGet(*getConfig) }
+// ServeOption configures a handler runner; see [Queue.Serve]. Every [ConsumeOption] is one.
+type ServeOption interface{ applyServe(*serveConfig) }
 
 // PublishOption configures one publish; see [Broker.Publish].
 type PublishOption interface{ applyPublish(*publishConfig) }
 
-// DeleteOption configures a deletion; see [Broker.DeleteQueue] and [Broker.DeleteExchange].
-type DeleteOption interface{ applyDelete(*deleteConfig) }
+// CallOption configures a call that uses a queue or an exchange by name: a lookup
+// ([Broker.Queue]), [Broker.Bind], [Broker.Unbind], a purge ([Broker.Purge], [Queue.Purge]), a
+// deletion ([Broker.DeleteQueue], [Broker.DeleteExchange]).
+type CallOption interface{ applyCall(*callConfig) }
+
+// ConsumerOption is the former name of [ConsumeOption].
+//
+// Deprecated: use ConsumeOption.
+type ConsumerOption = ConsumeOption
+
+// GetOption is the former name of the options of [Queue.Get], which are ConsumeOptions.
+//
+// Deprecated: use ConsumeOption.
+type GetOption = ConsumeOption
+
+// DeleteOption is the former name of [CallOption].
+//
+// Deprecated: use CallOption.
+type DeleteOption = CallOption
 
 type brokerConfig struct {
 	logger *slog.Logger
@@ -187,16 +211,12 @@ type consumeConfig struct {
 	ackTimeout  time.Duration // -1 for the queue's default
 	prefetchSet bool
 	served      bool            // started by Serve
-	owner       context.Context // whose use of an exclusive queue this is; nil: the consumer's context
+	owner       context.Context // on whose behalf the consumer runs (Serve's ctx); nil: its own context
 	err         error           // the first invalid option
 }
 
 func defaultConsumeConfig() consumeConfig {
 	return consumeConfig{prefetch: DefaultPrefetch, ackTimeout: -1}
-}
-
-type getConfig struct {
-	autoAck bool
 }
 
 type publishConfig struct {
@@ -208,9 +228,11 @@ type publishConfig struct {
 	deadReason Reason
 }
 
-type deleteConfig struct {
+type callConfig struct {
 	ifUnused bool
 	ifEmpty  bool
+	owner    context.Context // on whose behalf the call runs (As); nil: nobody's in particular
+	err      error           // an invalid option
 }
 
 // WithLogger sets the broker's logger. The default discards everything; warren never logs to
@@ -227,20 +249,14 @@ func (o loggerOption) applyBroker(c *brokerConfig) {
 
 // Durable marks a queue or exchange durable. It is kept and takes part in declare equivalence;
 // warren does not persist anything yet, so it has no other effect. Default: transient.
-func Durable() interface {
-	QueueOption
-	ExchangeOption
-} {
+func Durable() DeclareOption {
 	return flagOption{durable: true}
 }
 
 // AutoDelete makes a queue delete itself when its last consumer goes, once it has had one
 // (R6.11), or an exchange delete itself when its last binding as a source is removed, once it has
 // had one (R6.10). It takes part in declare equivalence. Default: off.
-func AutoDelete() interface {
-	QueueOption
-	ExchangeOption
-} {
+func AutoDelete() DeclareOption {
 	return flagOption{autoDelete: true}
 }
 
@@ -277,10 +293,7 @@ func (o alternateOption) applyExchange(c *exchangeConfig) { c.alternate = string
 // "x-max-length", "x-max-length-bytes", "x-overflow", "x-delivery-limit", "x-max-priority",
 // "x-single-active-consumer", "x-queue-type") are kept and compared; others are kept and not
 // compared. Later Arguments options are merged over earlier ones.
-func Arguments(t Table) interface {
-	QueueOption
-	ExchangeOption
-} {
+func Arguments(t Table) DeclareOption {
 	return argumentsOption(t)
 }
 
@@ -428,11 +441,11 @@ func (o deadLetterOption) applyQueue(c *queueConfig) {
 // AMQP's "0 = unlimited" is not offered: an unbounded buffer would hide a slow consumer. An
 // AutoAck consumer holds at most this many messages too: prefetch-1 buffered in its channel and
 // one being handed over.
-func Prefetch(n int) ConsumerOption {
+func Prefetch(n int) ConsumeOption {
 	return consumerOption(func(c *consumeConfig) { c.prefetch, c.prefetchSet = n, true })
 }
 
-// consumerOption is a ConsumerOption: Serve passes it on to the consumer it starts.
+// consumerOption is a ConsumeOption: Serve passes it on to the consumer it starts.
 type consumerOption func(*consumeConfig)
 
 func (o consumerOption) applyConsume(c *consumeConfig) { o(c) }
@@ -440,7 +453,7 @@ func (o consumerOption) applyServe(c *serveConfig)     { o(&c.consume) }
 
 // ConsumerTag names a consumer. Tags are unique among a queue's consumers. Default: a
 // generated "amq.ctag-…".
-func ConsumerTag(tag string) ConsumerOption {
+func ConsumerTag(tag string) ConsumeOption {
 	return consumerOption(func(c *consumeConfig) { c.tag = tag })
 }
 
@@ -449,13 +462,13 @@ func ConsumerTag(tag string) ConsumerOption {
 // [Queue.Consume] on the queue fails with [ErrAccessRefused]. Exclusivity ends when the consumer
 // stops; nothing takes over (contrast [SingleActiveConsumer]). Not allowed on a single
 // active consumer queue ([ErrAccessRefused]).
-func Exclusive() ConsumerOption { return consumerOption(func(c *consumeConfig) { c.exclusive = true }) }
+func Exclusive() ConsumeOption { return consumerOption(func(c *consumeConfig) { c.exclusive = true }) }
 
 // ConsumerPriority sets a consumer's priority, AMQP's "x-priority" consumer argument (R2.3):
 // while any consumer of a higher priority has credit (and, with a [Selector], accepts the
 // message), consumers of lower priorities receive nothing; consumers of one priority share
 // round-robin. Any int; larger is higher; default 0.
-func ConsumerPriority(p int) ConsumerOption {
+func ConsumerPriority(p int) ConsumeOption {
 	return consumerOption(func(c *consumeConfig) { c.priority = p })
 }
 
@@ -476,7 +489,7 @@ func ConsumerPriority(p int) ConsumerOption {
 // it skips, and skipping is paid once per message, not once per delivery: about 250–370 ns per
 // published message on the development machine, whatever the match rate (BENCHMARKS.md). [Queue.Get]
 // ignores selectors.
-func Selector(accept func(*Message) bool) ConsumerOption {
+func Selector(accept func(*Message) bool) ConsumeOption {
 	return consumerOption(func(c *consumeConfig) {
 		if accept == nil && c.err == nil {
 			c.err = errorf("consume: nil selector: %w", ErrInvalidArgument)
@@ -494,7 +507,7 @@ func Selector(accept func(*Message) bool) ConsumerOption {
 // returned delivery later fails with [ErrAlreadySettled]. It applies to consumers with manual
 // acknowledgement only. Default: the queue's "x-consumer-timeout" argument, else none; d ≤ 0
 // means none; d is capped at about 146 years (1<<62 ns).
-func AckTimeout(d time.Duration) ConsumerOption {
+func AckTimeout(d time.Duration) ConsumeOption {
 	return consumerOption(func(c *consumeConfig) { c.ackTimeout = min(max(d, 0), maxAckTimeout) })
 }
 
@@ -522,12 +535,13 @@ func SingleActiveConsumer() QueueOption {
 	return argumentsOption(Table{"x-single-active-consumer": true})
 }
 
-// ExclusiveTo makes the queue exclusive to ctx (AMQP's exclusive queue, R2.6, with ctx as the
-// connection): it is deleted, with its messages, when ctx ends, and only ctx may use it. Declaring
-// it again with another owner or none, or consuming from it or getting from it with another
-// context, fails with [ErrResourceLocked]. A context is the owner if it is ctx or was derived from
-// ctx with [context.WithValue] (it shares ctx's Done channel); one derived with its own
-// cancellation is not — consume with the owner and use [Consumer.Cancel] to stop early.
+// ExclusiveTo makes the queue exclusive to ctx (AMQP's exclusive queue, with ctx as the
+// connection): it is deleted, with its messages, when ctx ends, and only ctx's owner may use it.
+// Every other use — declaring it again with another owner or none, looking it up, binding,
+// unbinding, purging or deleting it on behalf of another ([As]), consuming from it or getting
+// from it with another context — fails with [ErrResourceLocked]; anyone may publish to it. The
+// owner is ctx, and the contexts derived from ctx with [context.WithValue]; if ctx was made by
+// [NewOwner] (or derived from such a context), every context derived from that owner.
 func ExclusiveTo(ctx context.Context) QueueOption { return exclusiveOption{ctx} }
 
 type exclusiveOption struct{ ctx context.Context }
@@ -546,17 +560,7 @@ func (o exclusiveOption) applyQueue(c *queueConfig) {
 // [Prefetch] at a time (one being handed over, the rest buffered in its channel); those not yet
 // received when the consumer stops go back to their places unchanged. Default: off (manual
 // acknowledgement).
-func AutoAck() interface {
-	ConsumeOption
-	GetOption
-} {
-	return autoAckOption{}
-}
-
-type autoAckOption struct{}
-
-func (autoAckOption) applyConsume(c *consumeConfig) { c.autoAck = true }
-func (autoAckOption) applyGet(c *getConfig)         { c.autoAck = true }
+func AutoAck() ConsumeOption { return consumerOption(func(c *consumeConfig) { c.autoAck = true }) }
 
 // Mandatory makes a publish that reaches no queue fail with [ErrUnroutable] instead of being
 // dropped (AMQP's mandatory flag, basic.return). Default: off.
@@ -589,15 +593,22 @@ func (o delayOption) applyPublish(c *publishConfig) { c.delay = time.Duration(o)
 
 // IfUnused makes a deletion fail with [ErrPreconditionFailed] if a queue has consumers or an
 // exchange has bindings as a source.
-func IfUnused() DeleteOption { return deleteOption{ifUnused: true} }
+func IfUnused() CallOption { return callOption(func(c *callConfig) { c.ifUnused = true }) }
 
 // IfEmpty makes a queue deletion fail with [ErrPreconditionFailed] if the queue has ready
 // messages (unacknowledged ones do not count, R6.13).
-func IfEmpty() DeleteOption { return deleteOption{ifEmpty: true} }
+func IfEmpty() CallOption { return callOption(func(c *callConfig) { c.ifEmpty = true }) }
 
-type deleteOption deleteConfig
+type callOption func(*callConfig)
 
-func (o deleteOption) applyDelete(c *deleteConfig) {
-	c.ifUnused = c.ifUnused || o.ifUnused
-	c.ifEmpty = c.ifEmpty || o.ifEmpty
+func (o callOption) applyCall(c *callConfig) { o(c) }
+
+func callOptions(opts []CallOption) callConfig {
+	var cfg callConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyCall(&cfg)
+		}
+	}
+	return cfg
 }

@@ -779,14 +779,18 @@ func (q *Queue) newDeliveryLocked(e entry) *Delivery {
 // Unless [AutoAck] is given, the delivery must be settled. It belongs to ctx the way a consumer's
 // deliveries belong to the consumer's context: if ctx ends while the delivery is unsettled, the
 // message returns to its original position, redelivered. Get does not block; a ctx already done
-// fails the call with ctx.Err().
-func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
+// fails the call with ctx.Err(). Of the options, only [AutoAck] applies to a Get; any other is
+// refused with [ErrInvalidArgument].
+func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var cfg getConfig
+	autoAck := false
 	if len(opts) > 0 {
-		cfg = getOptions(opts) // only here: the options' interface calls move cfg to the heap
+		var err error // only here: the options' interface calls move their config to the heap
+		if autoAck, err = getOptions(opts); err != nil {
+			return nil, err
+		}
 	}
 	q.mu.Lock()
 	if q.endErr != nil {
@@ -794,9 +798,9 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 		q.unlock()
 		return nil, errorf("get from queue %q: %w", q.name, err)
 	}
-	if !q.ownedBy(ctx) {
+	if err := q.checkUse("get", ctx); err != nil {
 		q.unlock()
-		return nil, errorf("get from exclusive queue %q: %w", q.name, ErrResourceLocked)
+		return nil, err
 	}
 	e, ok := q.takeLocked()
 	q.touchLocked() // a Get is a use, even of an empty queue (R3.8)
@@ -809,7 +813,7 @@ func (q *Queue) Get(ctx context.Context, opts ...GetOption) (*Delivery, error) {
 	d.DeliveryTag = q.gotTag
 	d.MessageCount = q.ready.len()
 	q.messageEventLocked(EventDelivered, e.env, "", "")
-	if cfg.autoAck {
+	if autoAck {
 		d.state = deliveryAutoAcked
 		q.n.acked++
 		q.messageEventLocked(EventAcked, e.env, "", "")
@@ -886,12 +890,20 @@ func (q *Queue) Browse() iter.Seq[*Message] {
 }
 
 // Purge removes every ready message and returns how many there were. Deliveries outstanding
-// with consumers are not touched and may still come back (AMQP's queue.purge).
-func (q *Queue) Purge() (int, error) {
+// with consumers are not touched and may still come back (AMQP's queue.purge). An exclusive
+// queue may be purged only on behalf of its owner ([As]; else [ErrResourceLocked]).
+func (q *Queue) Purge(opts ...CallOption) (int, error) {
+	cfg := callOptions(opts)
+	if cfg.err != nil {
+		return 0, cfg.err
+	}
 	q.mu.Lock()
 	defer q.unlock()
 	if q.endErr != nil {
 		return 0, errorf("purge queue %q: %w", q.name, q.endErrLocked())
+	}
+	if err := q.checkUse("purge", cfg.owner); err != nil {
+		return 0, err
 	}
 	q.dropReadyLocked(ReasonPurged)
 	return q.ready.clear(), nil
@@ -1000,12 +1012,18 @@ func (q *Queue) dropReadyLocked(reason Reason) {
 	})
 }
 
-func getOptions(opts []GetOption) getConfig {
-	var cfg getConfig
+// getOptions applies a Get's options and returns whether it auto-acknowledges; every option
+// but AutoAck is refused.
+func getOptions(opts []ConsumeOption) (autoAck bool, err error) {
+	cfg := defaultConsumeConfig()
 	for _, o := range opts {
 		if o != nil {
-			o.applyGet(&cfg)
+			o.applyConsume(&cfg)
 		}
 	}
-	return cfg
+	if cfg.prefetchSet || cfg.tag != "" || cfg.exclusive || cfg.priority != 0 || cfg.selector != nil ||
+		cfg.ackTimeout != -1 || cfg.err != nil {
+		return false, errorf("get: only AutoAck applies to a Get: %w", ErrInvalidArgument)
+	}
+	return cfg.autoAck, nil
 }

@@ -29,6 +29,15 @@ func declare(t *testing.T, b *warren.Broker, name string, opts ...warren.QueueOp
 	return q
 }
 
+// deleteQueue deletes a queue, fails the test on error, and returns how many ready messages went
+// with it.
+func deleteQueue(t testing.TB, b *warren.Broker, name string, opts ...warren.CallOption) int {
+	t.Helper()
+	n, err := b.DeleteQueue(name, opts...)
+	require.NoError(t, err)
+	return n
+}
+
 // publishN publishes bodies "0".."n-1" to q through the default exchange.
 func publishN(t *testing.T, b *warren.Broker, q *warren.Queue, n int) {
 	t.Helper()

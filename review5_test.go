@@ -21,7 +21,7 @@ import (
 func TestEventHandOffCancelledThenDeleted(t *testing.T) {
 	evHandOffRounds(t, func(b *warren.Broker, c *warren.Consumer) {
 		deleted := make(chan error)
-		go func() { deleted <- b.DeleteQueue("q") }() // runs while Cancel waits for the feeder
+		go func() { _, err := b.DeleteQueue("q"); deleted <- err }() // runs while Cancel waits for the feeder
 		require.NoError(t, c.Cancel())
 		require.NoError(t, <-deleted)
 	}, func(st warren.QueueStats) bool { return st.Enqueued == st.Acked+st.Dropped })
@@ -39,7 +39,7 @@ func TestEventUnroutableWhenQueueWentMidPublish(t *testing.T) {
 	require.NoError(t, b.Bind("q", "x", "k", nil))
 	stop := b.Listen(func(e warren.Event) {
 		if e.Kind == warren.EventPublished {
-			go func() { _ = b.DeleteQueue("q") }() // not from the listener itself: DeleteQueue waits
+			go func() { _, _ = b.DeleteQueue("q") }() // not from the listener itself: DeleteQueue waits
 			for {
 				if _, err := b.Queue("q"); err != nil {
 					return

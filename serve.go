@@ -91,6 +91,8 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 	switch {
 	case cfg.err != nil:
 		return cfg.err
+	case cfg.consume.autoAck:
+		return errorf("serve: AutoAck does not apply: Serve settles each delivery by its handler's result: %w", ErrInvalidArgument)
 	case h == nil:
 		return errorf("serve: nil handler: %w", ErrInvalidArgument)
 	case cfg.workers < 1 || cfg.workers > maxPrefetch:

@@ -875,7 +875,7 @@ func TestServeFailsAtOnce(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := newBroker(t)
 			q := declare(t, b, "q")
-			require.NoError(t, b.DeleteQueue("q"))
+			deleteQueue(t, b, "q")
 			run := srvStart(t.Context(), q, ok)
 			synctest.Wait()
 			require.True(t, run.returned())
@@ -939,7 +939,7 @@ func TestServeQueueDeleted(t *testing.T) {
 		run := srvStart(t.Context(), q, srvBlockUntilDone(causes), warren.Workers(2))
 		synctest.Wait()
 		require.Equal(t, 2, q.Unacked())
-		require.NoError(t, b.DeleteQueue("q"))
+		deleteQueue(t, b, "q")
 		err := run.wait()
 		require.ErrorIs(t, err, warren.ErrQueueDeleted)
 		require.ErrorIs(t, err, warren.ErrNotFound)

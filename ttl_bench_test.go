@@ -42,11 +42,11 @@ func declareWithDLX(b *testing.B, br *warren.Broker, name string, withDLX bool, 
 // deleteWithDLX deletes what declareWithDLX declared.
 func deleteWithDLX(b *testing.B, br *warren.Broker, name string, withDLX bool) {
 	b.Helper()
-	if err := br.DeleteQueue(name); err != nil {
+	if _, err := br.DeleteQueue(name); err != nil {
 		b.Fatal(err)
 	}
 	if withDLX {
-		if err := br.DeleteQueue("dlq." + name); err != nil {
+		if _, err := br.DeleteQueue("dlq." + name); err != nil {
 			b.Fatal(err)
 		}
 		if err := br.DeleteExchange("dlx." + name); err != nil {
