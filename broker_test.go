@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -476,4 +477,23 @@ func closeRacingCalls(t *testing.T, rng *rand.Rand) {
 	require.NoError(t, b.Close())
 	wg.Wait()
 	require.NoError(t, b.Close())
+}
+
+// TestQueueTypeClassicOnly: "x-queue-type" may be absent or "classic", the one kind of queue warren
+// implements; anything else — "quorum" and "stream", which would silently become classic queues,
+// another string, another type (a NaN among them, which FuzzQueueArguments once found could not
+// be redeclared) — is refused with ErrPreconditionFailed, naming the value.
+func TestQueueTypeClassicOnly(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q", warren.Arguments(warren.Table{"x-queue-type": "classic"}))
+	again, err := b.DeclareQueue("q", warren.Arguments(warren.Table{"x-queue-type": "classic"}))
+	require.NoError(t, err)
+	require.Same(t, q, again)
+	for _, v := range []any{"quorum", "stream", "weird", "", []byte("classic"), 1, math.NaN()} {
+		_, err := b.DeclareQueue("other", warren.Arguments(warren.Table{"x-queue-type": v}))
+		require.ErrorIs(t, err, warren.ErrPreconditionFailed, "x-queue-type %v (%T)", v, v)
+		require.ErrorContains(t, err, fmt.Sprint(v))
+		require.ErrorContains(t, err, "classic")
+		require.False(t, cfExists(t, b, "other"))
+	}
 }

@@ -116,6 +116,9 @@ func (c *queueConfig) limited() bool { return c.maxLen >= 0 || c.maxBytes >= 0 }
 // [ErrPreconditionFailed]), and sets the typed fields from them.
 func (c *queueConfig) parseArgs() error {
 	c.ttl, c.maxLen, c.maxBytes, c.deliveryLimit, c.overflow = -1, -1, -1, -1, DropHead
+	if v, ok := c.args["x-queue-type"]; ok && v != "classic" {
+		return errorf("argument x-queue-type: %v (%T): warren implements classic queues only: %w", v, v, ErrPreconditionFailed)
+	}
 	if v, ok := c.args["x-expires"]; ok {
 		d, err := ttlArg("x-expires", v)
 		if err != nil || d == 0 {
@@ -292,7 +295,8 @@ func (o alternateOption) applyExchange(c *exchangeConfig) { c.alternate = string
 // ("x-message-ttl", "x-expires", "x-dead-letter-exchange", "x-dead-letter-routing-key",
 // "x-max-length", "x-max-length-bytes", "x-overflow", "x-delivery-limit", "x-max-priority",
 // "x-single-active-consumer", "x-queue-type") are kept and compared; others are kept and not
-// compared. Later Arguments options are merged over earlier ones.
+// compared. "x-queue-type" may only be "classic": warren has no quorum or stream queues. Later
+// Arguments options are merged over earlier ones.
 func Arguments(t Table) DeclareOption {
 	return argumentsOption(t)
 }
