@@ -508,8 +508,8 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 	q := c.q
 	q.mu.Lock()
 	defer q.unlock()
-	if q.endErr != nil {
-		return errorf("settle up to %d: %w", tag, q.endErrLocked())
+	if q.b.closed.Load() {
+		return errorf("settle up to %d: %w", tag, ErrClosed)
 	}
 	if c.autoAck {
 		return errorf("settle up to %d on an auto-ack consumer: %w", tag, ErrUnknownDelivery)
@@ -528,7 +528,11 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 	var back []entry // nacked: they go back together
 	for i := range end {
 		d := c.unacked.at(i)
-		if d.state != deliveryOutstanding {
+		switch {
+		case d.state != deliveryOutstanding:
+			continue
+		case q.endErr != nil:
+			d.state = deliverySettled // a deleted queue: a no-op, as for one delivery (settleEndedLocked)
 			continue
 		}
 		if how == settleNack {
@@ -574,7 +578,9 @@ const (
 // Settle a delivery exactly once, with [Delivery.Ack], [Delivery.Nack] or [Delivery.Reject], or
 // with one of the consumer's UpTo methods. A second settlement returns an error wrapping
 // [ErrAlreadySettled]; so does settling a delivery that already went back to the queue because
-// its owner ended. The methods are safe for concurrent use; the zero Delivery, and a copy of a
+// its owner ended. A delivery whose queue was deleted may still be settled, once, to no effect
+// (the message went with the queue), as RabbitMQ allows; after the broker closes, settling fails
+// with [ErrClosed]. The methods are safe for concurrent use; the zero Delivery, and a copy of a
 // Delivery, settle nothing and return [ErrUnknownDelivery]: use the *Delivery as received.
 //
 // Deliveries are allocated in small chunks: holding one keeps the messages of up to 15 others
@@ -624,6 +630,11 @@ func (d *Delivery) settleWith(then func(*Queue)) error {
 	}
 	q := d.q
 	q.mu.Lock()
+	if q.endErr != nil {
+		err := q.settleEndedLocked(d)
+		q.mu.Unlock()
+		return err
+	}
 	err := q.checkSettleLocked(d)
 	if err == nil {
 		q.releaseLocked(d, deliverySettled)
@@ -663,13 +674,27 @@ func (d *Delivery) stopWatching() {
 // checkSettleLocked says why d cannot be settled, if it cannot.
 func (q *Queue) checkSettleLocked(d *Delivery) error {
 	switch {
-	case q.endErr != nil:
-		return errorf("settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, q.endErrLocked())
 	case d.state == deliveryAutoAcked:
 		return errorf("settle auto-acked delivery %d: %w", d.DeliveryTag, ErrUnknownDelivery)
 	case d.state != deliveryOutstanding:
 		return errorf("settle delivery %d: %w", d.DeliveryTag, ErrAlreadySettled)
 	}
+	return nil
+}
+
+// settleEndedLocked settles a delivery of a queue that ended. Once the broker has closed, there is
+// nothing to settle with: [ErrClosed]. A deleted queue took its messages with it, and RabbitMQ
+// accepts the settlement of a delivery from a deleted queue as a no-op: so does warren, once per
+// delivery (a second settlement is refused as usual), so that a handler that did its work does
+// not see a failure. Why its consumer ended, its Err says.
+func (q *Queue) settleEndedLocked(d *Delivery) error {
+	if q.b.closed.Load() {
+		return errorf("settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, ErrClosed)
+	}
+	if err := q.checkSettleLocked(d); err != nil {
+		return err
+	}
+	d.state = deliverySettled // the queue's counts went with it
 	return nil
 }
 

@@ -890,7 +890,7 @@ func TestCFExclusiveQueueDeletedWithOwner(t *testing.T) {
 			default:
 				t.Fatal("Deliveries not closed")
 			}
-			require.ErrorIs(t, ds[0].Ack(), warren.ErrNotFound)
+			require.NoError(t, ds[0].Ack(), "a no-op")
 			if !errors.Is(c.Err(), warren.ErrQueueDeleted) {
 				wrong = append(wrong, fmt.Sprintf("round %d: Err() = %v", i, c.Err()))
 			}
@@ -934,7 +934,7 @@ func TestCFExclusiveQueueDeletedWithOwnerNoConsumer(t *testing.T) {
 		end()
 		synctest.Wait()
 		require.False(t, cfExists(t, b, "ex"))
-		require.ErrorIs(t, d.Ack(), warren.ErrNotFound)
+		require.NoError(t, d.Ack(), "a no-op")
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -276,5 +277,40 @@ func TestAutoDeleteQueue(t *testing.T) {
 		require.ErrorIs(t, err, warren.ErrNotFound, "deleted with its last consumer")
 		_, err = q.Get(t.Context())
 		require.ErrorIs(t, err, warren.ErrNotFound)
+	})
+}
+
+// TestSettleAfterQueueDeleted: RabbitMQ accepts an ack, nack or reject of a delivery whose queue
+// was deleted, as a no-op; so does warren, once per delivery, for consumer and Get deliveries and
+// for the UpTo forms, while the consumer's Err says why it ended. Once the broker has closed,
+// settling fails with ErrClosed.
+func TestSettleAfterQueueDeleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 5)
+		c, err := q.Consume(t.Context(), warren.Prefetch(3))
+		require.NoError(t, err)
+		ds := receive(t, c, 3)
+		g, err := q.Get(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, 1, deleteQueue(t, b, "q"), "one message was still ready")
+
+		require.NoError(t, ds[0].Ack(), "the handler did its work: no failure")
+		require.ErrorIs(t, ds[0].Ack(), warren.ErrAlreadySettled, "but only once")
+		require.NoError(t, ds[1].Reject())
+		require.NoError(t, c.NackUpTo(ds[2].DeliveryTag))
+		require.ErrorIs(t, ds[2].Nack(), warren.ErrAlreadySettled)
+		require.NoError(t, g.NackWithDelay(time.Minute))
+		require.ErrorIs(t, c.Err(), warren.ErrQueueDeleted)
+		st := q.Stats()
+		require.Equal(t, uint64(0), st.Acked+st.Nacked+st.Rejected, "nothing was settled in a queue that is gone")
+
+		q2 := declare(t, b, "q2")
+		publishN(t, b, q2, 1)
+		d, err := q2.Get(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, b.Close())
+		require.ErrorIs(t, d.Ack(), warren.ErrClosed)
 	})
 }

@@ -153,10 +153,10 @@ func (c *Consumer) Recover() error {
 	q := c.q
 	q.mu.Lock()
 	defer q.unlock()
-	if q.endErr != nil {
-		return errorf("recover: %w", q.endErrLocked())
+	if q.b.closed.Load() {
+		return errorf("recover: %w", ErrClosed)
 	}
-	if c.autoAck || c.ended {
+	if c.autoAck || c.ended || q.endErr != nil { // a deleted queue took everything: nothing to recover
 		return nil
 	}
 	var back []entry
