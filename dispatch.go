@@ -73,12 +73,24 @@ func (q *Queue) activateLocked(c *Consumer) {
 		q.feeders = insertByPriority(q.feeders, c)
 		c.wakeLocked()
 	} else {
+		// A newcomer joins the end of the rotation, as in RabbitMQ: every consumer of its
+		// priority takes its turn before it does. In the consumers list that is just before
+		// the consumer whose turn is next, if that one is of its priority, else after its
+		// priority's last; and the turn stays with the consumer it was at.
 		i := priorityIndex(q.consumers, c)
-		if i < q.rr {
-			q.rr++ // the round-robin turn stays with the consumer it was at
+		if q.rr >= len(q.consumers) {
+			q.rr = 0
+		}
+		if q.rr < i && q.consumers[q.rr].priority == c.priority {
+			i = q.rr
+		}
+		if i <= q.rr {
+			q.rr++
 		}
 		q.consumers = slices.Insert(q.consumers, i, c)
 	}
+	q.turns++
+	c.turn = q.turns // the general dispatch's rotation: the most recent turn is the last
 	q.reorderLocked()
 }
 

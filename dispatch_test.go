@@ -180,3 +180,60 @@ func TestPanickingListenerIsContained(t *testing.T) {
 		require.Equal(t, 1, q.Len(), "the failed message is back in the queue")
 	})
 }
+
+// TestNewConsumerJoinsEndOfRotation: three consumers with free credit have received messages 1–3
+// in turn; a fourth subscribes; message 4 goes to the first consumer, not the newcomer, and the
+// newcomer's turn comes after the other three's, as in RabbitMQ. Both dispatch paths (the plain
+// one, and the general one, taken here because a lower-priority consumer exists), with prefetch 1
+// (each message acked, so credit is free again) and with a large prefetch.
+func TestNewConsumerJoinsEndOfRotation(t *testing.T) {
+	for _, general := range []bool{false, true} {
+		for _, prefetch := range []int{1, 64} {
+			t.Run(fmt.Sprintf("general=%t/prefetch=%d", general, prefetch), func(t *testing.T) {
+				b := newBroker(t)
+				q := declare(t, b, "q")
+				opts := []warren.ConsumeOption{warren.Prefetch(prefetch), warren.ConsumerPriority(1)}
+				if general {
+					_, err := q.Consume(t.Context(), warren.ConsumerPriority(0)) // receives only when the others cannot
+					require.NoError(t, err)
+				}
+				var cs []*warren.Consumer
+				got := map[string]string{} // message → consumer
+				take := func() {
+					t.Helper()
+					for _, c := range cs {
+						select {
+						case d := <-c.Deliveries():
+							got[string(d.Message.Body)] = c.Tag()
+							if prefetch == 1 {
+								require.NoError(t, d.Ack())
+							}
+						default:
+						}
+					}
+				}
+				publish := func(body string) {
+					t.Helper()
+					require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte(body)}))
+					take()
+				}
+				for _, tag := range []string{"A", "B", "C"} {
+					c, err := q.Consume(t.Context(), append(opts, warren.ConsumerTag(tag))...)
+					require.NoError(t, err)
+					cs = append(cs, c)
+				}
+				for _, m := range []string{"1", "2", "3"} {
+					publish(m)
+				}
+				require.Equal(t, map[string]string{"1": "A", "2": "B", "3": "C"}, got)
+				d, err := q.Consume(t.Context(), append(opts, warren.ConsumerTag("D"))...)
+				require.NoError(t, err)
+				cs = append(cs, d)
+				for _, m := range []string{"4", "5", "6", "7", "8"} {
+					publish(m)
+				}
+				require.Equal(t, map[string]string{"1": "A", "2": "B", "3": "C", "4": "A", "5": "B", "6": "C", "7": "D", "8": "A"}, got)
+			})
+		}
+	}
+}

@@ -679,6 +679,17 @@ func (r *evRun) declare(s evSpec) {
 	}
 }
 
+// alive reports whether q is a queue of the broker's: not deleted. (Not with Broker.Queue,
+// which counts as a use of the queue and postpones its expiry.)
+func (r *evRun) alive(q *warren.Queue) bool {
+	for x := range r.b.Queues() {
+		if x == q {
+			return true
+		}
+	}
+	return false
+}
+
 // anyQueue returns a random queue: the current incarnation, or now and then a deleted one.
 func (r *evRun) anyQueue() *warren.Queue {
 	name := r.specs[r.rng.IntN(len(r.specs))].name
@@ -826,19 +837,20 @@ func (r *evRun) settle() {
 
 func (r *evRun) settleOne(q *warren.Queue, d *warren.Delivery) {
 	var err error
+	alive := r.alive(q) // a deleted queue's settlements succeed and count nothing
 	switch x := r.rng.IntN(20); {
 	case x < 8:
 		err = d.Ack()
 	case x < 13:
-		if err = d.Nack(); err == nil {
+		if err = d.Nack(); err == nil && alive {
 			r.nacks[q]++
 		}
 	case x < 16:
-		if err = d.Reject(); err == nil {
+		if err = d.Reject(); err == nil && alive {
 			r.rejects[q]++
 		}
 	default:
-		if err = d.NackWithDelay(time.Duration(1+r.rng.IntN(2000)) * time.Millisecond); err == nil {
+		if err = d.NackWithDelay(time.Duration(1+r.rng.IntN(2000)) * time.Millisecond); err == nil && alive {
 			r.nacks[q]++
 		}
 	}
@@ -856,7 +868,10 @@ func (r *evRun) settleUpTo(c *evCons, d *warren.Delivery) {
 	}
 	var err error
 	how := r.rng.IntN(3)
-	switch how {
+	if !r.alive(c.q) {
+		how += 3 // a deleted queue's settlements succeed and count nothing
+	}
+	switch how % 3 {
 	case 0:
 		err = c.c.AckUpTo(d.DeliveryTag)
 	case 1:

@@ -21,12 +21,13 @@ package warren_test
 // panic instead of returning false, which counts as false) and a ConsumerPriority from -1 to 2.
 // refQueue.dispatch then follows dispatch.go: the simple path (every active consumer of one
 // priority, no selector) is round-robin among the push consumers with credit, from a cursor
-// that stays with the consumer it is at when one is added or removed before it; otherwise the
-// general path serves bands of equal priority, highest first, and within a band the consumer
-// with credit, not yet found wanting in this pass, with the oldest turn (a counter of
-// general-path deliveries; 0 for a new consumer; ties to the earlier in band order: priority,
-// then arrival) takes the first ready message it accepts, and one that finds none sits out the
-// rest of the pass. modelAvoidBugs can keep the operations away from known bugs (see there).
+// that stays with the consumer it is at when one is added or removed before it, a new consumer
+// joining the end of the rotation (just before the cursor); otherwise the general path serves
+// bands of equal priority, highest first, and within a band the consumer with credit, not yet
+// found wanting in this pass, with the oldest turn (a counter of general-path deliveries and
+// registrations: a new consumer's turn is the most recent; ties to the earlier in band order:
+// priority, then arrival) takes the first ready message it accepts, and one that finds none
+// sits out the rest of the pass. modelAvoidBugs can keep the operations away from known bugs (see there).
 //
 // AutoAck consumers are modelled one at a time and never together with an active push
 // consumer: the feeder takes one message at a time outside the queue lock, so after
@@ -476,16 +477,25 @@ func (r *refQueue) consume(prefetch int, tag string, autoAck bool, priority int,
 	if r.feeder != nil {
 		panic("refQueue: a push consumer beside an AutoAck consumer is not modelled")
 	}
-	// After every consumer of its priority or higher (priorityIndex). The round-robin turn
-	// stays with the consumer it was at: inserted before the cursor, the consumer moves it on.
+	// It joins the end of the rotation: just before the consumer whose turn is next if that one
+	// is of its priority, else after every consumer of its priority or higher; the turn stays
+	// with the consumer it was at. On the general path its turn is the most recent.
 	i := 0
 	for i < len(r.active) && r.active[i].priority >= c.priority {
 		i++
 	}
-	if i < r.cursor {
+	if r.cursor >= len(r.active) {
+		r.cursor = 0
+	}
+	if r.cursor < i && r.active[r.cursor].priority == c.priority {
+		i = r.cursor
+	}
+	if i <= r.cursor {
 		r.cursor++
 	}
 	r.active = slices.Insert(r.active, i, c)
+	r.turns++
+	c.turn = r.turns
 	r.dispatch()
 	return c
 }

@@ -546,11 +546,17 @@ func (m *mtModel) dispatch() {
 	}
 }
 
-// consume adds an active consumer and dispatches.
+// consume adds an active consumer and dispatches. The newcomer joins the end of the rotation:
+// every active consumer takes its turn before it, so it goes just before the one whose turn is
+// next.
 func (m *mtModel) consume(prefetch int, timeout time.Duration, ctx int) *mtCons {
 	c := &mtCons{idx: len(m.cons), prefetch: prefetch, timeout: timeout, ctx: ctx, active: true}
 	m.cons = append(m.cons, c)
-	m.active = append(m.active, c)
+	if m.rr >= len(m.active) {
+		m.rr = 0
+	}
+	m.active = slices.Insert(m.active, m.rr, c)
+	m.rr++
 	m.dispatch()
 	return c
 }
