@@ -195,10 +195,12 @@ func (c *Consumer) Tag() string { return c.tag }
 // deleted or when the broker closes; [Consumer.Err] then says which.
 func (c *Consumer) Deliveries() <-chan *Delivery { return c.ch }
 
-// Done returns a channel that is closed when the consumer stops receiving. When it stopped
-// because its context ended, everything it held has been dealt with by the time Done is closed:
-// back in the queue, or expired and dead-lettered. After [Consumer.Cancel], deliveries it
-// received stay outstanding.
+// Done returns a channel that is closed when the consumer has ended: it receives nothing more
+// and holds nothing more. By then every delivery it was given has been settled or dealt with —
+// back in its place in the queue, or expired and dead-lettered — or its queue is gone. After
+// [Consumer.Cancel] a consumer that still holds received deliveries has not ended: Done is closed
+// once they are settled, or once its context ends and they are back ([Consumer.Close] does both
+// at once).
 func (c *Consumer) Done() <-chan struct{} { return c.done }
 
 // Err returns nil while the consumer is active and, once it has stopped, why: [ErrCancelled],
@@ -226,13 +228,44 @@ func (c *Consumer) Cancel() error {
 		return nil
 	}
 	q.restoreAllLocked(c.stopLocked(ErrCancelled, nil, ReasonCancel))
-	c.signalStopLocked()
+	if c.autoAck {
+		c.signalStopLocked() // the feeder puts back what it holds and closes Deliveries
+	}
 	q.removeConsumerLocked(c)
-	c.tidyLocked()
+	c.tidyLocked() // ended, if it holds nothing
 	q.dispatchLocked()
 	autoDelete := q.shouldAutoDeleteLocked()
 	q.unlock()
 	c.afterStop(autoDelete)
+	return nil
+}
+
+// Close ends the consumer as the end of its context would, and returns once it has ended (see
+// [Consumer.Done]): it stops receiving, if it had not, deliveries buffered and never received go
+// back to their places unchanged, and those it received and has not settled go back to their
+// original positions, redelivered (settling them later fails with [ErrAlreadySettled]).
+// Everything goes back in one critical section, before anything is dispatched again; messages
+// whose TTL passed meanwhile, or past the delivery limit, are dead-lettered by the time Close
+// returns. [Consumer.Err] then reports [ErrCancelled], unless the consumer had stopped for
+// another reason. Close is idempotent and returns nil, also after the queue was deleted or the
+// broker closed. Like [Consumer.Cancel], it must not be called from an event listener.
+func (c *Consumer) Close() error {
+	q := c.q
+	q.mu.Lock()
+	if c.ended {
+		q.mu.Unlock()
+		<-c.done // ended by someone else: wait as they do for its feeder, or its dead letters
+		return nil
+	}
+	ended := q.orphanLocked(func(x *Consumer) error {
+		if x == c {
+			return ErrCancelled
+		}
+		return nil
+	}, nil, ReasonOwnerEnded)
+	q.dispatchLocked()
+	q.finishOrphans(ended)
+	<-c.done
 	return nil
 }
 

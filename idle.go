@@ -15,13 +15,16 @@ import (
 //   - a feeder is taking or handing over a message (not parked, and not stuck sending into a
 //     full channel: a channel nobody reads is the application's to drain);
 //   - a consumer started by Serve holds deliveries: its handlers are running or about to;
+//   - the context owning a consumer, or a Get delivery, has ended and what it holds is not yet
+//     back (the return runs on another goroutine);
 //   - a timer will move a message: a ready message has a TTL, a message is delayed, or a
 //     delivery has an ack timeout; or a timer will delete the queue with ready messages in it:
 //     its expiry ([Expires], while it has no consumer) or the age threshold of a [Delete]
 //     policy.
 //
 // Deliveries held by a plain consumer or a Get are the application's: they do not make the
-// queue busy (except through an ack timeout). A queue's dispatch runs in every critical section
+// queue busy (except through an ack timeout), until the context that owns them ends: from then
+// until they are back, the queue is busy. A queue's dispatch runs in every critical section
 // that could let a consumer take a message, so "a ready message and a consumer with credit that
 // accepts it" never outlives one and needs no check of its own.
 //
@@ -38,9 +41,16 @@ type idleWaiters struct {
 	changed chan struct{} // closed and replaced when gen moves
 }
 
-// poke tells WaitIdle callers that a queue's state changed. Callers check waiting first, so
-// that a broker nobody waits on pays one atomic load per critical section. The caller holds no
-// queue lock.
+// pokeIfWaiting tells the waiters, if there are any, that a queue's state changed: a broker nobody
+// waits on pays one atomic load. The caller holds no queue lock, and calls it after the change
+// is visible: after releasing the queue's lock.
+func (w *idleWaiters) pokeIfWaiting() {
+	if w.waiting.Load() != 0 {
+		w.poke()
+	}
+}
+
+// poke tells the waiters that a queue's state changed.
 func (w *idleWaiters) poke() {
 	w.mu.Lock()
 	w.gen++
@@ -64,7 +74,8 @@ func (w *idleWaiters) poke() {
 // holding ready messages is due to be deleted by its [Expires] or a [Delete] age threshold.
 // Deliveries
 // held by [Queue.Consume] consumers and by [Queue.Get] are the application's to settle and do
-// not count, nor do messages buffered in a consumer's channel for the application to receive.
+// not count, nor do messages buffered in a consumer's channel for the application to receive —
+// until the context that owns them ends: then WaitIdle waits until they are back in the queue.
 // Work outside the broker (a publish still in progress) is not seen.
 func (b *Broker) WaitIdle(ctx context.Context) error {
 	return b.waitFor(ctx, func() (bool, error) {
@@ -132,8 +143,15 @@ func (q *Queue) busy() bool {
 		q.cfg.alerts.Policy == Delete && q.ageDueLocked() != 0) {
 		return true // the queue will be deleted, by its expiry or its age threshold, and its messages dropped
 	}
+	for d := range outstanding(&q.gets) {
+		if d.get != nil && d.get.ctx.Err() != nil {
+			return true // its owner ended: it is on its way back
+		}
+	}
 	for _, c := range q.holders {
 		switch {
+		case c.owner.Err() != nil:
+			return true // its context ended: what it holds is on its way back
 		case c.autoAck:
 			if c.handing || (!c.idle && !c.stopped && !(c.sending && len(c.ch) == cap(c.ch))) {
 				return true

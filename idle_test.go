@@ -95,3 +95,52 @@ func TestWaitIdleBackoffThenDeliveryLimit(t *testing.T) {
 		require.Equal(t, uint64(3), q.Stats().Delivered, "the first try and two retries")
 	})
 }
+
+// TestWaitIdleStartedDuringEmit: a WaitIdle that begins while another goroutine is emitting a
+// queue's events (here a listener that takes 200 ms over one event) returns when the emitting
+// ends, not at its own deadline: the emitter tells waiters after its flush, not only before.
+func TestWaitIdleStartedDuringEmit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		declare(t, b, "q")
+		stop := b.Listen(func(e warren.Event) {
+			if e.Kind == warren.EventEnqueued {
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
+		defer stop()
+		start := time.Now()
+		go func() { _ = b.Publish(t.Context(), "", "q", warren.Message{}) }()
+		synctest.Wait() // the publisher is in the listener
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+		require.NoError(t, b.WaitIdle(ctx))
+		require.Equal(t, 200*time.Millisecond, time.Since(start), "WaitIdle returned when the listener did")
+	})
+}
+
+// TestWaitIdleWaitsForEndedOwners: when the context owning a consumer's or a Get's deliveries
+// ends, they go back on another goroutine; WaitIdle returns only once they are back.
+func TestWaitIdleWaitsForEndedOwners(t *testing.T) {
+	for round := range 50 { // the return races WaitIdle: without the wait it loses nearly always
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 12)
+		ctx, cancel := context.WithCancel(t.Context())
+		c, err := q.Consume(ctx, warren.Prefetch(10))
+		require.NoError(t, err)
+		receive(t, c, 10)
+		gctx, gcancel := context.WithCancel(t.Context())
+		for range 2 {
+			_, err := q.Get(gctx)
+			require.NoError(t, err)
+		}
+		cancel()
+		gcancel()
+		require.NoError(t, b.WaitIdle(t.Context()))
+		st := q.Stats()
+		require.Equal(t, [3]int{12, 0, 0}, [3]int{st.Ready, st.Unacked, st.Consumers},
+			"round %d: ready, unacked, consumers after WaitIdle", round)
+		b.Close()
+	}
+}

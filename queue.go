@@ -504,11 +504,9 @@ func (q *Queue) unlock() {
 		close(q.blocked[0].ready) // the first waiting publisher tries again
 		q.blocked = q.blocked[1:]
 	}
-	if q.b.idle.waiting.Load() != 0 {
-		defer q.b.idle.poke() // after mu is released
-	}
 	if q.flushing || len(q.outbox) == 0 {
 		q.mu.Unlock()
+		q.b.idle.pokeIfWaiting()
 		return
 	}
 	q.flushing = true
@@ -533,6 +531,8 @@ func (q *Queue) unlock() {
 	}
 	q.flushing = false
 	q.mu.Unlock()
+	// Only now: a WaitIdle that began during the flush saw it in progress and waits for this.
+	q.b.idle.pokeIfWaiting()
 }
 
 // readUnlock ends a critical section that only read: it changed nothing unlock would act on,
