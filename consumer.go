@@ -515,9 +515,11 @@ func (c *Consumer) feed() {
 		q.leaving = slices.Delete(q.leaving, i, i+1)
 	}
 	q.dispatchLocked()
-	q.unlock()
+	// Closed in the critical section that puts its messages back, so that whoever looks at
+	// the queue sees both or neither (Broker.WaitReleased).
 	close(c.ch)
 	close(c.done)
+	q.unlock()
 }
 
 // AckUpTo acknowledges every outstanding delivery of this consumer with a tag up to and

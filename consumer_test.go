@@ -314,3 +314,114 @@ func TestSettleAfterQueueDeleted(t *testing.T) {
 		require.ErrorIs(t, d.Ack(), warren.ErrClosed)
 	})
 }
+
+// TestConsumerClose: Close ends a consumer as the end of its context would, synchronously: by the
+// time it returns, what it received is back redelivered and what was buffered is back unchanged,
+// in their places, Done is closed and Err says ErrCancelled. Also after Cancel, for an AutoAck
+// consumer, and after the queue is gone.
+func TestConsumerClose(t *testing.T) {
+	for round := range 20 { // outside a bubble: nothing may be left for another goroutine to do
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 6)
+		c, err := q.Consume(t.Context(), warren.Prefetch(4))
+		require.NoError(t, err)
+		got := receive(t, c, 2) // "0", "1" received; "2", "3" buffered
+		require.NoError(t, c.Close())
+		st := q.Stats()
+		require.Equal(t, [3]int{6, 0, 0}, [3]int{st.Ready, st.Unacked, st.Consumers}, "round %d: ready, unacked, consumers", round)
+		require.ErrorIs(t, got[0].Ack(), warren.ErrAlreadySettled)
+		require.ErrorIs(t, c.Err(), warren.ErrCancelled)
+		_, open := <-c.Deliveries()
+		require.False(t, open)
+		select {
+		case <-c.Done():
+		default:
+			t.Fatal("Done open after Close")
+		}
+		var again []string
+		for m := range q.Browse() {
+			again = append(again, string(m.Body))
+		}
+		require.Equal(t, []string{"0", "1", "2", "3", "4", "5"}, again, "back in their places")
+		d, err := q.Get(t.Context())
+		require.NoError(t, err)
+		require.True(t, d.Redelivered, "received: redelivered")
+		require.NoError(t, d.Nack())
+		require.NoError(t, c.Close(), "idempotent")
+		b.Close()
+	}
+
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 3)
+		c, err := q.Consume(t.Context(), warren.Prefetch(2))
+		require.NoError(t, err)
+		held := receive(t, c, 1)
+		require.NoError(t, c.Cancel())
+		select {
+		case <-c.Done():
+			t.Fatal("Done closed after Cancel while the consumer holds a delivery")
+		default:
+		}
+		require.NoError(t, c.Close())
+		require.Equal(t, 3, q.Len(), "the received delivery is back")
+		require.ErrorIs(t, held[0].Ack(), warren.ErrAlreadySettled)
+
+		auto, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(3))
+		require.NoError(t, err)
+		synctest.Wait() // its feeder has taken what fits
+		require.NoError(t, auto.Close())
+		require.Equal(t, 3, q.Len(), "an AutoAck consumer's unread messages are back")
+
+		gone, err := q.Consume(t.Context())
+		require.NoError(t, err)
+		deleteQueue(t, b, "q")
+		require.NoError(t, gone.Close(), "after the queue was deleted")
+		require.ErrorIs(t, gone.Err(), warren.ErrQueueDeleted, "Err keeps the first reason")
+	})
+}
+
+// TestDoneAfterCancel: after Cancel, Done is closed once the consumer holds nothing: at once if
+// it held nothing, else when its last delivery is settled, or when its context ends and they are
+// back.
+func TestDoneAfterCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 3)
+		closed := func(c *warren.Consumer) bool {
+			select {
+			case <-c.Done():
+				return true
+			default:
+				return false
+			}
+		}
+		idle, err := q.Consume(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, idle.Cancel())
+		require.True(t, closed(idle), "holding nothing")
+
+		c, err := q.Consume(t.Context(), warren.Prefetch(2))
+		require.NoError(t, err)
+		ds := receive(t, c, 2)
+		require.NoError(t, c.Cancel())
+		require.False(t, closed(c))
+		require.NoError(t, ds[0].Ack())
+		require.False(t, closed(c), "one still held")
+		require.NoError(t, ds[1].Nack())
+		require.True(t, closed(c), "the last one settled")
+
+		ctx, cancel := context.WithCancel(t.Context())
+		c2, err := q.Consume(ctx, warren.Prefetch(1))
+		require.NoError(t, err)
+		receive(t, c2, 1)
+		require.NoError(t, c2.Cancel())
+		require.False(t, closed(c2))
+		cancel()
+		<-c2.Done()
+		require.Equal(t, 2, q.Len(), "the held delivery is back when Done closes")
+	})
+}

@@ -107,7 +107,7 @@ func (q *Queue) checkUse(what string, ctx context.Context) error {
 func (q *Queue) holdsFor(owner context.Context) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for _, cs := range [...][]*Consumer{q.holders, q.leaving} {
+	for _, cs := range [...][]*Consumer{q.holders, q.leaving, q.ending} {
 		for _, c := range cs {
 			if ownedBy(c.owner, owner) || ownedBy(c.as, owner) {
 				return true

@@ -141,3 +141,57 @@ func TestAsNil(t *testing.T) {
 	_, err = q.Purge(warren.As(nil))
 	require.ErrorIs(t, err, warren.ErrInvalidArgument)
 }
+
+// TestWaitReleased: once an owner is cancelled, WaitReleased returns when everything it held —
+// its consumers' deliveries, received and buffered, and its Gets, whatever context derived from
+// it they were started with — is back in place; before the owner ends it waits for that, unless
+// the owner holds nothing.
+func TestWaitReleased(t *testing.T) {
+	for round := range 30 { // outside a bubble: the returns run on other goroutines
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 10)
+		owner, end := warren.NewOwner(t.Context())
+		channel, closeChannel := context.WithCancel(owner)
+		defer closeChannel()
+		c, err := q.Consume(channel, warren.Prefetch(4))
+		require.NoError(t, err)
+		receive(t, c, 2)
+		for range 3 {
+			_, err := q.Get(owner)
+			require.NoError(t, err)
+		}
+		require.NoError(t, b.WaitReleased(t.Context(), t.Context()), "another context holds nothing")
+		end()
+		require.NoError(t, b.WaitReleased(t.Context(), owner))
+		st := q.Stats()
+		require.Equal(t, [3]int{10, 0, 0}, [3]int{st.Ready, st.Unacked, st.Consumers}, "round %d: ready, unacked, consumers", round)
+		select {
+		case <-c.Done():
+		default:
+			t.Fatalf("round %d: the consumer has not ended", round)
+		}
+		b.Close()
+	}
+
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 1)
+		owner, end := warren.NewOwner(t.Context())
+		defer end()
+		_, err := q.Get(owner)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		require.ErrorIs(t, b.WaitReleased(ctx, owner), context.DeadlineExceeded, "the owner holds a Get and has not ended")
+		go func() {
+			time.Sleep(time.Hour)
+			end()
+		}()
+		start := time.Now()
+		require.NoError(t, b.WaitReleased(t.Context(), owner))
+		require.Equal(t, time.Hour, time.Since(start), "it waited for the owner to end")
+		require.Equal(t, 1, q.Len())
+	})
+}

@@ -428,7 +428,10 @@ type Queue struct {
 	// back before anything is dispatched, requeue.go). A single active consumer's successor is
 	// activated at once and receives once they are back. (They may have left holders already:
 	// the queue's end finds their hand-offs here.)
-	leaving     []*Consumer
+	leaving []*Consumer
+	// ending are the consumers a context end (or an ack timeout, or Close) ended whose Done is
+	// not yet closed: it is, once the dead letters of what they held are out (finishOrphans).
+	ending      []*Consumer
 	stamps      ring[stamp]            // arrival times, sampled (stats.go)
 	pruneStamps int                    // prune stamps when there are this many
 	alertStates [alertKinds]alertState // per threshold of cfg.alerts (stats.go)

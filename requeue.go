@@ -259,6 +259,8 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool
 	for _, c := range ended {
 		if c.autoAck {
 			c.signalStopLocked() // the feeder puts its messages back, then closes done
+		} else {
+			q.ending = append(q.ending, c) // until finishOrphans closes done
 		}
 	}
 	return ended
@@ -278,8 +280,12 @@ func (q *Queue) finishOrphans(ended []*Consumer) {
 	q.waitFlushedLocked()
 	for _, c := range ended {
 		c.signalStopLocked()
+		if i := slices.Index(q.ending, c); i >= 0 {
+			q.ending = slices.Delete(q.ending, i, i+1)
+		}
 	}
 	q.mu.Unlock()
+	q.b.idle.pokeIfWaiting() // WaitReleased may wait for these ends
 	for _, c := range ended {
 		c.stopCtx()
 		if c.autoAck {
