@@ -350,10 +350,19 @@ func (c *Consumer) backLocked(e entry, why Reason) {
 	}
 }
 
-// shouldAutoDeleteLocked reports whether an auto-delete queue has lost its last consumer (R6.11:
-// only after it has had one).
+// shouldAutoDeleteLocked reports whether an auto-delete queue has lost its last consumer (only
+// after it has had one). A consumer of Serve's goes when it has ended, not when it stops: the
+// queue outlives the handlers Serve waits for, so that their results settle.
 func (q *Queue) shouldAutoDeleteLocked() bool {
-	return q.cfg.autoDelete && q.hadConsumer && q.endErr == nil && q.consumerCountLocked() == 0
+	if !q.cfg.autoDelete || !q.hadConsumer || q.endErr != nil || q.consumerCountLocked() > 0 {
+		return false
+	}
+	for _, c := range q.holders {
+		if c.served {
+			return false
+		}
+	}
+	return true
 }
 
 // newDeliveryLocked returns a delivery of e to this consumer, with the consumer's next tag.
@@ -416,6 +425,9 @@ func (c *Consumer) finishLocked() {
 	if i := slices.Index(q.holders, c); i >= 0 {
 		q.holders = slices.Delete(q.holders, i, i+1)
 		q.unholdLocked(c)
+	}
+	if c.served && q.shouldAutoDeleteLocked() {
+		q.autoDeleteDue = true // by unlock, with the broker's lock, which comes before mu
 	}
 }
 

@@ -164,17 +164,16 @@ func ExampleBroker_WaitIdle() {
 		}
 	})()
 	served := make(chan error)
+	started := make(chan struct{})
 	go func() {
 		served <- q.Serve(ctx, func(_ context.Context, d *warren.Delivery) error {
 			if !d.Redelivered {
 				return errors.New("transient") // nacked: back to its place, redelivered
 			}
 			return nil
-		})
+		}, warren.OnStart(func() { close(started) }))
 	}()
-	for q.ConsumerCount() == 0 { // wait for Serve's consumer (in a synctest bubble: synctest.Wait)
-		time.Sleep(time.Millisecond)
-	}
+	<-started // Serve's consumer is in place: what is published now is handled
 
 	_ = b.Publish(ctx, "", "jobs", warren.Message{Body: []byte("a")})
 	_ = b.Publish(ctx, "", "jobs", warren.Message{Body: []byte("b")})

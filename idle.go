@@ -88,6 +88,34 @@ func (b *Broker) WaitIdle(ctx context.Context) error {
 	})
 }
 
+// WaitEmpty waits until the queue holds no message — none ready, none delayed ([DeliverAfter],
+// [Delivery.NackWithDelay]), no delivery outstanding with a consumer or a Get, none on its way
+// back from a stopped consumer — and returns nil; or returns ctx.Err() if ctx ends first, or an
+// error wrapping [ErrQueueDeleted] (or [ErrClosed]) if the queue goes. It is how a service drains
+// a queue before it stops: stop publishing, WaitEmpty with a deadline, then end its
+// [Queue.Serve] (whose handlers have then settled everything). Unlike [Broker.WaitIdle], it
+// looks at this queue alone, and a message waiting for its TTL keeps it waiting until the
+// message expires. Messages published meanwhile are waited for too. Inside a [testing/synctest]
+// bubble it waits through virtual time.
+func (q *Queue) WaitEmpty(ctx context.Context) error {
+	return q.b.waitFor(ctx, func() (bool, error) {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.endErr != nil {
+			return false, errorf("wait for queue %q to empty: %w", q.name, q.endErrLocked())
+		}
+		if q.ready.len() > 0 || q.unacked > 0 || len(q.leaving) > 0 || q.delayed != nil && q.delayed.Len() > 0 {
+			return false, nil
+		}
+		for _, c := range q.holders {
+			if c.handing { // a message on its way to an AutoAck consumer's feeder
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
 // waitFor waits until reached reports true, or an error, for a state of the broker's queues that
 // no critical section changed while reached looked at it; or until ctx ends. reached must read
 // each queue it looks at in a critical section of that queue's.

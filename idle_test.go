@@ -144,3 +144,46 @@ func TestWaitIdleWaitsForEndedOwners(t *testing.T) {
 		b.Close()
 	}
 }
+
+// TestWaitEmpty: a service drains a queue before it stops: WaitEmpty returns once nothing is
+// ready, delayed or outstanding — here when the last of ten 10 ms jobs is acked, the one that
+// failed once included after its 1 s backoff — and then Serve stops with nothing to put back.
+// It fails with the queue's end when the queue goes, and with ctx's error at its deadline.
+func TestWaitEmpty(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "jobs")
+		publishN(t, b, q, 10)
+		failed := false
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- q.Serve(ctx, func(_ context.Context, d *warren.Delivery) error {
+				time.Sleep(10 * time.Millisecond)
+				if string(d.Message.Body) == "3" && !failed {
+					failed = true
+					return errors.New("once")
+				}
+				return nil
+			}, warren.Backoff(time.Second, time.Second))
+		}()
+		start := time.Now()
+		require.NoError(t, q.WaitEmpty(t.Context()))
+		require.Equal(t, time.Second+50*time.Millisecond, time.Since(start),
+			"job 3 fails at 40 ms; its retry, due at 1.04 s, takes 10 ms")
+		st := q.Stats()
+		require.Equal(t, [4]uint64{10, 0, 0, 11}, [4]uint64{st.Acked, uint64(st.Ready), uint64(st.Unacked), st.Delivered})
+		cancel()
+		require.NoError(t, <-done)
+
+		short, cancelShort := context.WithTimeout(t.Context(), time.Minute)
+		defer cancelShort()
+		publishN(t, b, q, 1)
+		require.ErrorIs(t, q.WaitEmpty(short), context.DeadlineExceeded, "nobody consumes")
+		go func() {
+			time.Sleep(time.Hour)
+			deleteQueue(t, b, "jobs")
+		}()
+		require.ErrorIs(t, q.WaitEmpty(t.Context()), warren.ErrQueueDeleted)
+	})
+}

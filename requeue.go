@@ -169,6 +169,22 @@ func (c *Consumer) Recover() error {
 	return nil
 }
 
+// giveBack returns a consumer's delivery that the application received but never handled to its
+// place unchanged, as if it had stayed buffered (Serve gives back what a worker took after Serve
+// began to stop). A delivery no longer outstanding is left alone.
+func (d *Delivery) giveBack() {
+	q := d.q
+	q.mu.Lock()
+	if q.endErr == nil && d.state == deliveryOutstanding && d.c != nil {
+		q.releaseLocked(d, deliveryReturned)
+		d.c.backLocked(d.e, ReasonCancel)
+		q.restoreAllLocked([]entry{d.e})
+		d.c.tidyLocked()
+		q.dispatchLocked()
+	}
+	q.unlock()
+}
+
 // takeBackLocked releases every delivery c received and has not settled, marking it returned,
 // and appends its entry to back, redelivered, for the caller to put back.
 func (c *Consumer) takeBackLocked(back []entry, why Reason) []entry {

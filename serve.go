@@ -10,13 +10,16 @@ import (
 
 // Handler processes one delivery for [Queue.Serve]. Its result settles the delivery: nil acks
 // it; an error wrapping [ErrPermanent] rejects it; any other error, or a panic, returns it for
-// another attempt. ctx is the context given to Serve, cancelled with a cause when Serve stops.
+// another attempt. ctx carries the values of the context given to Serve; it is cancelled, with a
+// cause, when Serve stops (at once, or at the end of its [GracePeriod]).
 type Handler func(ctx context.Context, d *Delivery) error
 
 type serveConfig struct {
 	consume consumeConfig
 	workers int
 	backoff func(attempt int) time.Duration // nil: a failed message goes back at once
+	grace   time.Duration                   // how long running handlers keep their context after Serve's ends
+	started func()                          // OnStart
 	err     error
 }
 
@@ -47,6 +50,26 @@ func Backoff(initial, max time.Duration) ServeOption {
 	})
 }
 
+// GracePeriod lets the handlers running when Serve's context ends finish with their context
+// intact, for up to d, as http.Server.Shutdown does: Serve stops taking messages at once, and
+// cancels the handlers' context only when d has passed (their results are applied either way).
+// Default 0: the handlers' context is cancelled as Serve's ends. d < 0 is an error wrapping
+// [ErrInvalidArgument].
+func GracePeriod(d time.Duration) ServeOption {
+	return serveOption(func(c *serveConfig) {
+		if d < 0 {
+			c.err = errorf("serve: grace period %v: negative: %w", d, ErrInvalidArgument)
+		}
+		c.grace = d
+	})
+}
+
+// OnStart makes [Queue.Serve] call fn once its consumer is in place, before any handler runs, on
+// Serve's goroutine: so a caller that runs Serve on a goroutine of its own knows when a message
+// published from then on will be handled (close a channel in fn and wait for it). fn is not
+// called when Serve fails to start.
+func OnStart(fn func()) ServeOption { return serveOption(func(c *serveConfig) { c.started = fn }) }
+
 type serveOption func(*serveConfig)
 
 func (o serveOption) applyServe(c *serveConfig) { o(c) }
@@ -68,19 +91,26 @@ func (o serveOption) applyServe(c *serveConfig) { o(c) }
 //
 // A handler may settle its delivery itself; Serve then leaves it alone.
 //
-// Serve blocks until ctx ends, then stops gracefully: no new deliveries, deliveries buffered
-// for the pool go back to their places unchanged, handlers still running finish (they see ctx
-// done) and their results are applied, and anything still outstanding goes back to its place
-// before Serve returns nil. If the consumer ends for another reason — the queue is deleted, the
-// broker closes, an [AckTimeout] passes — the handlers' context is cancelled with that reason,
-// and Serve returns it once they finish; a result that comes too late to settle its delivery is
-// dropped (logged at debug level). So an ack timeout ends the whole pool, as it ends a consumer:
-// run Serve in a loop to keep serving after one. ([Broker.Close] does not wait for handlers;
-// Serve does.) If ctx ends together with such a reason, Serve returns nil.
+// Serve blocks until ctx ends, then stops: it takes no more messages — deliveries buffered for
+// the pool go back to their places unchanged, and no handler is started again — and waits for
+// the handlers still running. Their context is cancelled at once, or after the [GracePeriod];
+// their results are applied, except that a handler that fails once its context was cancelled
+// was interrupted, and its message goes back to its place at once (redelivered, one delivery
+// more), without a Backoff. Serve returns nil once every delivery is settled or back in place.
+// The queue outlives the handlers: an [AutoDelete] queue is deleted once they are done. To finish
+// the messages already in the queue before stopping, wait for [Queue.WaitEmpty] before ending
+// ctx.
 //
-// opts are [Workers], [Backoff], and the consumer options: [Prefetch], [ConsumerTag],
-// [ConsumerPriority], [Selector], [AckTimeout], [Exclusive]. Serve fails at once, as
-// [Queue.Consume] does, if the consumer cannot start.
+// If the consumer ends for another reason — the queue is deleted, the broker closes, an
+// [AckTimeout] passes — the handlers' context is cancelled with that reason, and Serve returns
+// it once they finish; a result that comes too late to settle its delivery is dropped (logged at
+// debug level). So an ack timeout ends the whole pool, as it ends a consumer: run Serve in a loop
+// to keep serving after one. ([Broker.Close] does not wait for handlers; Serve does.) If ctx ends
+// together with such a reason, Serve returns nil.
+//
+// opts are [Workers], [Backoff], [GracePeriod], [OnStart], and the consumer options: [Prefetch],
+// [ConsumerTag], [ConsumerPriority], [Selector], [AckTimeout], [Exclusive]. Serve fails at once,
+// as [Queue.Consume] does, if the consumer cannot start.
 func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error {
 	cfg := serveConfig{consume: defaultConsumeConfig(), workers: 1}
 	for _, o := range opts {
@@ -104,18 +134,23 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 	if !cfg.consume.prefetchSet {
 		cfg.consume.prefetch = cfg.workers
 	}
-	// The consumer outlives ctx by the drain: its own context ends only once every handler
-	// has finished, and takes back whatever is left.
-	owner, release := context.WithCancel(context.WithoutCancel(ctx))
-	defer release()
-	cfg.consume.owner = ctx // the pool's use of an exclusive queue is ctx's
+	// The consumer outlives ctx by the handlers' finish: its own context does not end with ctx,
+	// and Serve closes it once they are done. The pool's use of an exclusive queue is ctx's.
+	cfg.consume.owner = ctx
 	cfg.consume.served = true
-	c, err := q.consume(owner, cfg.consume)
+	c, err := q.consume(context.WithoutCancel(ctx), cfg.consume)
 	if err != nil {
 		return err
 	}
-	hctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
+	defer c.Close() // what is left goes back before Serve returns (nothing, unless a settlement failed)
+	if cfg.started != nil {
+		cfg.started()
+	}
+	// The handlers' context keeps ctx's values, and is cancelled when ctx ends (after the grace
+	// period) or when the consumer ends.
+	hctx, stopHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopHandlers(nil)
+	s := server{q: q, c: c, h: h, ctx: ctx, hctx: hctx, backoff: cfg.backoff}
 	var (
 		workers sync.WaitGroup
 		work    func()
@@ -128,7 +163,7 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 			}
 		}()
 		for d := range c.Deliveries() {
-			q.serveOne(hctx, h, d, cfg.backoff)
+			s.serveOne(d)
 		}
 		exited = false
 	}
@@ -137,41 +172,66 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 	}
 	select {
 	case <-ctx.Done():
-		c.Cancel()
+		c.Cancel() // no more deliveries; those buffered go back unchanged
+		if cfg.grace == 0 {
+			stopHandlers(context.Cause(ctx))
+		} else {
+			t := time.AfterFunc(cfg.grace, func() { stopHandlers(context.Cause(ctx)) })
+			defer t.Stop()
+		}
 	case <-c.Done():
-		stop(c.Err())
+		stopHandlers(c.Err())
 	}
 	workers.Wait()
-	// Anything still outstanding (none, unless a settlement failed) goes back now, before
-	// Serve returns; then the consumer's context ends with nothing left.
-	_ = c.Recover()
-	release()
 	if ctx.Err() != nil {
 		return nil
 	}
 	return c.Err()
 }
 
-// serveOne runs h on d and settles d by the result.
-func (q *Queue) serveOne(ctx context.Context, h Handler, d *Delivery, backoff func(int) time.Duration) {
-	q.settleServed(d, q.runHandler(ctx, h, d, backoff), backoff)
+// server is one Serve's pool: what its workers share.
+type server struct {
+	q       *Queue
+	c       *Consumer
+	h       Handler
+	ctx     context.Context // Serve's: once it ends, no handler starts
+	hctx    context.Context // the handlers'
+	backoff func(attempt int) time.Duration
 }
 
-// settleServed settles d by its handler's result.
-func (q *Queue) settleServed(d *Delivery, err error, backoff func(int) time.Duration) {
+// serveOne runs the handler on d and settles d by the result; or, once Serve is stopping, gives
+// d back unchanged, never handled.
+func (s *server) serveOne(d *Delivery) {
+	if s.ctx.Err() != nil {
+		s.c.Cancel() // Serve's own goroutine may not have yet: nothing more must come this way
+		d.giveBack()
+		return
+	}
+	err := s.q.runHandler(s.hctx, s.h, d, s.settle)
+	s.settle(d, err)
+}
+
+// settle settles d by its handler's result. A failure once the handlers' context was cancelled
+// is an interruption: the message goes back at once, with no backoff, and the consumer is
+// stopped first if Serve is stopping, so that it does not come straight back this way.
+func (s *server) settle(d *Delivery, err error) {
+	interrupted := err != nil && s.hctx.Err() != nil
+	if interrupted && s.ctx.Err() != nil {
+		s.c.Cancel()
+	}
 	var settled error
 	switch {
 	case err == nil:
 		settled = d.Ack()
 	case errors.Is(err, ErrPermanent):
 		settled = d.Reject()
-	case backoff != nil:
-		settled = d.NackWithDelay(backoff(d.DeliveryCount))
+	case s.backoff != nil && !interrupted:
+		settled = d.NackWithDelay(s.backoff(d.DeliveryCount))
 	default:
 		settled = d.Nack()
 	}
 	if settled != nil && !errors.Is(settled, ErrAlreadySettled) {
-		q.b.cfg.logger.Debug("warren: serve: settlement failed", "queue", q.name, "tag", d.DeliveryTag, "err", settled)
+		s.q.b.cfg.logger.Debug("warren: serve: settlement failed", "queue", s.q.name, "tag", d.DeliveryTag, "err", settled)
 	}
 }
 
@@ -182,7 +242,7 @@ var errHandlerExited = newError("handler called runtime.Goexit")
 // runHandler calls h. A panic becomes an error (wrapping the panic value when it is an error),
 // after it is logged and told to listeners. A handler that ends its goroutine instead of
 // returning fails its delivery here, and its worker is replaced (see Serve).
-func (q *Queue) runHandler(ctx context.Context, h Handler, d *Delivery, backoff func(int) time.Duration) (err error) {
+func (q *Queue) runHandler(ctx context.Context, h Handler, d *Delivery, settle func(*Delivery, error)) (err error) {
 	returned := false
 	defer func() {
 		p := recover()
@@ -203,7 +263,7 @@ func (q *Queue) runHandler(ctx context.Context, h Handler, d *Delivery, backoff 
 		case !returned:
 			q.b.cfg.logger.Error("warren: handler called runtime.Goexit; delivery failed, worker replaced",
 				"queue", q.name, "consumer", d.ConsumerTag, "tag", d.DeliveryTag)
-			q.settleServed(d, errHandlerExited, backoff)
+			settle(d, errHandlerExited)
 		}
 	}()
 	err = h(ctx, d)

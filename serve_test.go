@@ -1506,3 +1506,164 @@ func TestServePanicWithPermanentError(t *testing.T) {
 		require.Equal(t, "rejected", ds[0].Message.Headers["x-first-death-reason"])
 	})
 }
+
+// TestServeStopMeansStop: after Serve's context ends no handler is started again, and a message
+// whose handler was interrupted goes back to its place once: a handler that waits for its context
+// and returns its error, cancelled after 100 ms, runs once, and its message comes back
+// redelivered with one more delivery — not handed to a handler again and again until the
+// delivery limit dead-letters it. With the default prefetch and with prefetch 1, with and
+// without a delivery limit, and with a backoff (which an interruption does not wait for).
+func TestServeStopMeansStop(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		qopts []warren.QueueOption
+		sopts []warren.ServeOption
+	}{
+		{"delivery limit", []warren.QueueOption{warren.DeliveryLimit(5)}, nil},
+		{"delivery limit, prefetch 1", []warren.QueueOption{warren.DeliveryLimit(5)}, []warren.ServeOption{warren.Prefetch(1)}},
+		{"no delivery limit", nil, nil},
+		{"backoff", nil, []warren.ServeOption{warren.Backoff(time.Hour, time.Hour)}},
+		{"four workers", nil, []warren.ServeOption{warren.Workers(4)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for round := range 20 { // the old bug lost a race most of the time, not always
+				synctest.Test(t, func(t *testing.T) {
+					b := newBroker(t)
+					q, dlq := srvTopology(t, b, tc.qopts...)
+					publishN(t, b, q, 2)
+					var calls, lateCalls atomic.Int32
+					ctx, cancel := context.WithCancel(t.Context())
+					run := srvStart(ctx, q, func(hctx context.Context, d *warren.Delivery) error {
+						calls.Add(1)
+						if ctx.Err() != nil {
+							lateCalls.Add(1)
+						}
+						<-hctx.Done()
+						return hctx.Err()
+					}, tc.sopts...)
+					time.Sleep(100 * time.Millisecond)
+					started := calls.Load()
+					cancel()
+					require.NoError(t, run.wait())
+					require.Zero(t, lateCalls.Load(), "round %d: handlers started after the context ended", round)
+					require.Equal(t, started, calls.Load(), "round %d", round)
+					st := q.Stats()
+					require.Equal(t, uint64(started), st.Nacked, "round %d: each interrupted message went back once", round)
+					require.Equal(t, 2, st.Ready, "round %d: both messages are back, at once", round)
+					require.Zero(t, dlq.Len(), "round %d: nothing dead-lettered", round)
+					for i := range 2 {
+						d, err := q.Get(t.Context())
+						require.NoError(t, err)
+						require.Equal(t, strconv.Itoa(i), string(d.Message.Body), "round %d: back in its place", round)
+						wantCount := 0
+						if i < int(started) {
+							wantCount = 1
+						}
+						require.Equal(t, wantCount, d.DeliveryCount, "round %d: message %d's deliveries", round, i)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestServeGracePeriod: with a grace period, handlers running when Serve's context ends keep
+// their context: one that finishes within the period has its result applied with its context
+// intact, one that waits for its context is cancelled when the period ends, and its message goes
+// back at once. No handler starts meanwhile, and Serve returns when the last one has finished.
+func TestServeGracePeriod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 3)
+		var mu sync.Mutex
+		seen := map[string]error{} // body → the handler context's error when it returned
+		ctx, cancel := context.WithCancel(t.Context())
+		start := time.Now()
+		run := srvStart(ctx, q, func(hctx context.Context, d *warren.Delivery) error {
+			var err error
+			switch string(d.Message.Body) {
+			case "0":
+				time.Sleep(2 * time.Second) // finishes within the grace period
+			case "1":
+				<-hctx.Done() // only the end of the grace period ends it
+				err = hctx.Err()
+			}
+			mu.Lock()
+			seen[string(d.Message.Body)] = hctx.Err()
+			mu.Unlock()
+			return err
+		}, warren.Workers(2), warren.GracePeriod(5*time.Second), warren.Backoff(time.Hour, time.Hour))
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		require.Equal(t, 1, q.Len(), "message 2, buffered for nobody, is back at once")
+		require.NoError(t, run.wait())
+		require.Equal(t, 5*time.Second, time.Since(start), "Serve waited for the grace period")
+		require.Equal(t, map[string]error{"0": nil, "1": context.Canceled}, seen)
+		st := q.Stats()
+		require.Equal(t, uint64(1), st.Acked, "the handler that finished in time was acked")
+		require.Equal(t, [2]int{2, 0}, [2]int{st.Ready, st.Delayed}, "the interrupted one is back at once, no backoff")
+	})
+}
+
+// TestServeOnStart: OnStart runs once the consumer is in place and before any handler, so a
+// caller that runs Serve on its own goroutine can publish and wait without polling; not when
+// Serve fails to start.
+func TestServeOnStart(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	started := make(chan struct{})
+	handled := make(chan string, 1)
+	consumers := -1
+	go q.Serve(ctx, func(_ context.Context, d *warren.Delivery) error {
+		handled <- string(d.Message.Body)
+		return nil
+	}, warren.OnStart(func() {
+		consumers = q.ConsumerCount()
+		close(started)
+	}))
+	<-started
+	require.Equal(t, 1, consumers, "the consumer is in place when OnStart runs")
+	require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("hello")}))
+	require.NoError(t, b.WaitIdle(t.Context()))
+	require.Equal(t, "hello", <-handled)
+
+	called := false
+	err := q.Serve(ctx, func(context.Context, *warren.Delivery) error { return nil },
+		warren.Exclusive(), warren.OnStart(func() { called = true }))
+	require.ErrorIs(t, err, warren.ErrAccessRefused, "the queue has a consumer")
+	require.False(t, called)
+}
+
+// TestServeAutoDeleteQueueOutlivesHandlers: an auto-delete queue served by Serve alone is not
+// deleted when Serve stops taking messages but once its handlers are done, so that their results
+// settle (an ack is counted, a failure goes back) before it goes.
+func TestServeAutoDeleteQueueOutlivesHandlers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "tmp", warren.AutoDelete())
+		publishN(t, b, q, 3)
+		gate := make(chan struct{})
+		ctx, cancel := context.WithCancel(t.Context())
+		run := srvStart(ctx, q, func(_ context.Context, d *warren.Delivery) error {
+			<-gate
+			if string(d.Message.Body) == "1" {
+				return errors.New("fails")
+			}
+			return nil
+		}, warren.Workers(2), warren.GracePeriod(time.Minute))
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		require.True(t, cfExists(t, b, "tmp"), "the handlers are still running")
+		close(gate)
+		require.NoError(t, run.wait())
+		st := q.Stats()
+		require.Equal(t, uint64(1), st.Acked, "the handler's ack was applied")
+		require.Equal(t, uint64(1), st.Nacked, "the failure went back")
+		require.False(t, cfExists(t, b, "tmp"), "deleted once its handlers were done")
+	})
+}
