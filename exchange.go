@@ -533,8 +533,14 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 	if b.closed.Load() {
 		return ErrClosed
 	}
+	if cfg.err != nil {
+		return cfg.err
+	}
 	if cfg.immediate && cfg.delay > 0 {
 		return errorf("publish: immediate with a delay: %w", ErrInvalidArgument)
+	}
+	if cfg.expiration != nil {
+		msg.Expiration = *cfg.expiration // msg is Publish's copy
 	}
 	if len(key) > maxNameLen {
 		return errorf("publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)

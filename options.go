@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"strconv"
 	"time"
 )
 
@@ -223,9 +224,11 @@ func defaultConsumeConfig() consumeConfig {
 }
 
 type publishConfig struct {
-	mandatory bool
-	immediate bool
-	delay     time.Duration
+	mandatory  bool
+	immediate  bool
+	delay      time.Duration
+	expiration *string // ExpireAfter's Expiration, when given
+	err        error   // an invalid option
 	// deadReason is the x-death reason of a dead letter being published: the Reason of its
 	// EventEnqueued.
 	deadReason Reason
@@ -594,6 +597,25 @@ func DeliverAfter(d time.Duration) PublishOption { return delayOption(d) }
 type delayOption time.Duration
 
 func (o delayOption) applyPublish(c *publishConfig) { c.delay = time.Duration(o) }
+
+// ExpireAfter gives the message a TTL of d in every queue it reaches, as a duration: it sets
+// [Message.Expiration], the AMQP property, to d in milliseconds (replacing what the message had).
+// The queue's own [MessageTTL] applies when it is lower. Range 0 to 2^32-1 milliseconds, in whole
+// milliseconds (RabbitMQ's unit); else the publish fails with [ErrInvalidArgument].
+func ExpireAfter(d time.Duration) PublishOption {
+	return publishOption(func(c *publishConfig) {
+		if d < 0 || d > maxTTL || d%time.Millisecond != 0 {
+			c.err = errorf("publish: ExpireAfter(%v): not a whole number of milliseconds from 0 to 2^32-1: %w", d, ErrInvalidArgument)
+			return
+		}
+		exp := strconv.FormatInt(int64(d/time.Millisecond), 10)
+		c.expiration = &exp
+	})
+}
+
+type publishOption func(*publishConfig)
+
+func (o publishOption) applyPublish(c *publishConfig) { o(c) }
 
 // IfUnused makes a deletion fail with [ErrPreconditionFailed] if a queue has consumers or an
 // exchange has bindings as a source.

@@ -1,6 +1,8 @@
 package warren
 
 import (
+	"cmp"
+	"encoding/json"
 	"time"
 )
 
@@ -9,34 +11,65 @@ type counters struct {
 	enqueued, delivered, redelivered, acked, nacked, rejected, expired, deadLettered, dropped uint64
 }
 
-// QueueStats is a snapshot of one queue, taken in one critical section ([Queue.Stats]).
+// QueueStats is a snapshot of one queue, taken in one critical section ([Queue.Stats]). It
+// marshals to JSON with snake_case names, OldestAge as a duration string ("1.5s", as
+// [time.Duration.String] writes it and [time.ParseDuration] reads it).
 type QueueStats struct {
-	Queue     string
-	Ready     int   // messages waiting for a consumer ([Queue.Len])
-	Unacked   int   // deliveries outstanding ([Queue.Unacked])
-	Delayed   int   // messages hidden until a delay passes ([DeliverAfter], [Delivery.NackWithDelay])
-	Consumers int   // active consumers, waiting single-active ones included ([Queue.ConsumerCount])
-	Bytes     int64 // body bytes of the ready messages
+	Queue     string `json:"queue"`
+	Ready     int    `json:"ready"`     // messages waiting for a consumer ([Queue.Len])
+	Unacked   int    `json:"unacked"`   // deliveries outstanding ([Queue.Unacked])
+	Delayed   int    `json:"delayed"`   // messages hidden until a delay passes ([DeliverAfter], [Delivery.NackWithDelay])
+	Consumers int    `json:"consumers"` // active consumers, waiting single-active ones included ([Queue.ConsumerCount])
+	Bytes     int64  `json:"bytes"`     // body bytes of the ready messages
 	// OldestAge is how long the oldest ready message has been in the queue; 0 when none is
 	// ready. It is measured from samples of the clock taken when messages arrive, not one per
 	// message: exact for a message that arrived into an empty queue, and otherwise at most the
 	// arrival span of 63 messages too high; exact for a queue with an [Alerts] age threshold
 	// (up to 4096 messages held; beyond, samples are thinned). A message that was delivered as
 	// it arrived, sampled by none, counts from when it came back.
-	OldestAge time.Duration
+	OldestAge time.Duration `json:"-"` // "oldest_age" in JSON: see the type's doc
 
 	// Counters since the queue was declared. Each message that entered (Enqueued) ends in one
 	// of Acked, Expired (without a dead-letter exchange), DeadLettered or Dropped, or is still
 	// in the queue; see the event kinds of the same names.
-	Enqueued     uint64 // messages that entered: published or dead-lettered into it (and auto-acked ones returned unread)
-	Delivered    uint64 // deliveries to consumers and Gets, auto-acked ones included
-	Redelivered  uint64 // of those, deliveries of messages that had come back
-	Acked        uint64 // deliveries acknowledged, auto-acked ones included
-	Nacked       uint64 // deliveries nacked back into the queue
-	Rejected     uint64 // deliveries rejected
-	Expired      uint64 // messages whose TTL passed, dead-lettered or not
-	DeadLettered uint64 // messages dead-lettered that reached another queue
-	Dropped      uint64 // messages that left the queue, or were refused, and went nowhere
+	Enqueued     uint64 `json:"enqueued"`      // messages that entered: published or dead-lettered into it (and auto-acked ones returned unread)
+	Delivered    uint64 `json:"delivered"`     // deliveries to consumers and Gets, auto-acked ones included
+	Redelivered  uint64 `json:"redelivered"`   // of those, deliveries of messages that had come back
+	Acked        uint64 `json:"acked"`         // deliveries acknowledged, auto-acked ones included
+	Nacked       uint64 `json:"nacked"`        // deliveries nacked back into the queue
+	Rejected     uint64 `json:"rejected"`      // deliveries rejected
+	Expired      uint64 `json:"expired"`       // messages whose TTL passed, dead-lettered or not
+	DeadLettered uint64 `json:"dead_lettered"` // messages dead-lettered that reached another queue
+	Dropped      uint64 `json:"dropped"`       // messages that left the queue, or were refused, and went nowhere
+}
+
+// queueStatsJSON is QueueStats as JSON has it: OldestAge as a duration string.
+type queueStatsJSON struct {
+	queueStatsFields
+	OldestAge string `json:"oldest_age"`
+}
+
+// queueStatsFields is QueueStats without its methods, so that marshalling it does not recurse.
+type queueStatsFields QueueStats
+
+// MarshalJSON writes the stats with snake_case names and OldestAge as a duration string.
+func (s QueueStats) MarshalJSON() ([]byte, error) {
+	return json.Marshal(queueStatsJSON{queueStatsFields(s), s.OldestAge.String()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *QueueStats) UnmarshalJSON(data []byte) error {
+	var j queueStatsJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	age, err := time.ParseDuration(cmp.Or(j.OldestAge, "0s"))
+	if err != nil {
+		return errorf("queue stats: oldest_age %q: %w", j.OldestAge, err)
+	}
+	*s = QueueStats(j.queueStatsFields)
+	s.OldestAge = age
+	return nil
 }
 
 // Stats returns a snapshot of the queue's state and counters. It takes the queue's lock once and
@@ -63,9 +96,9 @@ func (q *Queue) Stats() QueueStats {
 
 // BrokerStats is a snapshot of a broker: every queue's [QueueStats], one queue at a time.
 type BrokerStats struct {
-	Exchanges  int
-	Queues     []QueueStats // sorted by name
-	Unroutable uint64       // publishes that reached no queue
+	Exchanges  int          `json:"exchanges"`
+	Queues     []QueueStats `json:"queues"`     // sorted by name
+	Unroutable uint64       `json:"unroutable"` // publishes that reached no queue
 }
 
 // Stats returns a snapshot of every queue and the broker's own counters. Queues are read one

@@ -307,3 +307,37 @@ func TestTTLZeroToAutoAckConsumer(t *testing.T) {
 		require.Equal(t, 0, dead.Len())
 	})
 }
+
+// TestExpireAfter: a per-message TTL given as a duration sets the Expiration property, in
+// milliseconds, and expires the message as the property would; a duration RabbitMQ's property
+// cannot carry is refused.
+func TestExpireAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		dlq := declare(t, b, "dlq")
+		q := declare(t, b, "q", warren.DeadLetter("", "dlq"))
+		start := time.Now()
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("a"), Expiration: "60000"},
+			warren.ExpireAfter(20*time.Millisecond)))
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("b")}, warren.ExpireAfter(time.Hour)))
+		var first []string
+		for m := range q.Browse() {
+			first = append(first, m.Expiration)
+		}
+		require.Equal(t, []string{"20", "3600000"}, first, "the option sets Expiration, replacing the message's")
+		d, err := dlq.Get(t.Context()) // nothing yet
+		require.ErrorIs(t, err, warren.ErrEmpty, "%v", d)
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, 1, dlq.Len(), "expired at 20 ms")
+		require.Equal(t, 20*time.Millisecond, time.Since(start))
+		d, err = dlq.Get(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, "20", d.Message.Deaths()[0].OriginalExpiration)
+		for _, bad := range []time.Duration{-time.Millisecond, 1500 * time.Microsecond, 1 << 32 * time.Millisecond} {
+			err := b.Publish(t.Context(), "", "q", warren.Message{}, warren.ExpireAfter(bad))
+			require.ErrorIs(t, err, warren.ErrInvalidArgument, "ExpireAfter(%v)", bad)
+		}
+		require.Equal(t, 1, q.Len(), "the refused publishes enqueued nothing")
+	})
+}
