@@ -171,6 +171,9 @@ func (q *Queue) busy() bool {
 		q.cfg.alerts.Policy == Delete && q.ageDueLocked() != 0) {
 		return true // the queue will be deleted, by its expiry or its age threshold, and its messages dropped
 	}
+	if q.getsLive > 0 && q.cfg.ackTimeout > 0 {
+		return true // the consumer timeout will take the Gets back
+	}
 	for d := range outstanding(&q.gets) {
 		if d.get != nil && d.get.ctx.Err() != nil {
 			return true // its owner ended: it is on its way back

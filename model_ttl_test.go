@@ -25,7 +25,9 @@ package warren_test
 // oldest outstanding delivery of a consumer (buffered or received, also after Cancel) is due,
 // the consumer ends as on a context end — Err wraps ErrAckTimeout unless it was cancelled
 // before, buffered deliveries come back unchanged, received ones redelivered, all together with
-// those of other consumers due at the same instant — and the queue dispatches.
+// those of other consumers due at the same instant — and the queue dispatches. A Get delivery
+// is due the queue's consumer timeout ("x-consumer-timeout") after the Get, and comes back
+// redelivered when it is due, with the consumers' of that instant.
 //
 // The rules the model holds to (SEMANTICS R1.5, R1.10, R3.3-R3.6, R4.2, R4.9, R5.1-R5.3, and
 // the doc comments of ttl.go, requeue.go and queue.go):
@@ -457,6 +459,11 @@ func (m *mtModel) advance(d time.Duration) {
 				next = due
 			}
 		}
+		for _, d := range m.held {
+			if d.cons == nil && d.state == mtOutstanding && d.due >= 0 && (next < 0 || d.due < next) {
+				next = d.due // the queue's consumer timeout applies to Gets too
+			}
+		}
 		if next < 0 || next > target {
 			break
 		}
@@ -653,7 +660,8 @@ func (m *mtModel) recover(c *mtCons) {
 }
 
 // timeouts ends, as a context end would, every consumer whose oldest outstanding delivery is
-// due: Err then says ErrAckTimeout (unless it was cancelled before). It returns how many.
+// due: Err then says ErrAckTimeout (unless it was cancelled before); and returns every Get
+// delivery held past the queue's consumer timeout. It returns how many of both.
 func (m *mtModel) timeouts() int {
 	var (
 		back []mtMsg
@@ -671,6 +679,13 @@ func (m *mtModel) timeouts() int {
 		c.ended = true
 		m.timedOut = append(m.timedOut, c)
 		n++
+	}
+	for _, d := range m.held { // Gets held past the consumer timeout come back with them
+		if d.cons == nil && d.state == mtOutstanding && d.due >= 0 && d.due <= m.now {
+			d.state = mtReturned
+			back = append(back, mtRedelivered(d.m))
+			n++
+		}
 	}
 	if n > 0 {
 		m.stats.timeouts += n
@@ -690,7 +705,10 @@ func (m *mtModel) get(ctx int) (*mtHeld, error) {
 			continue
 		}
 		m.gotTag++
-		h := &mtHeld{m: x, tag: m.gotTag, ctx: ctx}
+		h := &mtHeld{m: x, tag: m.gotTag, ctx: ctx, due: -1}
+		if m.cfg.ackTimeout > 0 {
+			h.due = m.now + m.cfg.ackTimeout
+		}
 		m.held = append(m.held, h)
 		return h, nil
 	}

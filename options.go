@@ -512,7 +512,8 @@ func Selector(accept func(*Message) bool) ConsumeOption {
 // position — buffered unread deliveries unchanged, received ones redelivered with their delivery
 // count one higher (so [DeliveryLimit] bounds a message that hangs every handler). Settling a
 // returned delivery later fails with [ErrAlreadySettled]. It applies to consumers with manual
-// acknowledgement only. Default: the queue's "x-consumer-timeout" argument, else none; d ≤ 0
+// acknowledgement only. The queue's "x-consumer-timeout" also bounds each [Queue.Get] delivery:
+// one held past it goes back to its original position, redelivered. Default: the queue's "x-consumer-timeout" argument, else none; d ≤ 0
 // means none; d is capped at about 146 years (1<<62 ns).
 func AckTimeout(d time.Duration) ConsumeOption {
 	return consumerOption(func(c *consumeConfig) { c.ackTimeout = min(max(d, 0), maxAckTimeout) })

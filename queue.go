@@ -507,7 +507,8 @@ func (q *Queue) unlock() {
 		q.autoDeleteDue = false
 		defer q.b.autoDeleteQueue(q) // after mu is released; it checks again
 	}
-	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil || q.ackTimed > 0 || q.cfg.alerts.Age > 0 {
+	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil || q.ackTimed > 0 ||
+		q.cfg.alerts.Age > 0 || q.getsLive > 0 && q.cfg.ackTimeout > 0 {
 		q.armLocked()
 	}
 	if len(q.blocked) > 0 && q.roomLocked(q.blocked[0].need) {
@@ -788,7 +789,8 @@ func (q *Queue) newDeliveryLocked(e entry) *Delivery {
 //
 // Unless [AutoAck] is given, the delivery must be settled. It belongs to ctx the way a consumer's
 // deliveries belong to the consumer's context: if ctx ends while the delivery is unsettled, the
-// message returns to its original position, redelivered. Get does not block; a ctx already done
+// message returns to its original position, redelivered; so it does when the delivery is held
+// longer than the queue's "x-consumer-timeout", if it has one. Get does not block; a ctx already done
 // fails the call with ctx.Err(). Of the options, only [AutoAck] applies to a Get; any other is
 // refused with [ErrInvalidArgument].
 func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, error) {
@@ -831,6 +833,9 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, erro
 		q.unacked++
 		q.gets.push(d)
 		q.getsLive++
+		if q.cfg.ackTimeout > 0 { // the queue's consumer timeout applies to Gets too, as in RabbitMQ
+			d.due = q.clock() + int64(q.cfg.ackTimeout) // at most 2^32-1 ms: no overflow
+		}
 		if ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
 			// Registered under mu so that d.get is in place before anyone can settle d; the
 			// callback takes mu itself, on its own goroutine, after ctx ends.

@@ -224,12 +224,12 @@ func (q *Queue) reap() {
 			return context.Cause(c.owner)
 		}
 		return nil
-	}, func(d *Delivery) bool { return d.get.ctx.Err() != nil }, ReasonOwnerEnded)
+	}, func(d *Delivery) bool { return d.get != nil && d.get.ctx.Err() != nil }, ReasonOwnerEnded)
 	q.dispatchLocked()
 	q.finishOrphans(ended)
 }
 
-// orphanLocked ends every holder for which why returns a reason, and returns every outstanding
+// orphanLocked ends every holder for which end returns a reason, and returns every outstanding
 // Get delivery for which get (if not nil) returns true, in one critical section: the consumers
 // stop with that reason, their buffered unread deliveries come back unchanged, their received
 // outstanding ones and those Get deliveries come back redelivered (settling them now fails with
@@ -261,7 +261,7 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool
 	if get != nil {
 		var gone []*Delivery // collected first: releasing one tidies the list walked
 		for d := range outstanding(&q.gets) {
-			if d.get != nil && get(d) { // a Get whose context cannot end is not watched
+			if get(d) {
 				gone = append(gone, d)
 			}
 		}

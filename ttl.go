@@ -143,6 +143,14 @@ func (q *Queue) wakeAtLocked() int64 {
 			}
 		}
 	}
+	if q.getsLive > 0 && q.cfg.ackTimeout > 0 {
+		for d := range outstanding(&q.gets) { // in tag order, so in due order
+			if at == 0 || d.due < at {
+				at = d.due
+			}
+			break
+		}
+	}
 	return at
 }
 
@@ -200,13 +208,13 @@ func (q *Queue) onTimer() {
 	q.expireDueLocked(now)
 	q.promoteDueLocked(now)
 	var timedOut []*Consumer
-	if q.ackTimed > 0 {
+	if q.ackTimed > 0 || q.getsLive > 0 && q.cfg.ackTimeout > 0 {
 		timedOut = q.orphanLocked(func(c *Consumer) error {
 			if due := c.ackDueLocked(); due != 0 && due <= now {
 				return ErrAckTimeout
 			}
 			return nil
-		}, nil, ReasonAckTimeout)
+		}, func(d *Delivery) bool { return d.due != 0 && d.due <= now }, ReasonAckTimeout)
 	}
 	q.dispatchLocked()
 	expired := q.unusedLocked(now)
