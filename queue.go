@@ -998,7 +998,7 @@ func (q *Queue) endLocked(err error, reason Reason) []*Consumer {
 	for d := range outstanding(&q.gets) {
 		d.stopWatching()
 	}
-	q.gets.clear()
+	q.gets = ring[*Delivery]{}
 	q.getsLive = 0
 	q.holders, q.consumers, q.feeders, q.standby, q.order = nil, nil, nil, nil, nil
 	q.ackTimed = 0
@@ -1006,7 +1006,11 @@ func (q *Queue) endLocked(err error, reason Reason) []*Consumer {
 	if q.ownerStop != nil {
 		q.ownerStop()
 	}
-	q.ready.clear()
+	// The application may hold the *Queue long after: keep nothing it could reclaim.
+	q.ready.clear() // returns its tree nodes to the broker's free list
+	q.ready = newReadySet(q.b.freeNodes, q.cfg.levels())
+	q.stamps = ring[stamp]{}
+	q.slab = nil
 	q.unacked = 0
 	if q.b.listening() {
 		q.eventLocked(Event{Kind: EventQueueDeleted, Reason: reason, Err: err})

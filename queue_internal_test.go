@@ -410,3 +410,40 @@ func queueWithConsumer(t *testing.T, opts ...ConsumeOption) (*Broker, *Queue, *C
 	}
 	return b, q, c
 }
+
+// TestDeletedQueueKeepsNoMemory: a deleted queue whose *Queue the application still holds keeps
+// nothing of what it held: no ring pages, spare or in use, no arrival stamps, no delivery slab.
+func TestDeletedQueueKeepsNoMemory(t *testing.T) {
+	b := New()
+	defer b.Close()
+	q, err := b.DeclareQueue("deep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * ringPage {
+		if err := b.Publish(t.Context(), "", "deep", Message{Body: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range ringPage { // a page emptied at the front is kept spare
+		d, err := q.Get(t.Context(), AutoAck())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = d
+	}
+	if _, err := q.Get(t.Context()); err != nil { // a slab of deliveries
+		t.Fatal(err)
+	}
+	if _, err := b.DeleteQueue("deep"); err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	r := &q.ready
+	if n := r.fresh.capacity() + len(r.fresh.spares) + r.returned.Len() + len(r.run) + q.stamps.capacity() + len(q.stamps.spares) +
+		len(q.slab) + q.gets.capacity(); n != 0 {
+		t.Errorf("deleted queue keeps %d slots: ready ring %d (+%d spare pages), stamps %d, slab %d, gets %d", n,
+			r.fresh.capacity(), len(r.fresh.spares), q.stamps.capacity(), len(q.slab), q.gets.capacity())
+	}
+}
