@@ -105,7 +105,13 @@ func run() error {
 					close(allDone)
 				}
 			}()
-			return handle(d)
+			err := handle(d) // a panic in it is reported by the listener above
+			if err != nil {
+				mu.Lock()
+				fmt.Printf("%s failed: %v (nacked: back to its place, to be tried again)\n", d.Message.Body, err)
+				mu.Unlock()
+			}
+			return err
 		}, warren.Workers(3))
 	}()
 	select {
@@ -121,9 +127,9 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("workqueue: dead-letter queue: %w", err)
 	}
-	reason := dead.Message.Headers["x-first-death-reason"]
+	death := dead.Message.Deaths()[0] // the x-death history, typed; newest first
 	fmt.Printf("\norder handlers started (* = redelivered): %s\n", strings.Join(order, " "))
-	fmt.Printf("dead-lettered: %s (reason %v)\n", dead.Message.Body, reason)
+	fmt.Printf("dead-lettered: %s from %q (reason %s)\n", dead.Message.Body, death.Queue, death.Reason)
 	fmt.Printf("queue holds %d ready, %d unacked\n", q.Len(), q.Unacked())
 	return dead.Ack()
 }
