@@ -191,7 +191,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 		if err := q.cfg.equivalent(cfg); err != nil {
 			return nil, errorf("declare queue %q: %w", name, err)
 		}
-		q.touch() // a declaration is a use (R3.8)
+		q.touch() // a declaration is a use
 		return q, nil
 	}
 	q := newQueue(b, name, cfg)
@@ -209,7 +209,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	return q, nil
 }
 
-// deleteOwned deletes an exclusive queue whose owner context ended (R2.6).
+// deleteOwned deletes an exclusive queue whose owner context ended.
 func (b *Broker) deleteOwned(q *Queue) {
 	q.mu.Lock()
 	if q.endErr != nil {
@@ -236,7 +236,7 @@ func (b *Broker) deleteOwned(q *Queue) {
 }
 
 // equivalent reports whether a redeclaration matches the declaration: flags and the arguments
-// RabbitMQ compares (R6.12). Unrecognised arguments are not compared.
+// RabbitMQ compares. Unrecognised arguments are not compared.
 func (c queueConfig) equivalent(d queueConfig) error {
 	if c.durable != d.durable {
 		return errorf("inequivalent durable %t, was %t: %w", d.durable, c.durable, ErrPreconditionFailed)
@@ -264,7 +264,7 @@ var comparedQueueArgs = []string{
 	"x-queue-type", "x-single-active-consumer",
 }
 
-// checkName validates the form of a queue or exchange name given by the user (R6.14).
+// checkName validates the form of a queue or exchange name given by the user.
 func checkName(what, name string) error {
 	switch {
 	case len(name) > maxNameLen:
@@ -275,7 +275,7 @@ func checkName(what, name string) error {
 	return nil
 }
 
-// checkReserved refuses a new name with the reserved prefix "amq." (R6.14).
+// checkReserved refuses a new name with the reserved prefix "amq.".
 func checkReserved(what, name string) error {
 	if strings.HasPrefix(name, "amq.") {
 		return errorf("%s name %q: prefix \"amq.\" is reserved: %w", what, name, ErrAccessRefused)
@@ -412,7 +412,7 @@ func (b *Broker) autoDeleteQueue(q *Queue) {
 	b.removeQueueLocked(q)
 }
 
-// expireQueue deletes a queue that has been unused for its expiry (R3.8), unless it was used in
+// expireQueue deletes a queue that has been unused for its expiry, unless it was used in
 // between. Its messages are discarded, not dead-lettered.
 func (b *Broker) expireQueue(q *Queue) {
 	defer q.flushOutbox()

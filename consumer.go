@@ -53,7 +53,7 @@ type Consumer struct {
 	nextTag uint64          // last delivery tag issued
 	waiting bool            // the feeder is waiting for wake
 	idle    bool            // the feeder is parked holding nothing (waiting, or woken and not yet run)
-	handoff entry           // when handing: a message given to the idle feeder (dispatch.go, R3.5)
+	handoff entry           // when handing: a message given to the idle feeder (dispatch.go)
 	handing bool
 	sending bool     // the feeder is sending a delivery into ch, outside q.mu
 	served  bool     // started by Serve: what it holds, its handlers are working on (idle.go)
@@ -477,7 +477,7 @@ func (c *Consumer) feed() {
 				e, ok = q.takeLocked()
 			}
 		}
-		if c.handing { // handed over by dispatch, or as it arrived with TTL 0 (R3.5)
+		if c.handing { // handed over by dispatch, or as it arrived with TTL 0
 			e, ok, c.handoff, c.handing = c.handoff, true, entry{}, false
 			c.idle = false
 		}

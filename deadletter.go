@@ -15,7 +15,7 @@ type death struct {
 	time        time.Time
 }
 
-// recordDeath returns a copy of headers with d recorded as RabbitMQ records it (R4.4, R4.5):
+// recordDeath returns a copy of headers with d recorded as RabbitMQ records it:
 //   - "x-death" is a list of tables, newest first, one per {queue, reason}. A repeated
 //     {queue, reason} has its "count" incremented and moves to the front, keeping the "time",
 //     "exchange" and "routing-keys" of its first event; a new one is prepended with count 1.
@@ -74,7 +74,7 @@ func recordDeath(headers Table, d death) Table {
 }
 
 // isDeathCycle reports whether dead-lettering a message with reason into the queue named target
-// would close an automatic cycle, judged on headers that already record this death (R4.7): the
+// would close an automatic cycle, judged on headers that already record this death: the
 // newest deaths are walked back to the most recent one from target; if it is there and no death
 // on the way, itself included, was a rejection, the message has gone round without anyone
 // deciding to send it round, and it must not go to target. A rejection is never a cycle.
@@ -98,7 +98,7 @@ func isDeathCycle(headers Table, target string, reason Reason) bool {
 // deadLetterLocked records that e's message leaves q for reason, one of the x-death reasons:
 // with a dead-letter exchange it goes into the outbox, to be published once mu is released (see
 // [Queue.unlock]) and evented then, when the outcome is known; without one it expires or drops
-// here. A queue that ended dead-letters nothing (R4.2).
+// here. A queue that ended dead-letters nothing.
 func (q *Queue) deadLetterLocked(e entry, reason Reason) {
 	if reason == ReasonExpired {
 		q.n.expired++
@@ -158,7 +158,7 @@ func (b *Broker) flush(src *Queue, batch []Event) (dead, lost uint64) {
 }
 
 // publishDeadLetter publishes one message dead-lettered from src with reason through src's
-// dead-letter exchange as RabbitMQ does (R4.3-R4.8): a copy whose headers record the death,
+// dead-letter exchange as RabbitMQ does: a copy whose headers record the death,
 // without the expiration, under the dead-letter routing key if src has one (dropping CC) or else
 // under its own routing keys; routed like any publish, except that it may reach an internal
 // exchange, and that a queue the death history says it would cycle back into is skipped. It
@@ -240,7 +240,7 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 	return took
 }
 
-// Death is one entry of a message's dead-lettering history, its "x-death" header (R4.4): the
+// Death is one entry of a message's dead-lettering history, its "x-death" header: the
 // message was dead-lettered Count times from Queue for Reason ("rejected", "expired", "maxlen"
 // or "delivery_limit"); Time, Exchange and RoutingKeys are those of the first of these deaths,
 // and OriginalExpiration the message's own TTL then, if it had one.

@@ -16,13 +16,13 @@ import (
 // Two paths, chosen by q.general, which reorderLocked sets whenever the consumers change:
 //   - Simple (every active consumer has the same priority and none has a selector): push
 //     consumers take the head of the queue round-robin, skipping those without credit, and
-//     feeders take the head themselves whenever they are woken and have room (R2.2).
-//   - General: consumers are served band by band, highest priority first (R2.3); within a band,
+//     feeders take the head themselves whenever they are woken and have room.
+//   - General: consumers are served band by band, highest priority first; within a band,
 //     round-robin by least recent turn among those with credit; each takes the first ready
 //     message it accepts (its selector's first match, or the head). A band is done when every
 //     consumer in it is out of credit or finds nothing; only then does the next band receive.
 //     So a message goes to a lower band only when no consumer of a higher band with credit
-//     accepts it (Qpid's noHigherPriorityWithCredit, Q8.8). Feeders take part through a hand-off:
+//     accepts it (Qpid's noHigherPriorityWithCredit). Feeders take part through a hand-off:
 //     an idle feeder has credit, and receiving is being handed the entry and woken.
 //
 // Invariants:
@@ -44,8 +44,8 @@ func (q *Queue) consumerCountLocked() int {
 }
 
 // addConsumerLocked admits a new consumer, or refuses it: an exclusive consumer in use refuses
-// all (R2.5), and an exclusive one needs a queue without consumers and without single active
-// consumer (R2.4).
+// all, and an exclusive one needs a queue without consumers and without single active
+// consumer.
 func (q *Queue) addConsumerLocked(c *Consumer) error {
 	switch {
 	case q.exclusive:
@@ -111,7 +111,7 @@ func priorityIndex(cs []*Consumer, c *Consumer) int {
 // removeConsumerLocked takes a stopped consumer out of dispatch; on a single-active-consumer
 // queue whose active consumer it was, the next waiting one becomes active.
 func (q *Queue) removeConsumerLocked(c *Consumer) {
-	defer q.touchLocked() // the expiry clock restarts when the last consumer goes (R3.8)
+	defer q.touchLocked() // the expiry clock restarts when the last consumer goes
 	if c.exclusive {
 		q.exclusive = false
 	}
@@ -204,7 +204,7 @@ func (q *Queue) creditedLocked() *Consumer {
 // at once: nothing is ready ahead of it, no stopped feeder is putting older messages back (see
 // Queue.leaving), and a push consumer has credit. It spares the message the trip into the ready
 // set and out again, and it is the same delivery, to the same consumer, as push and dispatch
-// would make: an arriving message has not expired, even with a TTL of 0 (R3.5). It reports
+// would make: an arriving message has not expired, even with a TTL of 0. It reports
 // whether the message was delivered; if not, the caller pushes and dispatches as usual.
 func (q *Queue) deliverArrivingLocked(e entry) bool {
 	if q.ready.len() != 0 || q.general || len(q.leaving) > 0 {

@@ -166,7 +166,7 @@ const (
 	ReasonNoConsumers     Reason = "no-consumers"      // an [Immediate] publish no consumer could take
 	ReasonDLXNotFound     Reason = "dlx-not-found"     // its dead-letter exchange does not exist
 	ReasonDLXNoRoute      Reason = "dlx-no-route"      // its dead-letter copy reached no queue that took it
-	ReasonDeadLetterCycle Reason = "dead-letter-cycle" // its dead-letter copy would have cycled back (R4.7)
+	ReasonDeadLetterCycle Reason = "dead-letter-cycle" // its dead-letter copy would have cycled back
 	ReasonPurged          Reason = "purged"            // [Queue.Purge]
 	ReasonQueueDeleted    Reason = "queue-deleted"     // its queue was deleted, for whatever reason
 	ReasonClosed          Reason = "closed"            // the broker closed

@@ -82,7 +82,7 @@ func (x *Exchange) Publish(ctx context.Context, key string, msg Message, opts ..
 // DeclareExchange declares an exchange of the given kind and returns it (AMQP's
 // exchange.declare). Declaring an existing exchange returns it when the declaration is
 // equivalent (same kind, [Durable], [AutoDelete], [Internal] and alternate exchange; other
-// arguments are not compared, R6.12) and fails with [ErrPreconditionFailed] when it is not.
+// arguments are not compared) and fails with [ErrPreconditionFailed] when it is not.
 //
 // Other errors: the empty name, which is the default exchange, and new names starting with
 // "amq." ([ErrAccessRefused]); names over 255 bytes or not UTF-8, unknown kinds
@@ -352,7 +352,7 @@ func (bd *binding) sameAs(o *binding) bool {
 }
 
 // unbindLocked removes the bindings from x for which drop returns true, and deletes x if that
-// removed the last binding of an auto-delete exchange (R6.10), cascading.
+// removed the last binding of an auto-delete exchange, cascading.
 func (x *Exchange) unbindLocked(drop func(*binding) bool) {
 	if x.deleted {
 		return
@@ -443,8 +443,8 @@ func (r *router) reset() {
 
 // routeLocked routes from x over the whole exchange graph: each exchange visited once, in
 // breadth-first order; an exchange that routes a message nowhere passes it to its alternate
-// exchange, if that exists and was not visited (R6.6, R6.7). keys are the routing key and the
-// CC and BCC header keys (R6.15). The caller holds b.mu for reading.
+// exchange, if that exists and was not visited. keys are the routing key and the
+// CC and BCC header keys. The caller holds b.mu for reading.
 func (r *router) routeLocked(b *Broker, x *Exchange, key string, headers Table, extra []string) {
 	r.seen = append(r.seen, x)
 	for i := 0; i < len(r.seen); i++ {
@@ -502,7 +502,7 @@ func (x *Exchange) matchLocked(key string, headers Table, r *router) bool {
 }
 
 // forEachCC calls fn with each routing key of the CC and BCC headers: arrays of strings
-// (sender-selected distribution, R6.15).
+// (sender-selected distribution).
 func forEachCC(headers Table, fn func(string)) {
 	headerKeys(headers["CC"], fn)
 	headerKeys(headers["BCC"], fn)
@@ -578,7 +578,7 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 
 	env := &envelope{msg: *msg, exchange: x, routingKey: key}
 	if bcc, ok := msg.Headers["BCC"]; ok {
-		// Stripped from the delivered message, kept for dead-letter routing (R4.3, R6.15).
+		// Stripped from the delivered message, kept for dead-letter routing.
 		h := make(Table, len(msg.Headers)-1)
 		for k, v := range msg.Headers {
 			if k != "BCC" {
@@ -599,7 +599,7 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 		// A queue deleted since routing chose it takes nothing; as in RabbitMQ, that is not
 		// an error for the publisher. A broker closed meanwhile is, and so is a context that
 		// ended while a Block queue was full. A queue that refused the message leaves the
-		// others to take it, and the publisher is told (R5.3).
+		// others to take it, and the publisher is told.
 		switch err := q.enqueue(ctx, env, ttl, cfg); {
 		case err == nil:
 			routed++

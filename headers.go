@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// headersBinding is a headers-exchange binding's arguments, parsed once at bind time (R6.5).
+// headersBinding is a headers-exchange binding's arguments, parsed once at bind time.
 // It is immutable after [parseHeadersBinding], so concurrent matches are safe. The zero value
 // is a valid "all" binding with no arguments, which matches every message.
 type headersBinding struct {

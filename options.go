@@ -38,7 +38,7 @@ type DeclareOption interface {
 
 // ConsumeOption configures how a queue is consumed: by a consumer ([Queue.Consume]), by a
 // handler runner ([Queue.Serve], which takes every ConsumeOption but [AutoAck]), or by one
-// [Queue.Get] (which takes [AutoAck] and [As] only). Those two refuse the others with
+// [Queue.Get] (which takes [AutoAck] only). Those two refuse the others with
 // [ErrInvalidArgument].
 type ConsumeOption interface {
 	applyConsume(*consumeConfig)
@@ -98,7 +98,7 @@ type queueConfig struct {
 	overflow      OverflowPolicy  // what a length limit does
 	deliveryLimit int64           // returns before dead-lettering; -1 for no limit
 	maxPriority   int             // highest message priority; 0 for a queue without priorities
-	singleActive  bool            // single active consumer (R2.4)
+	singleActive  bool            // single active consumer
 	ackTimeout    time.Duration   // x-consumer-timeout: consumers' default ack timeout; 0 for none
 	owner         context.Context // the context an exclusive queue belongs to; nil if not exclusive
 	alerts        Alerts          // thresholds and slow-consumer policy (stats.go)
@@ -259,15 +259,14 @@ func Durable() DeclareOption {
 	return flagOption{durable: true}
 }
 
-// AutoDelete makes a queue delete itself when its last consumer goes, once it has had one
-// (R6.11), or an exchange delete itself when its last binding as a source is removed, once it has
-// had one (R6.10). It takes part in declare equivalence. Default: off.
+// AutoDelete makes a queue delete itself when its last consumer goes, once it has had one, or
+// an exchange delete itself when its last binding as a source is removed, once it has had one. It takes part in declare equivalence. Default: off.
 func AutoDelete() DeclareOption {
 	return flagOption{autoDelete: true}
 }
 
 // Internal makes an exchange internal: it cannot be published to, only reached through
-// exchange-to-exchange bindings (R6.9). It takes part in declare equivalence. Default: off.
+// exchange-to-exchange bindings. It takes part in declare equivalence. Default: off.
 func Internal() ExchangeOption { return flagOption{internal: true} }
 
 type flagOption struct{ durable, autoDelete, internal bool }
@@ -283,7 +282,7 @@ func (o flagOption) applyExchange(c *exchangeConfig) {
 	c.internal = c.internal || o.internal
 }
 
-// AlternateExchange names the exchange that receives what this exchange cannot route (R6.7),
+// AlternateExchange names the exchange that receives what this exchange cannot route,
 // the same as the "alternate-exchange" argument. The alternate need not exist yet.
 func AlternateExchange(name string) ExchangeOption { return alternateOption(name) }
 
@@ -345,18 +344,18 @@ func (o msTTLOption) applyQueue(c *queueConfig) {
 }
 
 // MaxLength limits the queue to n ready messages, the "x-max-length" argument; unacknowledged
-// messages do not count (R5.1). What happens at the limit is the [Overflow] policy. Range n ≥ 0;
+// messages do not count. What happens at the limit is the [Overflow] policy. Range n ≥ 0;
 // default: no limit.
 func MaxLength(n int) QueueOption { return intOption{"x-max-length", int64(n), 0, 0} }
 
 // MaxLengthBytes limits the total body size of the queue's ready messages to n bytes, the
-// "x-max-length-bytes" argument (headers and properties do not count, R5.1). What happens at the
+// "x-max-length-bytes" argument (headers and properties do not count). What happens at the
 // limit is the [Overflow] policy. Range n ≥ 0; default: no limit.
 func MaxLengthBytes(n int) QueueOption { return intOption{"x-max-length-bytes", int64(n), 0, 0} }
 
 // DeliveryLimit dead-letters a message with reason "delivery_limit" (or drops it, without a
 // dead-letter exchange) when it comes back to the queue more than n times, the
-// "x-delivery-limit" argument (R1.10): n = 2 allows three deliveries. Every return counts — a
+// "x-delivery-limit" argument: n = 2 allows three deliveries. Every return counts — a
 // Nack, a consumer or Get context that ended, Recover; [Delivery.DeliveryCount] says how many
 // there were before a delivery. It is the guard against a poison message redelivered forever.
 // Range n ≥ 0; default: no limit.
@@ -379,13 +378,13 @@ func (o intOption) applyQueue(c *queueConfig) {
 }
 
 // Expires deletes the queue, with its messages (nothing is dead-lettered), once it has been
-// unused for d, the "x-expires" argument (R3.8). Unused means no consumers, no [Queue.Get] and no
+// unused for d, the "x-expires" argument. Unused means no consumers, no [Queue.Get] and no
 // declaration of it ([Broker.DeclareQueue] or [Broker.Queue]) for d; publishing to it does not
 // count. Range 1 ms to 2^32-1 ms, whole milliseconds; default: never.
 func Expires(d time.Duration) QueueOption { return msTTLOption{"x-expires", d} }
 
 // OverflowPolicy is what a queue does when a message would take it past its [MaxLength] or
-// [MaxLengthBytes] (R5.2, R5.3).
+// [MaxLengthBytes].
 type OverflowPolicy string
 
 // Overflow policies: RabbitMQ's three, and Block.
@@ -426,7 +425,7 @@ type invalidOption struct{ err error }
 // when routingKey is not empty, the "x-dead-letter-routing-key" argument. Messages that expire,
 // are rejected or dropped by a length limit are republished through exchange (which may be ""
 // and need not exist yet) with their death recorded in the x-death header; with routingKey,
-// under that key, else under their own routing keys (R4.1-R4.3). Default: none; such messages
+// under that key, else under their own routing keys. Default: none; such messages
 // are dropped.
 func DeadLetter(exchange, routingKey string) QueueOption {
 	return deadLetterOption{exchange, routingKey}
@@ -464,14 +463,14 @@ func ConsumerTag(tag string) ConsumeOption {
 	return consumerOption(func(c *consumeConfig) { c.tag = tag })
 }
 
-// Exclusive makes a consumer the queue's only one (AMQP's exclusive consume, R2.5): it fails
+// Exclusive makes a consumer the queue's only one (AMQP's exclusive consume): it fails
 // with [ErrAccessRefused] if the queue has consumers, and while it is active every other
 // [Queue.Consume] on the queue fails with [ErrAccessRefused]. Exclusivity ends when the consumer
 // stops; nothing takes over (contrast [SingleActiveConsumer]). Not allowed on a single
 // active consumer queue ([ErrAccessRefused]).
 func Exclusive() ConsumeOption { return consumerOption(func(c *consumeConfig) { c.exclusive = true }) }
 
-// ConsumerPriority sets a consumer's priority, AMQP's "x-priority" consumer argument (R2.3):
+// ConsumerPriority sets a consumer's priority, AMQP's "x-priority" consumer argument:
 // while any consumer of a higher priority has credit (and, with a [Selector], accepts the
 // message), consumers of lower priorities receive nothing; consumers of one priority share
 // round-robin. Any int; larger is higher; default 0.
@@ -479,7 +478,7 @@ func ConsumerPriority(p int) ConsumeOption {
 	return consumerOption(func(c *consumeConfig) { c.priority = p })
 }
 
-// Selector gives a consumer a filter (Qpid's selectors, Q8.4): it receives only the messages
+// Selector gives a consumer a filter (Qpid's selectors): it receives only the messages
 // for which accept returns true, the first such in queue order each time, so what it receives
 // keeps the queue's order. Messages it skips keep their places for other consumers and for
 // [Queue.Get]; a message no consumer accepts stays until its TTL, a length limit or a purge
@@ -506,7 +505,7 @@ func Selector(accept func(*Message) bool) ConsumeOption {
 }
 
 // AckTimeout bounds how long a consumer may hold a delivery unsettled (RabbitMQ's consumer
-// timeout, R2.8): when a delivery made to it d ago, buffered or received, is still outstanding,
+// timeout): when a delivery made to it d ago, buffered or received, is still outstanding,
 // the consumer is ended as if its context had: it stops with [Consumer.Err] wrapping
 // [ErrAckTimeout], Deliveries is closed, and everything it holds returns to its original
 // position — buffered unread deliveries unchanged, received ones redelivered with their delivery
@@ -523,17 +522,17 @@ func AckTimeout(d time.Duration) ConsumeOption {
 // queue's clock.
 const maxAckTimeout = time.Duration(1<<62 - 1)
 
-// MaxPriority makes the queue a priority queue, the "x-max-priority" argument (R7.1): messages
+// MaxPriority makes the queue a priority queue, the "x-max-priority" argument: messages
 // with a higher [Message.Priority] are delivered first, those of one priority in queue order,
 // and a priority above n counts as n. A returned message goes back to its original position
 // within its priority. Range 1 to 255 (RabbitMQ advises at most 10); default: no priorities.
 func MaxPriority(n int) QueueOption { return intOption{"x-max-priority", int64(n), 1, maxPriority} }
 
-// maxPriority is the largest "x-max-priority" (R7.1).
+// maxPriority is the largest "x-max-priority".
 const maxPriority = 255
 
 // SingleActiveConsumer makes the queue deliver to one consumer at a time, the
-// "x-single-active-consumer" argument (R2.4). The first consumer is active; the others wait,
+// "x-single-active-consumer" argument. The first consumer is active; the others wait,
 // registered but receiving nothing, highest [ConsumerPriority] first, then in the order they
 // arrived. When the active consumer stops (Cancel, its context ends, an ack timeout), the next
 // waiting one becomes active at once; when it stopped because its context ended, everything it
@@ -575,7 +574,7 @@ func AutoAck() ConsumeOption { return consumerOption(func(c *consumeConfig) { c.
 func Mandatory() PublishOption { return publishFlag{mandatory: true} }
 
 // Immediate makes a publish deliver at once or not at all (AMQP 0-9-1's immediate flag, which
-// Qpid keeps and RabbitMQ dropped, Q8.7): each queue the message routes to takes it only if one
+// Qpid keeps and RabbitMQ dropped): each queue the message routes to takes it only if one
 // of its consumers with credit takes it now — with nothing ready ahead of it — and otherwise
 // leaves it out. If no queue took it, [Broker.Publish] returns [ErrNoConsumers]. Default: off.
 func Immediate() PublishOption { return publishFlag{immediate: true} }
@@ -623,7 +622,7 @@ func (o publishOption) applyPublish(c *publishConfig) { o(c) }
 func IfUnused() CallOption { return callOption(func(c *callConfig) { c.ifUnused = true }) }
 
 // IfEmpty makes a queue deletion fail with [ErrPreconditionFailed] if the queue has ready
-// messages (unacknowledged ones do not count, R6.13).
+// messages (unacknowledged ones do not count).
 func IfEmpty() CallOption { return callOption(func(c *callConfig) { c.ifEmpty = true }) }
 
 type callOption func(*callConfig)

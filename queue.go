@@ -27,14 +27,14 @@ type entry struct {
 	deadline    int64     // when it expires, on the queue's clock; 0 for never (see ttl.go)
 	returns     uint32    // times the message came back after a delivery (x-delivery-count)
 	redelivered bool      // delivered before and returned
-	rank        uint8     // priority level, 0 first: max priority − message priority (R7.1); 0 without priorities
+	rank        uint8     // priority level, 0 first: max priority − message priority; 0 without priorities
 }
 
 // seqBits is how many low bits of a key hold the sequence id; the rank takes the top byte.
 const seqBits = 56
 
 // key orders the ready set: ascending key = delivery order, (priority desc, seq asc) packed as
-// rank<<56 | seq (R7.2). Without priorities every rank is 0 and the key is the sequence id.
+// rank<<56 | seq. Without priorities every rank is 0 and the key is the sequence id.
 // Sequence ids stay below 2^56: at a billion messages a second, for two years.
 func (e entry) key() uint64 { return uint64(e.rank)<<seqBits | e.seq }
 
@@ -397,7 +397,7 @@ type Queue struct {
 	standby     []*Consumer                 // single active consumer: those waiting their turn, in order
 	order       []*Consumer                 // consumers and feeders by priority, for the general dispatch
 	general     bool                        // dispatch must heed priorities or selectors
-	exclusive   bool                        // the active consumer is exclusive (R2.5)
+	exclusive   bool                        // the active consumer is exclusive
 	rr          int                         // round-robin cursor into consumers (simple dispatch)
 	pass        uint64                      // general dispatch passes, to mark consumers found wanting
 	turns       uint64                      // deliveries made by the general dispatch, for round-robin
@@ -413,7 +413,7 @@ type Queue struct {
 	n           counters                    // what Stats reports (stats.go)
 	flushed     sync.Cond                   // on mu: flushedDead grew
 	blocked     []blockedPublisher          // publishers waiting for room (Block), first come first woken
-	lastUsed    int64                       // when the queue was last used, for Expires (R3.8)
+	lastUsed    int64                       // when the queue was last used, for Expires
 	delayed     *btree.BTreeG[delayedEntry] // hidden until due: NackWithDelay, DeliverAfter; nil until used
 	unacked     int                         // deliveries outstanding, all consumers and Gets
 	ackTimed    int                         // holders with an ack timeout (ttl.go)
@@ -485,7 +485,7 @@ func (q *Queue) ConsumerCount() int {
 //
 // The outbox is emptied outside the lock, since listeners are user code and dead letters go into
 // other queues (never two queue locks at once), and in the order it was filled, whichever
-// goroutine filled it (R4.9; and a queue's events in order): one goroutine at a time — the first
+// goroutine filled it (and a queue's events in order): one goroutine at a time — the first
 // to find no flush in progress — takes the outbox batch by batch until it is empty. A dead letter
 // routed back into this queue, or a listener publishing into it, adds to the outbox of the flush
 // in progress, so nothing waits on itself.
@@ -582,7 +582,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		if !q.cfg.limited() || q.cfg.overflow == DropHead || q.roomLocked(len(env.msg.Body)) {
 			break
 		}
-		// RejectPublish, RejectPublishDLX and Block check before enqueueing (R5.3).
+		// RejectPublish, RejectPublishDLX and Block check before enqueueing.
 		// Immediate never waits, nor does a body larger than the byte limit: it never fits.
 		if q.cfg.overflow == Block && ctx.Err() == nil && !opt.immediate &&
 			(q.cfg.maxBytes < 0 || int64(len(env.msg.Body)) <= q.cfg.maxBytes) {
@@ -603,7 +603,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 	}
 	e := entry{env: env, seq: q.nextSeq}
 	if p := q.cfg.maxPriority; p > 0 {
-		e.rank = uint8(p - min(p, int(env.msg.Priority))) // above the maximum counts as the maximum (R7.1)
+		e.rank = uint8(p - min(p, int(env.msg.Priority))) // above the maximum counts as the maximum
 	}
 	var now int64
 	if ttl >= 0 || q.cfg.ttl >= 0 {
@@ -632,7 +632,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 	}
 	if opt.immediate {
 		q.handOffLocked(e)
-		if _, ok := q.ready.remove(e.key()); ok { // no consumer took it: it was never here (Q8.7)
+		if _, ok := q.ready.remove(e.key()); ok { // no consumer took it: it was never here
 			q.dropLocked(env, ReasonNoConsumers)
 			q.unlock()
 			return errorf("queue %q: %w", q.name, ErrNoConsumers)
@@ -642,7 +642,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 	q.stampLocked(e, now)
 	if ttl == 0 || q.cfg.ttl == 0 {
 		q.handOffLocked(e)
-		q.expireDueLocked(q.clock()) // a TTL-0 message no consumer took expires now (R3.5)
+		q.expireDueLocked(q.clock()) // a TTL-0 message no consumer took expires now
 	}
 	q.dropHeadLocked()
 	q.unlock()
@@ -668,7 +668,7 @@ func (q *Queue) enqueuedLocked(env *envelope, at int, reason Reason) {
 
 // handOffLocked gives an arriving TTL-0 message that no push consumer took to a waiting AutoAck
 // consumer, if it is the only ready message: a consumer can take it as it arrives, so it must
-// not expire (R3.5). A feeder takes messages only after this critical section, so an idle one is
+// not expire. A feeder takes messages only after this critical section, so an idle one is
 // handed the message here.
 func (q *Queue) handOffLocked(e entry) {
 	// The general dispatch hands feeders their messages itself; and nothing goes out while a
@@ -694,7 +694,7 @@ func (q *Queue) roomLocked(n int) bool {
 }
 
 // dropHeadLocked enforces the length limits of a drop-head queue: while over a limit, it drops
-// the head (the oldest, or the first returned) and dead-letters it with reason maxlen (R5.2).
+// the head (the oldest, or the first returned) and dead-letters it with reason maxlen.
 func (q *Queue) dropHeadLocked() {
 	if !q.cfg.limited() || q.cfg.overflow != DropHead {
 		return
@@ -815,7 +815,7 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, erro
 		return nil, err
 	}
 	e, ok := q.takeLocked()
-	q.touchLocked() // a Get is a use, even of an empty queue (R3.8)
+	q.touchLocked() // a Get is a use, even of an empty queue
 	if !ok {
 		q.unlock()
 		return nil, ErrEmpty
@@ -948,7 +948,7 @@ func (q *Queue) endLocked(err error, reason Reason) []*Consumer {
 		q.timerAt = 0
 	}
 	// What the queue held is dropped: ready, hidden, outstanding (buffered or received), and
-	// dead letters not yet published (a deleted queue dead-letters nothing more, R4.2).
+	// dead letters not yet published (a deleted queue dead-letters nothing more).
 	why := q.endReasonLocked()
 	q.dropReadyLocked(why)
 	if q.delayed != nil {

@@ -15,7 +15,7 @@ import (
 // in the queue, delivered or not. Whatever brings it back — a Nack, a consumer or Get context
 // that ended, Recover, Cancel — puts it back into the ready set under that id, so it lands
 // exactly where it was: ahead of everything that entered the queue after it, behind everything
-// still ready that entered before it (RabbitMQ's classic-queue requeue, R1.5). See [readySet].
+// still ready that entered before it (RabbitMQ's classic-queue requeue). See [readySet].
 //
 // Two kinds of return:
 //   - redelivered: the application saw the message. It comes back marked redelivered, its
@@ -95,19 +95,18 @@ func redelivered(e entry) entry {
 }
 
 // returnLocked puts back one message the application received and nacked, redelivered; or
-// expires it if its deadline passed meanwhile (R3.6), or dead-letters it past the delivery limit
-// (R1.10).
+// expires it if its deadline passed meanwhile, or dead-letters it past the delivery limit.
 func (q *Queue) returnLocked(e entry, consumer string) {
 	q.messageEventLocked(EventRequeued, e.env, consumer, ReasonNack)
 	if e = redelivered(e); q.endErr == nil && q.mayReturnLocked(e) { // a deleted queue keeps nothing
 		q.coverLocked(e.seq)
 		q.ready.reinsert(e)
-		q.dropHeadLocked() // returned messages are at the head: the first dropped (R5.2)
+		q.dropHeadLocked() // returned messages are at the head: the first dropped
 	}
 }
 
 // mayReturnLocked reports whether a message coming back may go back: not if its deadline passed
-// meanwhile (R3.6) nor if it came back more times than the delivery limit (R1.10). Those it
+// meanwhile nor if it came back more times than the delivery limit. Those it
 // dead-letters instead.
 func (q *Queue) mayReturnLocked(e entry) bool {
 	switch {
@@ -123,7 +122,7 @@ func (q *Queue) mayReturnLocked(e entry) bool {
 
 // restoreAllLocked puts back messages that come back together, already marked and evented as
 // they return. Those whose deadline passed meanwhile are expired instead, and those past the
-// delivery limit dead-lettered, in queue order (R3.6, R1.10, R4.9).
+// delivery limit dead-lettered, in queue order.
 func (q *Queue) restoreAllLocked(es []entry) {
 	if len(es) == 0 || q.endErr != nil {
 		return
@@ -209,7 +208,7 @@ func (q *Queue) reap() {
 	}
 	if o := q.cfg.owner; o != nil && o.Err() != nil {
 		// The owner of this exclusive queue ended, and with it every context that may use
-		// the queue: the queue is deleted (R2.6), and its consumers end with that reason
+		// the queue: the queue is deleted, and its consumers end with that reason
 		// rather than with their contexts'.
 		q.unlock()
 		q.b.deleteOwned(q)

@@ -7,7 +7,7 @@ import (
 )
 
 // topicTrie maps topic binding patterns to destinations and finds the destinations whose
-// pattern matches a routing key (R6.4). Patterns are stored word by word in a trie, so a match
+// pattern matches a routing key. Patterns are stored word by word in a trie, so a match
 // walks only the part of the trie that the key can reach, instead of testing every binding.
 //
 // Words are the `.`-separated parts of a pattern or key. Empty words are real words ("a..b" is

@@ -10,7 +10,7 @@ import (
 // Message TTL and precise expiry.
 //
 // A message's deadline is fixed when it enters a queue: the time of entry plus the lower of the
-// queue's TTL ([MessageTTL], "x-message-ttl") and the message's own ([Message.Expiration]), R3.3.
+// queue's TTL ([MessageTTL], "x-message-ttl") and the message's own ([Message.Expiration]).
 // It never changes, whatever happens to the message afterwards: a delivery and a return keep it.
 // Deadlines are nanoseconds since the queue's epoch on the monotonic clock, offset by one so that
 // zero means "none" (8 bytes of each entry, which is 32).
@@ -18,20 +18,20 @@ import (
 // Invariants:
 //   - Every ready entry with a deadline is in the ready set's expiry index under (deadline, seq),
 //     and nothing else is. A delivered entry is not in the index: while a consumer holds a message
-//     nothing happens to it (R3.6).
+//     nothing happens to it.
 //   - An expired message is never delivered: taking a message checks its deadline, so a timer
-//     that fires late cannot let one through. The one exception is R3.5: a message whose TTL is 0
+//     that fires late cannot let one through. The one exception: a message whose TTL is 0
 //     may be taken in the same critical section in which it arrived, if a consumer can take it.
 //   - One timer per queue ([time.AfterFunc]) is armed for the earliest deadline in the index, and
 //     removes every message whose deadline has passed wherever it is in the queue — not only at
 //     the head, as RabbitMQ's classic queues do (a deliberate difference).
 //   - A message that comes back (Nack, a context end, Recover) after its deadline is expired
-//     instead of going back (R3.6).
+//     instead of going back.
 //
 // An expired message is dead-lettered with reason "expired" when the queue has a dead-letter
 // exchange, and dropped otherwise.
 
-// maxTTL is RabbitMQ's largest TTL, 2^32-1 milliseconds (R3.1).
+// maxTTL is RabbitMQ's largest TTL, 2^32-1 milliseconds.
 const maxTTL = (1<<32 - 1) * time.Millisecond
 
 // expiry is a key of the expiry index: an entry's deadline and its key in the ready set.
@@ -63,7 +63,7 @@ func (q *Queue) deadlineFor(now int64, ttl time.Duration) int64 {
 }
 
 // expiredLocked reports whether e's deadline has passed. A message arriving in this critical
-// section with TTL 0 has not expired yet: it may still be taken at once (R3.5).
+// section with TTL 0 has not expired yet: it may still be taken at once.
 func (q *Queue) expiredLocked(e entry) bool {
 	return e.deadline != 0 && e.seq != q.arriving && e.deadline <= q.clock()
 }
@@ -117,7 +117,7 @@ func (r *readySet) tidy() {
 }
 
 // wakeAtLocked returns when the queue's timer must next run: the earliest message deadline, or
-// the queue's own expiry (R3.8) while it has no consumers; 0 for never.
+// the queue's own expiry while it has no consumers; 0 for never.
 func (q *Queue) wakeAtLocked() int64 {
 	var at int64
 	if k, ok := q.ready.expiries.Min(); ok {
@@ -224,13 +224,13 @@ func (q *Queue) onTimer() {
 	}
 }
 
-// unusedLocked reports whether the queue has been unused for its expiry, at now (R3.8).
+// unusedLocked reports whether the queue has been unused for its expiry, at now.
 func (q *Queue) unusedLocked(now int64) bool {
 	return q.cfg.expires > 0 && q.endErr == nil && q.consumerCountLocked() == 0 &&
 		now >= q.lastUsed+int64(q.cfg.expires)
 }
 
-// touchLocked records a use of the queue, which postpones its expiry (R3.8).
+// touchLocked records a use of the queue, which postpones its expiry.
 func (q *Queue) touchLocked() {
 	if q.cfg.expires > 0 {
 		q.lastUsed = q.clock()
@@ -325,7 +325,7 @@ func (r *readySet) unindex(e entry) {
 func newExpiryIndex() *btree.BTreeG[expiry] { return btree.NewG(32, expiryLess) }
 
 // parseExpiration parses a message's Expiration property: "" for none (-1), else a decimal
-// number of milliseconds from 0 to 2^32-1 (R3.2). Anything else is an error wrapping
+// number of milliseconds from 0 to 2^32-1. Anything else is an error wrapping
 // [ErrPreconditionFailed], as RabbitMQ's 406.
 func parseExpiration(s string) (time.Duration, error) {
 	if s == "" {
@@ -339,7 +339,7 @@ func parseExpiration(s string) (time.Duration, error) {
 }
 
 // ttlArg parses an "x-message-ttl"-like queue argument: an AMQP integer from 0 to 2^32-1
-// milliseconds (R3.1).
+// milliseconds.
 func ttlArg(name string, v any) (time.Duration, error) {
 	n, ok := intArg(v)
 	if !ok || n < 0 || n > int64(maxTTL/time.Millisecond) {
