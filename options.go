@@ -260,7 +260,8 @@ func Durable() DeclareOption {
 }
 
 // AutoDelete makes a queue delete itself when its last consumer goes, once it has had one, or
-// an exchange delete itself when its last binding as a source is removed, once it has had one. It takes part in declare equivalence. Default: off.
+// an exchange delete itself when its last binding as a source is removed, once it has had one.
+// It takes part in declare equivalence. Default: off.
 func AutoDelete() DeclareOption {
 	return flagOption{autoDelete: true}
 }
@@ -493,8 +494,8 @@ func ConsumerPriority(p int) ConsumeOption {
 // returns ahead of the cursor (a Nack, a context end), when the cursor moves back to it. A
 // dispatch to a selective consumer therefore costs O(log n) per priority level plus the messages
 // it skips, and skipping is paid once per message, not once per delivery: about 250–370 ns per
-// published message on the development machine, whatever the match rate (BENCHMARKS.md). [Queue.Get]
-// ignores selectors.
+// published message on the development machine, whatever the match rate (BENCHMARKS.md).
+// [Queue.Get] ignores selectors.
 func Selector(accept func(*Message) bool) ConsumeOption {
 	return consumerOption(func(c *consumeConfig) {
 		if accept == nil && c.err == nil {
@@ -511,9 +512,10 @@ func Selector(accept func(*Message) bool) ConsumeOption {
 // position — buffered unread deliveries unchanged, received ones redelivered with their delivery
 // count one higher (so [DeliveryLimit] bounds a message that hangs every handler). Settling a
 // returned delivery later fails with [ErrAlreadySettled]. It applies to consumers with manual
-// acknowledgement only. The queue's "x-consumer-timeout" also bounds each [Queue.Get] delivery:
-// one held past it goes back to its original position, redelivered. Default: the queue's "x-consumer-timeout" argument, else none; d ≤ 0
-// means none; d is capped at about 146 years (1<<62 ns).
+// acknowledgement only. Default: the queue's "x-consumer-timeout" argument, else none; d ≤ 0
+// means none; d is capped at about 146 years (1<<62 ns). The queue's "x-consumer-timeout" also
+// bounds each [Queue.Get] delivery: one held past it goes back to its original position,
+// redelivered.
 func AckTimeout(d time.Duration) ConsumeOption {
 	return consumerOption(func(c *consumeConfig) { c.ackTimeout = min(max(d, 0), maxAckTimeout) })
 }

@@ -567,9 +567,10 @@ func (q *Queue) waitFlushedLocked() {
 // enqueue appends a published message, with message TTL ttl (-1 for none), and dispatches; with
 // a delay, the message takes its place in the queue now but stays hidden until the delay passes
 // (see [DeliverAfter]); with immediate, it is taken out again, and [ErrNoConsumers] returned, if
-// no consumer took it at once (see [Immediate]). It returns the queue's end error if the queue was deleted after routing
-// chose it, and [ErrQueueFull] when a length limit refuses the message. With the Block policy it waits for room
-// until ctx ends; a ctx already done (a dead letter's) makes it refuse at once instead.
+// no consumer took it at once (see [Immediate]). It returns the queue's end error if the queue
+// was deleted after routing chose it, and [ErrQueueFull] when a length limit refuses the
+// message. With the Block policy it waits for room until ctx ends; a ctx already done (a dead
+// letter's) makes it refuse at once instead.
 func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, opt publishConfig) error {
 	q.mu.Lock()
 	for {
@@ -790,9 +791,9 @@ func (q *Queue) newDeliveryLocked(e entry) *Delivery {
 // Unless [AutoAck] is given, the delivery must be settled. It belongs to ctx the way a consumer's
 // deliveries belong to the consumer's context: if ctx ends while the delivery is unsettled, the
 // message returns to its original position, redelivered; so it does when the delivery is held
-// longer than the queue's "x-consumer-timeout", if it has one. Get does not block; a ctx already done
-// fails the call with ctx.Err(). Of the options, only [AutoAck] applies to a Get; any other is
-// refused with [ErrInvalidArgument].
+// longer than the queue's "x-consumer-timeout", if it has one. Get does not block; a ctx already
+// done fails the call with ctx.Err(). Of the options, only [AutoAck] applies to a Get; any other
+// is refused with [ErrInvalidArgument].
 func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
