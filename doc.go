@@ -53,9 +53,13 @@
 //     settled goes back to its original position, redelivered; deliveries still buffered in its
 //     channel, never received, go back unchanged. The same holds for a Get delivery and the
 //     context given to Get. Everything one context owns goes back together, before anything is
-//     dispatched again.
+//     dispatched again. [Consumer.Close] does the same for one consumer and returns once it is
+//     done; [Broker.WaitReleased] waits until everything a context owned is back.
+//   - [Consumer.Done] is closed when the consumer has ended: it receives nothing more and holds
+//     nothing more.
 //   - Settling twice returns [ErrAlreadySettled]; settling a delivery that already went back
 //     returns it too; settling one the consumer never issued returns [ErrUnknownDelivery].
+//     Settling a delivery whose queue was deleted succeeds and does nothing, as in RabbitMQ.
 //
 // # Priorities, exclusivity and selectors
 //
@@ -67,8 +71,11 @@
 //     deliver to one consumer at a time, the others waiting their turn and taking over in order.
 //   - A [Selector] makes a consumer receive only the messages it accepts, still in queue order;
 //     the others keep their places.
-//   - [ExclusiveTo] ties a queue to a context, which alone may use it and whose end deletes it;
-//     [AutoDelete] deletes a queue when its last consumer goes.
+//   - [ExclusiveTo] ties a queue to an owner context, which alone may use it and whose end
+//     deletes it: every other use is refused with [ErrResourceLocked], and calls that take no
+//     context say on whose behalf they run with [As]. [NewOwner] makes an owner whose derived
+//     contexts (with their own cancellation too) are the same owner, as an AMQP connection's
+//     channels are. [AutoDelete] deletes a queue when its last consumer goes.
 //   - [AckTimeout] ends a consumer that holds a delivery unsettled for too long, returning
 //     everything it holds; [Immediate] publishes only if a consumer takes the message at once.
 //
@@ -78,28 +85,54 @@
 // result: nil acks, an error returns the message to its place (at once or after a [Backoff]),
 // [ErrPermanent] rejects it, and a panic is recovered, logged and counted as a failure. The
 // queue's [DeliveryLimit] bounds the attempts, after which the message is dead-lettered. When its
-// context ends, Serve stops taking messages, lets the running handlers finish and returns what
-// is left to the queue.
+// context ends, Serve stops taking messages and starts no handler again, lets the running
+// handlers finish — their context cancelled at once, or after a [GracePeriod] — applies their
+// results and returns what is left to the queue. [OnStart] tells a caller when Serve's consumer is
+// in place, and [Queue.WaitEmpty] lets a service finish what is in a queue before it stops.
 //
 // # Differences from RabbitMQ
 //
-//   - There are no connections or channels, only contexts; delivery tags are per consumer (per
-//     queue for Get), and multiple-acknowledgement is per consumer.
+// Every deliberate difference is listed here; any other is a bug.
+//   - There are no connections or channels, only contexts: a context owns consumers and Get
+//     deliveries as a channel does, and exclusive queues as a connection does. Calls that take
+//     no context say whose they are with [As]. A context derived from an owner with its own
+//     cancellation is the owner only if the owner was made by [NewOwner] (Go cannot tell
+//     otherwise).
+//   - Delivery tags are per consumer (per queue for Get), and multiple-acknowledgement
+//     ([Consumer.AckUpTo] and the like) is per consumer and covers received deliveries only.
 //   - Deliveries buffered in a consumer's channel but never received are not "delivered": when
-//     the consumer stops (Cancel, its context ends, Recover) they go back to their places
-//     unchanged, not marked redelivered. In AMQP they were already on the wire: they stay unacked
-//     until the channel closes and then come back redelivered.
-//   - Multiple-acknowledgement ([Consumer.AckUpTo] and the like) covers received deliveries only.
-//   - Prefetch 0 (unlimited) is not offered; see [Prefetch].
+//     the consumer stops (Cancel, Close, its context ends, Recover) they go back to their places
+//     unchanged, not marked redelivered; Cancel puts them back at once. In AMQP they were
+//     already on the wire: they stay unacked until the channel closes and then come back
+//     redelivered.
+//   - Prefetch is per consumer, 1 to 65535: neither 0 (unlimited) nor a channel-wide (global)
+//     prefetch is offered; see [Prefetch].
+//   - [Broker.Publish] returns the publisher confirm synchronously, and a [Mandatory] publish
+//     that reaches no queue fails with [ErrUnroutable] rather than a basic.return.
+//   - A per-message TTL expires a message at its deadline wherever it is in the queue; a classic
+//     queue of RabbitMQ's expires messages only at its head.
 //   - [AckTimeout] is per consumer (or per queue, "x-consumer-timeout"), measured from the
 //     dispatch of each delivery and enforced to the nanosecond by the queue's timer, not checked
 //     once a minute. It ends the consumer, not the channel, as RabbitMQ 4.3's quorum queues do;
 //     the deliveries it returns count as redeliveries, so a [DeliveryLimit] bounds a message
-//     that hangs every handler.
-//   - [Immediate] publishing exists (RabbitMQ removed AMQP's immediate flag; Qpid keeps it), and
-//     so do selectors (Qpid's) and [Queue.Serve].
+//     that hangs every handler. "x-consumer-timeout" also bounds [Queue.Get] deliveries, as in
+//     RabbitMQ up to 4.2, but returns only the delivery that timed out, not its channel's others.
+//   - [DeliveryLimit] works on every queue (RabbitMQ: quorum queues only), and every return
+//     counts — a nack, a context end, Recover, an ack timeout.
+//   - "x-queue-type" may only be "classic": there are no quorum or stream queues.
+//   - The [Block] overflow policy (publishers wait for room) is warren's own; its "x-overflow"
+//     value, "block", is not one RabbitMQ accepts.
+//   - An auto-delete queue consumed by [Queue.Serve] is deleted once Serve's handlers are done,
+//     not when Serve stops taking messages, so that their results settle.
 //   - Waiting single active consumers take over highest [ConsumerPriority] first, then in arrival
-//     order.
+//     order (RabbitMQ documents no order).
+//   - An [Message.Expiration] with a leading "+" is refused.
+//   - [Durable] and [Message.Persistent] are accepted and take part in equivalence, but nothing
+//     is persisted: everything is in memory.
+//   - Warren's own, with no RabbitMQ counterpart: [Immediate] publishing (RabbitMQ removed AMQP's
+//     immediate flag; Qpid keeps it), selectors (Qpid's), [DeliverAfter] and
+//     [Delivery.NackWithDelay], [Queue.Serve], [Broker.Listen] events, [WithAlerts], and the
+//     waits [Broker.WaitIdle], [Queue.WaitEmpty] and [Broker.WaitReleased].
 //
 // # TTL and dead-lettering
 //
@@ -134,7 +167,8 @@
 // [Broker.WaitIdle] returns once no message can make progress by itself: publish, wait, assert,
 // with no sleeps. Inside a [testing/synctest] bubble the waits of TTLs, delays and backoffs pass
 // in virtual time. [Queue.Browse], [Queue.Outstanding] and [Message.Deaths] inspect a queue's
-// messages without consuming them.
+// messages without consuming them. Start consumers before publishing: a Serve on its own
+// goroutine says when it is ready with [OnStart].
 //
 // # Concurrency
 //
@@ -150,6 +184,8 @@
 //
 // # Shutdown
 //
-// [Broker.Close] stops every consumer, discards every message, makes every later call return
-// [ErrClosed], and returns once the broker's goroutines have exited.
+// A service stops a worker pool by ending the context of its [Queue.Serve] (after
+// [Queue.WaitEmpty], to finish what is queued; with a [GracePeriod], to let running handlers
+// finish undisturbed). [Broker.Close] stops every consumer, discards every message, makes every
+// later call return [ErrClosed], and returns once the broker's goroutines have exited.
 package warren

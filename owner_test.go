@@ -135,7 +135,7 @@ func TestAsNil(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	//lint:ignore SA1012 the nil context is what is tested
-	_, err := b.Queue("q", warren.As(nil)) //nolint:staticcheck
+	_, err := b.Queue("q", warren.As(nil))
 	require.ErrorIs(t, err, warren.ErrInvalidArgument)
 	//lint:ignore SA1012 the nil context is what is tested
 	_, err = q.Purge(warren.As(nil))

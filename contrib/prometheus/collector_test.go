@@ -430,7 +430,8 @@ func TestDeletedQueueDisappears(t *testing.T) {
 	if n := testutil.CollectAndCount(c, "warren_queue_messages_ready"); n != 2 {
 		t.Fatalf("%d series, want 2", n)
 	}
-	must(t, b.DeleteQueue("a"))
+	_, err := b.DeleteQueue("a")
+	must(t, err)
 	want := `
 # HELP warren_queue_messages_ready Messages in the queue waiting for a consumer.
 # TYPE warren_queue_messages_ready gauge
