@@ -1163,10 +1163,15 @@ func TestErrorsSayWarrenOnce(t *testing.T) {
 		add(warren.Permanent(warren.ErrQueueDeleted))
 
 		for _, err := range errs {
-			text := err.Error()
-			if !strings.HasPrefix(text, "warren: ") || strings.Count(text, "warren:") != 1 {
-				t.Errorf("error %q: want %q once, at the start", text, "warren: ")
-			}
+			requireOnePrefix(t, err)
 		}
 	})
+}
+
+// requireOnePrefix fails the test unless err's text says "warren: " once, at the start.
+func requireOnePrefix(t *testing.T, err error) {
+	t.Helper()
+	if text := err.Error(); !strings.HasPrefix(text, "warren: ") || strings.Count(text, "warren:") != 1 {
+		t.Fatalf("error %q: want %q once, at the start", text, "warren: ")
+	}
 }

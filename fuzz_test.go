@@ -957,6 +957,7 @@ func FuzzQueueArguments(f *testing.F) {
 			if wantErr != nil {
 				require.Error(t, err, "DeclareQueue(%s) = nil, want an error wrapping %v", desc, wantErr)
 				require.ErrorIs(t, err, wantErr, "DeclareQueue(%s)", desc)
+				requireOnePrefix(t, err)
 				_, err := b.DeclareQueue("fq", warren.Durable(), warren.AutoDelete())
 				require.NoError(t, err, "a failed declaration left a queue behind")
 				return
