@@ -42,8 +42,8 @@ type QueueStats struct {
 }
 
 // Stats returns a snapshot of the queue's state and counters. It takes the queue's lock once and
-// costs O(1) (O(log n) with priorities): cheap enough for a metrics scrape. After the queue is
-// deleted it returns what the queue had at the end, with nothing ready.
+// costs O(log n) (O(levels · log n) with priorities): cheap enough for a metrics scrape. After
+// the queue is deleted it returns what the queue had at the end, with nothing ready.
 func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
 	defer q.readUnlock()
