@@ -22,7 +22,7 @@ type envelope struct {
 // entry is one message's place in one queue. It moves by value between the ready set, a
 // delivery and back, so a queue allocates nothing per message beyond its rings and nodes.
 type entry struct {
-	env         *envelope // nil in a tombstone: a slot whose message was removed (see ttl.go)
+	env         *envelope // nil in a tombstone: a slot whose message was removed (see readySet)
 	seq         uint64    // position in the queue, assigned at enqueue, never changed
 	deadline    int64     // when it expires, on the queue's clock; 0 for never (see ttl.go)
 	returns     uint32    // times the message came back after a delivery (x-delivery-count)
@@ -55,9 +55,23 @@ func entryLess(a, b entry) bool { return a.key() < b.key() }
 // than every fresh one (an entry leaves the set only from its level's minimum, and fresh entries
 // are the newest), but popMin does not rely on it.
 //
-// A message removed from the middle (it expired, or a selector took it) leaves a tombstone in
-// a ring or the run, skipped when it reaches the head; dead counts them. expiries indexes the
-// entries with a deadline (ttl.go).
+// A message removed from the middle of a ring or the run (it expired, or a selector took it)
+// leaves a tombstone there, an entry with a nil env that keeps its key so that the ring or run
+// stays sorted for searches; dead counts them. Every operation keeps them bounded by what is
+// live, in amortised O(1), and costs no more than a test of dead while it is 0:
+//   - The head of every ring and of the run is live: tombstones that reach a head are dropped
+//     (trimRing, trimRun).
+//   - In the run, which holds every rank, the tombstones before a rank's first live entry are
+//     buried: their seq is 0, below every sequence id (ids start at 1), so a search for the
+//     rank's least key (rank<<seqBits | 1) lands on its first live entry. A tombstone is
+//     buried at most once (bury).
+//   - dead ≤ max(compactAt, len()): beyond, the rings and the run are compacted (tidy), which
+//     costs O(their slots) < O(2·dead), paid for by the dead removals since the last compaction.
+//
+// So the oldest entry of each level is found without walking tombstones (oldestSeq: Stats, and
+// the Age alert at the end of every critical section), and the rings and the run hold
+// O(live + compactAt) slots however selectors take from them. expiries indexes the entries
+// with a deadline (ttl.go).
 type readySet struct {
 	fresh    ring[entry]
 	lower    []ring[entry] // priority queues only: the rings of ranks 1 and up
@@ -78,6 +92,11 @@ type readySet struct {
 
 // noFloor is a floor when nothing was put back.
 const noFloor = ^uint64(0)
+
+// compactAt is how many tombstones a ready set may hold, however short it is, before it
+// compacts its rings and run: 32 KiB of slots, which spares a short queue a compaction every
+// few removals.
+const compactAt = 1024
 
 // newReadySet returns an empty ready set with levels priority levels, whose btree takes its
 // nodes from free, a free list shared by a broker's queues, so that the nodes one queue's burst
@@ -156,31 +175,36 @@ func (r *readySet) merge(sorted []entry) {
 		r.putBack(e)
 		r.index(e)
 	}
+	// The merge copies the run anyway: it leaves the run's tombstones behind.
 	merged := make([]entry, 0, len(rest)+len(sorted))
 	for len(rest) > 0 && len(sorted) > 0 {
-		if rest[0].key() < sorted[0].key() {
+		switch {
+		case rest[0].env == nil:
+			rest = rest[1:]
+			r.dead--
+		case rest[0].key() < sorted[0].key():
 			merged, rest = append(merged, rest[0]), rest[1:]
-		} else {
+		default:
 			merged, sorted = append(merged, sorted[0]), sorted[1:]
 		}
 	}
-	r.run, r.runAt = append(append(merged, rest...), sorted...), 0
+	for _, e := range rest {
+		if e.env == nil {
+			r.dead--
+			continue
+		}
+		merged = append(merged, e)
+	}
+	r.run, r.runAt = append(merged, sorted...), 0
 }
 
-// freshHead returns the fresh ring holding the least fresh key, its head a live entry, or nil
-// when every ring is empty. It drops the tombstones it finds at the heads.
+// freshHead returns the fresh ring holding the least fresh key, or nil when every ring is empty.
 func (r *readySet) freshHead() *ring[entry] {
 	if r.fresh.len() > 0 {
 		return &r.fresh
 	}
 	for ; r.low < len(r.lower); r.low++ {
-		l := &r.lower[r.low]
-		for l.len() > 0 && l.front().env == nil {
-			l.pop()
-			r.nLower--
-			r.dead--
-		}
-		if l.len() > 0 {
+		if l := &r.lower[r.low]; l.len() > 0 {
 			return l
 		}
 	}
@@ -197,17 +221,22 @@ func (r *readySet) popFresh(l *ring[entry]) entry {
 
 // popMin removes and returns the first entry in delivery order.
 func (r *readySet) popMin() (entry, bool) {
-	if r.dead > 0 {
-		r.skipDead()
-	}
 	if r.returned.Len() == 0 && r.runAt == len(r.run) {
 		if r.fresh.len() > 0 { // the common case: nothing came back
 			e := r.fresh.pop()
+			if r.dead > 0 {
+				r.trimRing(&r.fresh)
+				r.tidy()
+			}
 			r.unindex(e)
 			return e, true
 		}
 		if l := r.freshHead(); l != nil {
 			e := r.popFresh(l)
+			if r.dead > 0 {
+				r.trimRing(l)
+				r.tidy()
+			}
 			r.unindex(e)
 			return e, true
 		}
@@ -238,19 +267,31 @@ func (r *readySet) popMin() (entry, bool) {
 		r.returned.DeleteMin()
 	case fromRun:
 		r.run[r.runAt] = entry{}
-		if r.runAt++; r.runAt == len(r.run) {
-			r.run, r.runAt = nil, 0
-		}
+		r.runAt++
+		r.trimRun()
 	case fromFresh:
 		r.popFresh(l)
+		if r.dead > 0 {
+			r.trimRing(l)
+		}
+	}
+	if r.dead > 0 {
+		r.tidy()
 	}
 	r.unindex(best)
 	return best, true
 }
 
-// skipDead drops tombstones from the heads of the run and the rank-0 ring (freshHead drops
-// those of the lower rings).
-func (r *readySet) skipDead() {
+// trimRing drops the tombstones at the head of the fresh ring l.
+func (r *readySet) trimRing(l *ring[entry]) {
+	for l.len() > 0 && l.front().env == nil {
+		r.popFresh(l)
+		r.dead--
+	}
+}
+
+// trimRun drops the tombstones at the head of the run, and the run once nothing in it is ready.
+func (r *readySet) trimRun() {
 	for r.runAt < len(r.run) && r.run[r.runAt].env == nil {
 		r.run[r.runAt] = entry{}
 		r.runAt++
@@ -259,9 +300,18 @@ func (r *readySet) skipDead() {
 	if r.runAt == len(r.run) {
 		r.run, r.runAt = nil, 0
 	}
-	for r.fresh.len() > 0 && r.fresh.front().env == nil {
-		r.fresh.pop()
-		r.dead--
+}
+
+// bury gives sequence id 0 to the tombstones at the front of run, a stretch of the run that
+// starts where the first live entry of rank was, up to the rank's next live entry: they then
+// sort before every key of the rank, and a search for its least key skips them. Only tombstones
+// after a rank's first live entry are not yet buried, so each is buried at most once.
+func bury(run []entry, rank uint8) {
+	for i := range run {
+		if run[i].env != nil || run[i].rank != rank {
+			return
+		}
+		run[i].seq = 0
 	}
 }
 

@@ -39,8 +39,9 @@ func checkReadySet(t *testing.T, r *readySet) []uint64 {
 }
 
 // TestReadySetAgainstSortedSlice drives the ready set and a sorted slice with the same random
-// pushes, pops, reinsertions of one popped entry and merges of several, and compares them after
-// every step.
+// pushes, pops, removals from anywhere (a selector's takes, expiries), reinsertions of one
+// entry taken and merges of several, and compares them after every step; and checks that the
+// tombstones the removals leave stay bounded by what is live (tombstoneErr).
 func TestReadySetAgainstSortedSlice(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -48,14 +49,22 @@ func TestReadySetAgainstSortedSlice(t *testing.T) {
 	for range 20 {
 		r := newReadySet(btree.NewFreeListG[entry](8), 1)
 		var model []uint64 // ready keys, ascending
-		var out []entry    // popped, not yet returned
+		var out []entry    // popped or removed, not yet returned
 		next := uint64(1)
 		for step := range 1000 {
-			switch op := rng.IntN(10); {
+			switch op := rng.IntN(12); {
 			case op < 4:
 				r.push(entry{env: testEnv, seq: next})
 				model = append(model, next)
 				next++
+			case op >= 10 && len(model) > 0:
+				i := rng.IntN(len(model))
+				e, ok := r.remove(model[i])
+				if !ok || e.key() != model[i] {
+					t.Fatalf("step %d: remove(%d) = %d, %t", step, model[i], e.key(), ok)
+				}
+				model = slices.Delete(model, i, i+1)
+				out = append(out, e)
 			case op < 7:
 				e, ok := r.popMin()
 				if ok != (len(model) > 0) {
@@ -90,6 +99,9 @@ func TestReadySetAgainstSortedSlice(t *testing.T) {
 			}
 			if got := checkReadySet(t, &r); !slices.Equal(got, model) {
 				t.Fatalf("step %d: ready = %v, want %v", step, got, model)
+			}
+			if err := tombstoneErr(&r); err != nil {
+				t.Fatalf("step %d: %v", step, err)
 			}
 		}
 	}
@@ -330,6 +342,9 @@ func TestReadySetLevelsAgainstSortedSlice(t *testing.T) {
 			if got := checkReadySet(t, &r); !slices.Equal(got, model) {
 				t.Fatalf("round %d step %d: ready = %x, want %x", round, step, got, model)
 			}
+			if err := tombstoneErr(&r); err != nil {
+				t.Fatalf("round %d step %d: %v", round, step, err)
+			}
 			if n := r.expiries.Len(); n != 0 {
 				t.Fatalf("round %d step %d: %d expiry entries without deadlines", round, step, n)
 			}
@@ -445,5 +460,269 @@ func TestDeletedQueueKeepsNoMemory(t *testing.T) {
 		len(q.slab) + q.gets.capacity(); n != 0 {
 		t.Errorf("deleted queue keeps %d slots: ready ring %d (+%d spare pages), stamps %d, slab %d, gets %d", n,
 			r.fresh.capacity(), len(r.fresh.spares), q.stamps.capacity(), len(q.slab), q.gets.capacity())
+	}
+}
+
+// tombstoneErr checks the ready set's bound on tombstones (see readySet): headsErr, and that dead
+// counts the tombstones exactly and oldestSeq is the least live sequence id. It returns what is
+// wrong, or nil.
+func tombstoneErr(r *readySet) error {
+	if err := headsErr(r); err != nil {
+		return err
+	}
+	dead := 0
+	for rank := 0; rank <= len(r.lower); rank++ {
+		l := r.level(uint8(rank))
+		for i := range l.len() {
+			if l.at(i).env == nil {
+				dead++
+			}
+		}
+	}
+	for _, e := range r.run[r.runAt:] {
+		if e.env == nil {
+			dead++
+		}
+	}
+	if dead != r.dead {
+		return fmt.Errorf("%d tombstones, dead = %d", dead, r.dead)
+	}
+	least, ok := ^uint64(0), false
+	r.ascend(0, func(e entry) bool {
+		least, ok = min(least, e.seq), true
+		return true
+	})
+	if got, gotOK := r.oldestSeq(); got != least && ok || gotOK != ok {
+		return fmt.Errorf("oldestSeq() = %d, %t; want %d, %t", got, gotOK, least, ok)
+	}
+	return nil
+}
+
+// headsErr checks, in O(levels · log n), the parts of the ready set's bound on tombstones that
+// oldestSeq relies on: every ring's head and the run's head are live; in the run, a search for
+// a rank's least key lands on a live entry; and dead ≤ max(compactAt, live).
+func headsErr(r *readySet) error {
+	for rank := 0; rank <= len(r.lower); rank++ {
+		if l := r.level(uint8(rank)); l.len() > 0 && l.front().env == nil {
+			return fmt.Errorf("rank %d: tombstone at the head of the ring", rank)
+		}
+	}
+	run := r.run[r.runAt:]
+	if len(run) > 0 && run[0].env == nil {
+		return fmt.Errorf("tombstone at the head of the run")
+	}
+	for rank := 0; rank <= len(r.lower); rank++ {
+		k := uint64(rank)<<seqBits | 1
+		if i := searchKey(len(run), func(i int) entry { return run[i] }, k); i < len(run) && run[i].rank == uint8(rank) && run[i].env == nil {
+			return fmt.Errorf("rank %d: the search for its least key lands on a tombstone of the run, at %d of %d", rank, i, len(run))
+		}
+	}
+	if live := r.len(); r.dead > max(compactAt, live) {
+		return fmt.Errorf("%d tombstones beside %d live entries, want at most max(%d, live)", r.dead, live, compactAt)
+	}
+	return nil
+}
+
+// TestReadySetTombstonesBounded drives a ready set with priority levels and a sorted slice of
+// keys through long stretches of removals from the middle (a selector's takes, expiries)
+// between pushes, pops and returns, and checks after every step that the two agree and that
+// the tombstones stay bounded by what is live (tombstoneErr): past the compaction threshold, and
+// at the heads that Stats and the Age alert look at.
+func TestReadySetTombstonesBounded(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("WARREN_READYSET_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (WARREN_READYSET_SEED)", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	for round := range 4 {
+		levels := 1 + rng.IntN(4)
+		r := newReadySet(btree.NewFreeListG[entry](8), levels)
+		var model []uint64
+		var out []entry
+		next := uint64(1)
+		insert := func(k uint64) {
+			j, _ := slices.BinarySearch(model, k)
+			model = slices.Insert(model, j, k)
+		}
+		// Phases of growth (pushes, several at a time) and of shrinking (mostly removals from
+		// anywhere), so that tombstones pile up past compactAt and are compacted away.
+		for step := range 6000 {
+			grow := step%3000 < 500
+			switch op := rng.IntN(10); {
+			case grow && op < 6, len(model) == 0:
+				for range 1 + rng.IntN(16) {
+					e := entry{env: testEnv, seq: next, rank: uint8(rng.IntN(levels))}
+					next++
+					r.push(e)
+					insert(e.key())
+				}
+			case op == 6 && len(out) > 0:
+				batch := out
+				out = nil
+				slices.SortFunc(batch, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
+				r.merge(batch)
+				for _, e := range batch {
+					insert(e.key())
+				}
+			case op == 7:
+				e, ok := r.popMin()
+				if !ok || e.key() != model[0] {
+					t.Fatalf("round %d step %d: popMin = %x, %t; want %x", round, step, e.key(), ok, model[0])
+				}
+				model = model[1:]
+				if rng.IntN(8) == 0 {
+					out = append(out, e)
+				}
+			default:
+				// Anywhere, or near the head, where selectors out of step take.
+				i := rng.IntN(len(model))
+				if rng.IntN(3) == 0 {
+					i = rng.IntN(min(len(model), 8))
+				}
+				k := model[i]
+				e, ok := r.remove(k)
+				if !ok || e.key() != k {
+					t.Fatalf("round %d step %d: remove(%x) = %x, %t", round, step, k, e.key(), ok)
+				}
+				model = slices.Delete(model, i, i+1)
+				if rng.IntN(8) == 0 {
+					out = append(out, e)
+				}
+			}
+			check := headsErr // every step, and the whole set now and then: it is O(n)
+			if step%16 == 0 {
+				if got := checkReadySet(t, &r); !slices.Equal(got, model) {
+					t.Fatalf("round %d step %d: ready = %x, want %x", round, step, got, model)
+				}
+				check = tombstoneErr
+			}
+			if err := check(&r); err != nil {
+				t.Fatalf("round %d step %d: %v", round, step, err)
+			}
+		}
+	}
+	// A large bulk return of three ranks, taken from anywhere, some from the head: the run's
+	// tombstones are buried at the ranks' starts and compacted away.
+	r := newReadySet(btree.NewFreeListG[entry](8), 3)
+	batch := make([]entry, 4096)
+	for i := range batch {
+		batch[i] = entry{env: testEnv, seq: uint64(i + 1), rank: uint8(i * 3 / len(batch))}
+	}
+	var model []uint64
+	for _, e := range batch {
+		model = append(model, e.key())
+	}
+	r.merge(batch)
+	for step := 0; len(model) > 0; step++ {
+		if rng.IntN(16) == 0 {
+			if e, ok := r.popMin(); !ok || e.key() != model[0] {
+				t.Fatalf("bulk return, step %d: popMin = %x, %t; want %x", step, e.key(), ok, model[0])
+			}
+			model = model[1:]
+		} else {
+			i := rng.IntN(len(model))
+			if e, ok := r.remove(model[i]); !ok || e.key() != model[i] {
+				t.Fatalf("bulk return, step %d: remove(%x) = %x, %t", step, model[i], e.key(), ok)
+			}
+			model = slices.Delete(model, i, i+1)
+		}
+		check := headsErr
+		if step%16 == 0 {
+			if got := checkReadySet(t, &r); !slices.Equal(got, model) {
+				t.Fatalf("bulk return, step %d: ready = %x, want %x", step, got, model)
+			}
+			check = tombstoneErr
+		}
+		if err := check(&r); err != nil {
+			t.Fatalf("bulk return, step %d: %v", step, err)
+		}
+	}
+	if r.run != nil || r.dead != 0 {
+		t.Fatalf("bulk return, all taken: run of %d, %d tombstones", len(r.run), r.dead)
+	}
+}
+
+// TestSelectorsLeaveNoTombstones: a queue consumed only by selective consumers, even and odd,
+// with small prefetches so that they fall out of step and take from the middle, keeps its
+// tombstones bounded by what is live while it runs, and holds none once everything is acked:
+// its rings are empty and small. With an Age alert, oldestSeq runs at the end of every critical
+// section, and finds the oldest without walking tombstones. (A regression test: a selector's
+// take left a tombstone that only a plain take of the head or an expiry cleared; 1M messages
+// kept 30 MiB, and with an Age alert publishing went quadratic.)
+func TestSelectorsLeaveNoTombstones(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int
+		opts []QueueOption
+		prio int // messages get priorities 0..prio-1
+	}{
+		{"plain", 200_000, nil, 1},
+		{"age-alert", 100_000, []QueueOption{WithAlerts(Alerts{Age: time.Hour})}, 1},
+		{"priorities", 50_000, []QueueOption{MaxPriority(2), WithAlerts(Alerts{Age: time.Hour})}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { selectorsOnly(t, tc.n, tc.prio, tc.opts...) })
+		})
+	}
+}
+
+// selectorsOnly publishes n messages, with priorities 0..prio-1 in turn, into a queue declared
+// with opts that two selective consumers take from, even bodies and odd, each acking what it
+// receives; it checks the ready set's tombstones as it goes and once everything is acked.
+func selectorsOnly(t *testing.T, n, prio int, opts ...QueueOption) {
+	b := New()
+	defer b.Close()
+	q, err := b.DeclareQueue("q", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		q.mu.Lock()
+		err := tombstoneErr(&q.ready)
+		q.mu.Unlock()
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+	}
+	for parity, prefetch := range []int{1, 3} {
+		c, err := q.Consume(t.Context(), Prefetch(prefetch), Selector(func(m *Message) bool { return int(m.Body[0]) == parity }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for d := range c.Deliveries() {
+				d.Ack() // one that failed shows in the count of acks below
+			}
+		}()
+	}
+	bodies := [2][]byte{{0}, {1}}
+	for i := range n {
+		if err := b.Publish(t.Context(), "", "q", Message{Body: bodies[i%2], Priority: uint8(i % prio)}); err != nil {
+			t.Fatal(err)
+		}
+		if i%1000 == 999 {
+			check(fmt.Sprintf("after %d publishes", i+1))
+		}
+	}
+	synctest.Wait() // the consumers have acked everything and wait for more
+	if s := q.Stats(); s.Acked != uint64(n) || s.Ready != 0 || s.OldestAge != 0 {
+		t.Fatalf("after the run: acked %d, ready %d, oldest age %v; want %d, 0, 0", s.Acked, s.Ready, s.OldestAge, n)
+	}
+	check("after the run")
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	r := &q.ready
+	if r.dead != 0 {
+		t.Errorf("after the run: %d tombstones, want 0", r.dead)
+	}
+	for rank := 0; rank <= len(r.lower); rank++ {
+		if l := r.level(uint8(rank)); l.len() != 0 || l.capacity() > ringPage {
+			t.Errorf("after the run: rank %d's ring holds %d slots of %d, want 0 of at most %d", rank, l.len(), l.capacity(), ringPage)
+		}
+	}
+	if len(r.run) != 0 {
+		t.Errorf("after the run: %d entries in the run, want 0", len(r.run))
 	}
 }

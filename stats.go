@@ -73,8 +73,8 @@ func (s *QueueStats) UnmarshalJSON(data []byte) error {
 }
 
 // Stats returns a snapshot of the queue's state and counters. It takes the queue's lock once and
-// costs O(1) (O(log n) with priorities): cheap enough for a metrics scrape. After the queue is
-// deleted it returns what the queue had at the end, with nothing ready.
+// costs O(log n) (O(levels · log n) with priorities): cheap enough for a metrics scrape. After
+// the queue is deleted it returns what the queue had at the end, with nothing ready.
 func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
 	defer q.readUnlock()
@@ -212,38 +212,29 @@ func (q *Queue) oldestAtLocked() (int64, bool) {
 }
 
 // oldestSeq returns the least sequence id of the ready set: the message that has waited longest,
-// which with priorities or returns need not be the next one delivered.
+// which with priorities or returns need not be the next one delivered. O(levels · log n): by the
+// ready set's invariant, each ring's head and the entry a search for each rank's least key finds
+// in the run are live, and they are the oldest of their rank there.
 func (r *readySet) oldestSeq() (uint64, bool) {
 	if r.len() == 0 {
 		return 0, false
 	}
 	least := ^uint64(0)
-	consider := func(e entry) {
-		if e.env != nil && e.seq < least {
-			least = e.seq
-		}
-	}
+	run := r.run[r.runAt:]
 	for rank := 0; rank <= len(r.lower); rank++ {
-		l := r.level(uint8(rank))
-		for i := range l.len() { // tombstones sit at the front only briefly
-			if e := l.at(i); e.env != nil {
-				consider(e)
-				break
-			}
+		if l := r.level(uint8(rank)); l.len() > 0 {
+			least = min(least, l.front().seq)
 		}
-		from := keyEntry(uint64(rank) << seqBits)
-		r.returned.AscendGreaterOrEqual(from, func(e entry) bool {
+		from := uint64(rank) << seqBits
+		r.returned.AscendGreaterOrEqual(keyEntry(from), func(e entry) bool {
 			if e.rank == uint8(rank) {
-				consider(e)
+				least = min(least, e.seq)
 			}
 			return false
 		})
-		run := r.run[r.runAt:]
-		for i := searchKey(len(run), func(i int) entry { return run[i] }, from.key()); i < len(run) && run[i].rank == uint8(rank); i++ {
-			if run[i].env != nil {
-				consider(run[i])
-				break
-			}
+		// From seq 1, past the rank's buried tombstones.
+		if i := searchKey(len(run), func(i int) entry { return run[i] }, from|1); i < len(run) && run[i].rank == uint8(rank) {
+			least = min(least, run[i].seq)
 		}
 	}
 	return least, least != ^uint64(0)

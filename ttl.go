@@ -1,6 +1,7 @@
 package warren
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -83,37 +84,38 @@ func (q *Queue) expireDueLocked(now int64) {
 		}
 		q.deadLetterLocked(e, ReasonExpired)
 	}
-	q.ready.tidy()
 }
 
-// tidy drops the tombstones at the heads, and compacts the ring and the run when tombstones
-// outnumber live entries, so that a queue nobody takes from (a delay queue) does not keep the
-// slots of its expired messages. The compaction's O(n) is paid for by the n/2 removals before.
+// tidy compacts the rings and the run once tombstones outnumber both the live entries and
+// compactAt, so that neither a queue nobody takes from (a delay queue) keeps the slots of its
+// expired messages nor one whose selectors take from the middle keeps the slots of what they
+// took. The compaction's O(slots) is paid for by the removals that made the tombstones, more
+// than half the slots. Callers call it when dead > 0, after a removal.
 func (r *readySet) tidy() {
-	if r.dead == 0 {
+	if r.dead <= compactAt || r.dead <= r.len() {
 		return
 	}
-	r.skipDead()
-	if r.dead > 1024 && r.dead > r.len() {
-		live := func(e entry) bool { return e.env != nil }
-		r.fresh.filter(live)
-		r.nLower = 0
-		for i := range r.lower {
-			r.lower[i].filter(live)
-			r.nLower += r.lower[i].len()
-		}
-		kept := r.run[:0]
-		for _, e := range r.run[r.runAt:] {
-			if e.env != nil {
-				kept = append(kept, e)
-			}
-		}
-		clear(r.run[len(kept):])
-		r.run, r.runAt, r.dead = kept, 0, 0
-		if len(r.run) == 0 {
-			r.run = nil
+	live := func(e entry) bool { return e.env != nil }
+	r.fresh.filter(live)
+	r.nLower = 0
+	for i := range r.lower {
+		r.lower[i].filter(live)
+		r.nLower += r.lower[i].len()
+	}
+	kept := r.run[:0]
+	for _, e := range r.run[r.runAt:] {
+		if e.env != nil {
+			kept = append(kept, e)
 		}
 	}
+	clear(r.run[len(kept):])
+	switch {
+	case len(kept) == 0:
+		kept = nil
+	case len(kept) < cap(kept)/4:
+		kept = slices.Clone(kept) // not the array of a run mostly gone
+	}
+	r.run, r.runAt, r.dead = kept, 0, 0
 }
 
 // wakeAtLocked returns when the queue's timer must next run: the earliest message deadline, or
@@ -251,11 +253,28 @@ func (q *Queue) touch() {
 
 // remove takes the ready entry with key k out of the set, wherever it is.
 func (r *readySet) remove(k uint64) (entry, bool) {
+	e, ok := r.cut(k)
+	if !ok {
+		return entry{}, false
+	}
+	if r.dead > 0 {
+		r.tidy()
+	}
+	r.unindex(e)
+	return e, true
+}
+
+// cut takes the entry with key k out of the ring, the tree or the run that holds it, leaving a
+// tombstone in the middle of a ring or the run; remove accounts for it.
+func (r *readySet) cut(k uint64) (entry, bool) {
 	l := r.level(uint8(k >> seqBits))
 	if l.len() > 0 && l.front().key() == k && l.front().env != nil {
-		// The common case with a queue TTL alone: the oldest message expires first.
+		// The common case with a queue TTL alone, or selectors in step: the oldest message
+		// of its level.
 		e := r.popFresh(l)
-		r.unindex(e)
+		if r.dead > 0 {
+			r.trimRing(l)
+		}
 		return e, true
 	}
 	if l.len() > 0 && l.at(l.len()-1).key() == k && l.at(l.len()-1).env != nil {
@@ -264,26 +283,29 @@ func (r *readySet) remove(k uint64) (entry, bool) {
 		if l != &r.fresh {
 			r.nLower--
 		}
-		r.unindex(e)
 		return e, true
 	}
 	if e, ok := r.returned.Delete(keyEntry(k)); ok {
-		r.unindex(e)
 		return e, true
 	}
 	run := r.run[r.runAt:]
 	if i := searchKey(len(run), func(i int) entry { return run[i] }, k); i < len(run) && run[i].key() == k && run[i].env != nil {
 		e := run[i]
-		run[i].env = nil // a tombstone, skipped by popMin and ascend
+		run[i].env = nil // a tombstone, skipped by ascend
 		r.dead++
-		r.unindex(e)
+		switch {
+		case i == 0:
+			r.trimRun()
+		case run[i-1].rank != e.rank || run[i-1].seq == 0:
+			bury(run[i:], e.rank) // e was its rank's first live entry
+		}
 		return e, true
 	}
 	if i := searchKey(l.len(), l.at, k); i < l.len() && l.at(i).key() == k && l.at(i).env != nil {
+		// Not at the front, which was checked first: the ring's head stays live.
 		e := l.at(i)
 		l.set(i, entry{seq: e.seq, rank: e.rank})
 		r.dead++
-		r.unindex(e)
 		return e, true
 	}
 	return entry{}, false
