@@ -12,13 +12,17 @@ import (
 // [Consumer.Deliveries] while it has credit: at most its prefetch count of deliveries are
 // outstanding (buffered or received, and not yet settled) at once.
 //
-// A consumer ends in one of three ways, mirroring AMQP's channel:
+// A consumer stops and ends in these ways, mirroring AMQP's channel:
 //   - [Consumer.Cancel] stops new deliveries, puts deliveries that were buffered but never
 //     received back in their places unchanged, and closes Deliveries. Deliveries already
 //     received stay settle-able until the consumer's context ends.
-//   - The context given to [Queue.Consume] ends: the consumer stops as with Cancel, and every
-//     delivery still outstanding returns to its original position in the queue, redelivered.
+//   - The context given to [Queue.Consume] ends, or [Consumer.Close] is called: the consumer
+//     stops as with Cancel, and every delivery still outstanding returns to its original
+//     position in the queue, redelivered.
+//   - Its [AckTimeout] passes: as when its context ends, with [ErrAckTimeout].
 //   - The queue is deleted or the broker closes: Deliveries is closed and [Consumer.Err] says why.
+//
+// [Consumer.Done] is closed once it has ended: stopped, and holding nothing.
 //
 // Create one with [Queue.Consume]; the zero Consumer is not usable. A Consumer is safe for
 // concurrent use.

@@ -175,8 +175,8 @@ const (
 	ReasonNack       Reason = "nack"        // Nack, NackUpTo, NackWithDelay, or a Serve handler's error
 	ReasonRecover    Reason = "recover"     // [Consumer.Recover]
 	ReasonCancel     Reason = "cancel"      // [Consumer.Cancel]: buffered and never received, back unchanged
-	ReasonOwnerEnded Reason = "owner-ended" // the consumer's or Get's context ended (for a queue: its exclusive owner)
-	ReasonAckTimeout Reason = "ack-timeout" // its consumer's ack timeout ended the consumer
+	ReasonOwnerEnded Reason = "owner-ended" // the consumer's or Get's context ended, or [Consumer.Close] (for a queue: its exclusive owner)
+	ReasonAckTimeout Reason = "ack-timeout" // its consumer's ack timeout ended the consumer, or a Get was held past the queue's
 	ReasonReturned   Reason = "returned"    // an auto-acked delivery its stopped consumer never received
 
 	// Why a queue or exchange was deleted (EventQueueDeleted, EventExchangeDeleted).
