@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -273,6 +274,49 @@ func TestAlertAgeOnTimer(t *testing.T) {
 		require.Len(t, alerts(), 3)
 		require.Len(t, log.of(warren.EventAlert, ""), 3)
 	})
+}
+
+// A huge age threshold, up to the largest Duration, means practically never: the time the
+// oldest message passes it must not overflow the queue's clock, which would arm the queue's one
+// timer about 292 years out and never re-arm it sooner. A 20 ms TTL and a 10 ms delay beside
+// it are on time, and the threshold neither alerts nor deletes.
+func TestAlertHugeAgeKeepsTimersOnTime(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		alerts warren.Alerts
+	}{
+		{"Age MaxInt64-1, Delete", warren.Alerts{Age: math.MaxInt64 - 1, Policy: warren.Delete}},
+		// Unfixed, this one overflowed to a due time in the past: the timer fired again and
+		// again at once, and virtual time never moved on.
+		{"Age MaxInt64", warren.Alerts{Age: math.MaxInt64}},
+		{"Age 1<<62, RepeatGap MaxInt64", warren.Alerts{Age: 1 << 62, RepeatGap: math.MaxInt64}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				log := evRecord(t, b)
+				q := declare(t, b, "q", warren.WithAlerts(tc.alerts))
+				alPub(t, b, "q", "old") // its age is what the threshold watches
+				time.Sleep(time.Millisecond)
+				start := time.Now()
+				alPub(t, b, "q", "soon", warren.DeliverAfter(10*time.Millisecond))
+				require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("short"), Expiration: "20"}))
+				require.Equal(t, []string{"old", "short"}, alBrowse(q))
+
+				time.Sleep(10 * time.Millisecond)
+				synctest.Wait()
+				require.Equal(t, []string{"old", "soon", "short"}, alBrowse(q), "%+v: a 10 ms delay at %v", tc.alerts, time.Since(start))
+				time.Sleep(10 * time.Millisecond)
+				synctest.Wait()
+				require.Equal(t, []string{"old", "soon"}, alBrowse(q), "%+v: a 20 ms TTL at %v", tc.alerts, time.Since(start))
+
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				require.Equal(t, []string{"old", "soon"}, alBrowse(q))
+				require.Empty(t, log.alerts(warren.AlertAge))
+			})
+		})
+	}
 }
 
 // Negative thresholds, a negative gap or an unknown policy fail the declaration.

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"slices"
 	"sort"
+	"time"
 )
 
 // Consumer is a subscription to one [Queue]: AMQP's basic.consume. It receives deliveries on
@@ -34,7 +35,7 @@ type Consumer struct {
 	exclusive  bool
 	priority   int
 	selector   func(*Message) bool
-	ackTimeout int64          // on the queue's clock; 0 for none
+	ackTimeout time.Duration  // 0 for none
 	ch         chan *Delivery // capacity = prefetch; push consumers: sent to and closed under q.mu
 	done       chan struct{}  // closed when the consumer has stopped and its messages are back (see Done)
 
@@ -126,9 +127,9 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 	}
 	switch {
 	case cfg.ackTimeout > 0:
-		c.ackTimeout = int64(cfg.ackTimeout)
+		c.ackTimeout = cfg.ackTimeout
 	case cfg.ackTimeout < 0 && !cfg.autoAck:
-		c.ackTimeout = int64(q.cfg.ackTimeout)
+		c.ackTimeout = q.cfg.ackTimeout
 	}
 	q.mu.Lock()
 	defer q.unlock()
@@ -390,7 +391,7 @@ func (c *Consumer) deliverLocked(e entry) *Delivery {
 	d := c.newDeliveryLocked(e)
 	d.c = c
 	if c.ackTimeout > 0 {
-		d.due = c.q.clock() + c.ackTimeout
+		d.due = later(c.q.clock(), c.ackTimeout)
 	}
 	c.unacked.push(d)
 	c.live++

@@ -16,6 +16,10 @@ package warren_test
 //     ErrPreconditionFailed; an accepted one is a TTL, in virtual time: present 1 ns before its
 //     deadline (min of it and the queue's TTL), gone at it, dead-lettered with its
 //     original-expiration.
+//   - FuzzQueueDurations: publishes with DeliverAfter and Expiration, NackWithDelay, consumers
+//     with ack timeouts, under a queue TTL, age threshold and consumer timeout, with durations
+//     from 0 to the largest Duration and negative ones; in virtual time every short deadline is
+//     met to the nanosecond, however huge the others, and a huge one is never met.
 //
 // The topic matcher has its own target (FuzzTopicMatch, topic_test.go, against refTopicMatch),
 // and the model-based operation sequences theirs (FuzzModel, model_test.go; FuzzModelTime,
@@ -37,6 +41,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -1223,6 +1228,475 @@ func FuzzExpiration(f *testing.F) {
 			require.Equal(t, warren.ReasonExpired, deaths[0].Reason)
 			require.Equal(t, exp, deaths[0].OriginalExpiration)
 			require.NoError(t, dv.Ack())
+		})
+	})
+}
+
+// ---------------------------------------------------------------------------------------------
+// FuzzQueueDurations: every duration that meets a queue's clock.
+
+// fdDurations are the durations FuzzQueueDurations draws: 0, the smallest, short ones a run
+// waits for, the edges of RabbitMQ's 2^32-1 ms, and the huge and negative ones, up to the
+// largest Duration, that once overflowed the queue's clock.
+var fdDurations = []time.Duration{
+	0, 1, 2, time.Millisecond - 1, time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond,
+	10 * time.Millisecond, 20 * time.Millisecond, 100 * time.Millisecond, time.Second, time.Minute,
+	(1<<32 - 2) * time.Millisecond, (1<<32 - 1) * time.Millisecond, (1 << 32) * time.Millisecond,
+	1<<62 - 1, 1 << 62, math.MaxInt64 - time.Second, math.MaxInt64 - time.Microsecond, math.MaxInt64 - 1, math.MaxInt64,
+	-1, -time.Millisecond, math.MinInt64,
+}
+
+// fdExpirations are the Message.Expiration values drawn; the last is refused.
+var fdExpirations = []string{"", "0", "1", "2", "10", "20", "1000", "4294967294", "4294967295", "4294967296"}
+
+// fdConsumerTimeouts are the "x-consumer-timeout" values drawn, in ms (nil for none); the last
+// is refused.
+var fdConsumerTimeouts = []any{nil, int64(1), int64(5), int64(20), int64(1<<32 - 1), int64(1 << 32)}
+
+// fdNever is a duration no run lives to see pass: a run waits at most 64+64 times, each for at
+// most 2^32 ms (about 50 days), some 17 years in all. Every drawn duration is either below 2^33
+// ms or at least 1<<62-1 ns, so the reference needs no arithmetic near the overflow it checks.
+const fdNever = time.Duration(1 << 61)
+
+// fdMaxOps bounds the operations of one input.
+const fdMaxOps = 64
+
+// Reference states of a message.
+const (
+	fdReady    = iota
+	fdHidden   // delayed: DeliverAfter or NackWithDelay, until due
+	fdGot      // held by a Get, until it is settled or its consumer timeout (due) takes it back
+	fdConsumed // held by a consumer, until its ack timeout is due
+	fdGone
+)
+
+// fdMsg is the reference's message: times are since the run's start (the queue's declaration),
+// -1 for none or never.
+type fdMsg struct {
+	seq      int
+	state    int
+	deadline time.Duration
+	due      time.Duration // fdHidden, fdConsumed
+	d        *warren.Delivery
+}
+
+func (m *fdMsg) String() string {
+	if m == nil {
+		return "none"
+	}
+	return "#" + strconv.Itoa(m.seq)
+}
+
+// fdAt returns when a wait of d > 0 that starts at now ends, or -1 for never within a run.
+func fdAt(now, d time.Duration) time.Duration {
+	if d >= fdNever {
+		return -1
+	}
+	return now + d
+}
+
+// fdHarness runs one input against a queue and the reference.
+type fdHarness struct {
+	t        *testing.T
+	b        *warren.Broker
+	q        *warren.Queue
+	start    time.Time
+	ttl      time.Duration // the queue's message TTL; -1 for none
+	ackDef   time.Duration // the queue's x-consumer-timeout; 0 for none
+	ageNever bool          // no age alert may fire in a run (a short threshold is not checked: see run)
+	msgs     []*fdMsg
+	got      []*fdMsg // held by Gets, oldest first
+	expired  uint64
+	acked    uint64
+	history  []string
+
+	mu        sync.Mutex
+	ageAlerts int
+}
+
+func (h *fdHarness) now() time.Duration { return time.Since(h.start) }
+
+func (h *fdHarness) logf(format string, args ...any) {
+	h.history = append(h.history, fmt.Sprintf("%v: ", h.now())+fmt.Sprintf(format, args...))
+}
+
+// failf fails the run with the operations so far.
+func (h *fdHarness) failf(format string, args ...any) {
+	h.t.Helper()
+	h.t.Fatalf("%s\nhistory:\n  %s", fmt.Sprintf(format, args...), strings.Join(h.history, "\n  "))
+}
+
+// advanceRef moves the reference to time at: a ready message expires at its deadline; a hidden
+// or consumed one comes back at its due time, expired if its deadline passed by then.
+func (h *fdHarness) advanceRef(at time.Duration) {
+	for _, m := range h.msgs {
+		for {
+			if m.state == fdReady && m.deadline >= 0 && m.deadline <= at {
+				m.state = fdGone
+				h.expired++
+				break
+			}
+			if (m.state == fdHidden || m.state == fdConsumed || m.state == fdGot) && m.due >= 0 && m.due <= at {
+				m.state = fdReady
+				if m.deadline >= 0 && m.deadline <= m.due {
+					m.state = fdGone
+					h.expired++
+					break
+				}
+				continue
+			}
+			break
+		}
+	}
+}
+
+// next returns when the reference next changes by itself.
+func (h *fdHarness) next() (time.Duration, bool) {
+	at, ok := time.Duration(0), false
+	for _, m := range h.msgs {
+		t := time.Duration(-1)
+		switch m.state {
+		case fdReady:
+			t = m.deadline
+		case fdHidden, fdConsumed, fdGot:
+			t = m.due
+		}
+		if t >= 0 && (!ok || t < at) {
+			at, ok = t, true
+		}
+	}
+	return at, ok
+}
+
+// head returns the first ready message in queue order, or nil.
+func (h *fdHarness) head() *fdMsg {
+	for _, m := range h.msgs { // in seq order
+		if m.state == fdReady {
+			return m
+		}
+	}
+	return nil
+}
+
+// sleepTo waits until at, if it is later, and moves the reference there.
+func (h *fdHarness) sleepTo(at time.Duration) {
+	if wait := at - h.now(); wait > 0 {
+		time.Sleep(wait)
+	}
+	h.advanceRef(at)
+}
+
+// check compares the queue with the reference once everything due now has run.
+func (h *fdHarness) check(what string) {
+	h.t.Helper()
+	synctest.Wait()
+	var ready []string
+	delayed, held := 0, 0
+	for _, m := range h.msgs {
+		switch m.state {
+		case fdReady:
+			ready = append(ready, strconv.Itoa(m.seq))
+		case fdHidden:
+			delayed++
+		case fdGot, fdConsumed:
+			held++
+		}
+	}
+	if got := alBrowse(h.q); !slices.Equal(got, ready) {
+		h.failf("%s at %v: ready %v, want %v", what, h.now(), got, ready)
+	}
+	s := h.q.Stats()
+	if s.Delayed != delayed || s.Unacked != held || s.Expired != h.expired || s.Acked != h.acked {
+		h.failf("%s at %v: Stats() Delayed %d, Unacked %d, Expired %d, Acked %d; want %d, %d, %d, %d",
+			what, h.now(), s.Delayed, s.Unacked, s.Expired, s.Acked, delayed, held, h.expired, h.acked)
+	}
+	h.mu.Lock()
+	n := h.ageAlerts
+	h.mu.Unlock()
+	if h.ageNever && n > 0 {
+		h.failf("%s at %v: %d age alerts, want none: the age threshold is 0 or beyond the run", what, h.now(), n)
+	}
+}
+
+// toNext waits until 1 ns before the reference's next change and checks nothing changed, then
+// until the change and checks it happened: every deadline and due time is met to the
+// nanosecond. It returns false if nothing will change.
+func (h *fdHarness) toNext() bool {
+	at, ok := h.next()
+	if !ok {
+		return false
+	}
+	h.logf("advance to %v", at)
+	if at-1 > h.now() {
+		h.sleepTo(at - 1)
+		h.check("1 ns before the next deadline")
+	}
+	h.sleepTo(at)
+	h.check("at the next deadline")
+	return true
+}
+
+// declare declares queue q with the configuration bytes' TTL, age threshold and consumer
+// timeout; a refused one must be refused with its sentinel, and the queue is then declared
+// without it.
+func (h *fdHarness) declare(in *fzBytes) {
+	var all, valid []warren.QueueOption
+	var refused []error
+	h.start = time.Now() // the queue's epoch too: nothing runs in the bubble meanwhile
+	h.ttl = -1
+	if c := in.intn(len(fdDurations) + 1); c > 0 {
+		d := fdDurations[c-1]
+		all = append(all, warren.MessageTTL(d))
+		if d < 0 || d > (1<<32-1)*time.Millisecond || d%time.Millisecond != 0 {
+			refused = append(refused, warren.ErrInvalidArgument)
+		} else {
+			valid = append(valid, warren.MessageTTL(d))
+			h.ttl = d
+		}
+	}
+	h.ageNever = true
+	if c := in.intn(len(fdDurations) + 1); c > 0 {
+		a := warren.Alerts{Age: fdDurations[c-1]}
+		all = append(all, warren.WithAlerts(a))
+		if a.Age < 0 {
+			refused = append(refused, warren.ErrInvalidArgument)
+		} else {
+			valid = append(valid, warren.WithAlerts(a))
+			h.ageNever = a.Age == 0 || a.Age >= fdNever
+		}
+	}
+	if v := fdConsumerTimeouts[in.intn(len(fdConsumerTimeouts))]; v != nil {
+		opt := warren.Arguments(warren.Table{"x-consumer-timeout": v})
+		all = append(all, opt)
+		if ms := v.(int64); ms > 1<<32-1 {
+			refused = append(refused, warren.ErrPreconditionFailed)
+		} else {
+			valid = append(valid, opt)
+			h.ackDef = time.Duration(ms) * time.Millisecond
+		}
+	}
+	h.logf("declare: TTL %v, age never %v, consumer timeout %v, refused %v", h.ttl, h.ageNever, h.ackDef, refused)
+	if len(refused) > 0 {
+		_, err := h.b.DeclareQueue("q", all...)
+		if err == nil || !slices.ContainsFunc(refused, func(e error) bool { return errors.Is(err, e) }) {
+			h.failf("DeclareQueue with an invalid option = %v, want an error wrapping one of %v", err, refused)
+		}
+	}
+	q, err := h.b.DeclareQueue("q", valid...)
+	if err != nil {
+		h.failf("DeclareQueue = %v", err)
+	}
+	h.q = q
+}
+
+// run decodes and runs the operations, then waits through every deadline left in the run.
+//
+// Age alerts are checked only where none may fire: the age a threshold watches comes from
+// arrival stamps (stats.go), which a message coming back restamps, and a reference this naive
+// does not follow them. A short threshold still takes part: its due time shares the queue's
+// timer with everything checked.
+func (h *fdHarness) run(in *fzBytes) {
+	ctx := h.t.Context()
+	for range fdMaxOps {
+		if len(in.b) == 0 {
+			break
+		}
+		kind, a, b := in.intn(8), in.byte(), in.byte()
+		switch kind {
+		case 0, 1: // publish, maybe delayed, maybe with an expiration
+			delay, exp := fdDurations[int(a)%len(fdDurations)], fdExpirations[int(b)%len(fdExpirations)]
+			h.logf("publish #%d DeliverAfter(%v) Expiration %q", len(h.msgs), delay, exp)
+			err := h.b.Publish(ctx, "", "q", warren.Message{Body: []byte(strconv.Itoa(len(h.msgs))), Expiration: exp},
+				warren.DeliverAfter(delay))
+			ms, none, ok := refExpiration(exp)
+			if !ok {
+				if !errors.Is(err, warren.ErrPreconditionFailed) {
+					h.failf("Publish with Expiration %q = %v, want an error wrapping ErrPreconditionFailed", exp, err)
+				}
+				break
+			}
+			if err != nil {
+				h.failf("Publish = %v", err)
+			}
+			now := h.now()
+			ttl := h.ttl
+			if !none && (ttl < 0 || time.Duration(ms)*time.Millisecond < ttl) {
+				ttl = time.Duration(ms) * time.Millisecond
+			}
+			m := &fdMsg{seq: len(h.msgs), state: fdReady, deadline: -1}
+			if ttl >= 0 {
+				m.deadline = now + ttl
+			}
+			switch {
+			case delay > 0:
+				m.state, m.due = fdHidden, fdAt(now, delay)
+			case ttl == 0: // no consumer has credit: it expires at once
+				m.state = fdGone
+				h.expired++
+			}
+			h.msgs = append(h.msgs, m)
+		case 2: // Get
+			m := h.head()
+			h.logf("Get: want %v", m)
+			d, err := h.q.Get(ctx)
+			if m == nil {
+				if !errors.Is(err, warren.ErrEmpty) {
+					h.failf("Get from an empty queue = %v, want ErrEmpty", err)
+				}
+				break
+			}
+			if err != nil || string(d.Message.Body) != strconv.Itoa(m.seq) {
+				h.failf("Get = %v, %v; want #%d", d, err, m.seq)
+			}
+			m.state, m.d, m.due = fdGot, d, -1
+			if h.ackDef > 0 { // the queue's consumer timeout applies to Gets too
+				m.due = fdAt(h.now(), h.ackDef)
+			}
+			h.got = append(h.got, m)
+		case 3, 4: // settle a Get's delivery: NackWithDelay, or Ack
+			if len(h.got) == 0 {
+				h.logf("settle: no Get holds a delivery")
+				break
+			}
+			i := int(a) % len(h.got)
+			m := h.got[i]
+			h.got = slices.Delete(h.got, i, i+1)
+			if m.state != fdGot { // the consumer timeout took it back
+				h.logf("settle #%d: taken back by the consumer timeout", m.seq)
+				if err := m.d.Ack(); !errors.Is(err, warren.ErrAlreadySettled) {
+					h.failf("Ack #%d after its consumer timeout = %v, want ErrAlreadySettled", m.seq, err)
+				}
+				break
+			}
+			if kind == 4 {
+				h.logf("Ack #%d", m.seq)
+				if err := m.d.Ack(); err != nil {
+					h.failf("Ack #%d = %v", m.seq, err)
+				}
+				m.state = fdGone
+				h.acked++
+				break
+			}
+			delay := fdDurations[int(b)%len(fdDurations)]
+			h.logf("NackWithDelay(%v) #%d", delay, m.seq)
+			if err := m.d.NackWithDelay(delay); err != nil {
+				h.failf("NackWithDelay(%v) #%d = %v", delay, m.seq, err)
+			}
+			now := h.now()
+			switch {
+			case m.deadline >= 0 && m.deadline <= now:
+				m.state = fdGone
+				h.expired++
+			case delay > 0:
+				m.state, m.due = fdHidden, fdAt(now, delay)
+			default:
+				m.state = fdReady
+			}
+		case 5: // a consumer takes the head and holds it until its ack timeout, if any
+			m := h.head()
+			if m == nil {
+				h.logf("Consume: nothing ready to hold")
+				break
+			}
+			opts := []warren.ConsumeOption{warren.Prefetch(1)}
+			timeout := h.ackDef
+			if c := int(a) % (len(fdDurations) + 1); c < len(fdDurations) {
+				d := fdDurations[c]
+				opts = append(opts, warren.AckTimeout(d))
+				timeout = max(d, 0)
+			}
+			h.logf("Consume with ack timeout %v: takes #%d", timeout, m.seq)
+			if _, err := h.q.Consume(ctx, opts...); err != nil {
+				h.failf("Consume = %v", err)
+			}
+			m.state, m.due = fdConsumed, -1
+			if timeout > 0 {
+				m.due = fdAt(h.now(), timeout)
+			}
+		case 6: // wait a little
+			h.logf("sleep %d ms", b)
+			h.sleepTo(h.now() + time.Duration(b)*time.Millisecond)
+		case 7:
+			h.toNext()
+			continue // checked
+		}
+		h.check(h.history[len(h.history)-1])
+	}
+	for range fdMaxOps {
+		if !h.toNext() {
+			break
+		}
+	}
+}
+
+// FuzzQueueDurations decodes the fuzz input (three bytes of configuration: the queue's message
+// TTL, age threshold and consumer timeout; then three per operation: kind, a, b) into publishes
+// with DeliverAfter and Expiration, Gets settled by NackWithDelay or Ack, and consumers holding a
+// delivery until their ack timeout, with durations from 0 to the largest Duration and negative
+// ones, and compares the queue with a reference in which a duration too long to pass in the run
+// never does. It waits to 1 ns before and to every deadline and due time: however huge the other
+// durations, each short one is met on time, and a huge one is never met.
+func FuzzQueueDurations(f *testing.F) {
+	dur := func(d time.Duration) byte { return fzIdx(fdDurations, d) }
+	exp := func(s string) byte { return fzIdx(fdExpirations, s) }
+	cfg := func(ttl, age time.Duration, consumerTimeout any) []byte {
+		b := []byte{0, 0, fzIdx(fdConsumerTimeouts, consumerTimeout)}
+		if ttl >= 0 {
+			b[0] = dur(ttl) + 1
+		}
+		if age >= 0 {
+			b[1] = dur(age) + 1
+		}
+		return b
+	}
+	const none = -1
+	pub := func(delay time.Duration, e string) []byte { return []byte{0, dur(delay), exp(e)} }
+	get := []byte{2, 0, 0}
+	nack := func(delay time.Duration) []byte { return []byte{3, 0, dur(delay)} }
+	consume := func(timeout time.Duration) []byte { return []byte{5, dur(timeout), 0} }
+	next := []byte{7, 0, 0}
+	seed := func(parts ...[]byte) { f.Add(slices.Concat(parts...)) }
+
+	// A DeliverAfter(MaxInt64) message, then one with a 20 ms TTL: it expires at 20 ms.
+	seed(cfg(none, none, nil), []byte{6, 0, 1}, pub(math.MaxInt64, ""), pub(0, "20"), next, next)
+	seed(cfg(20*time.Millisecond, none, nil), []byte{6, 0, 1}, pub(math.MaxInt64-time.Microsecond, "1000"), pub(0, ""), next)
+	// NackWithDelay(MaxInt64), then a DeliverAfter(10 ms): promoted at 10 ms.
+	seed(cfg(none, none, nil), pub(0, ""), []byte{6, 0, 1}, get, nack(math.MaxInt64), pub(10*time.Millisecond, ""), next)
+	seed(cfg(none, none, nil), pub(0, ""), []byte{6, 0, 1}, get, nack(math.MaxInt64-1), pub(10*time.Millisecond, "20"), next)
+	// An age threshold of MaxInt64 (and MaxInt64-1) beside a 20 ms TTL and a 10 ms delay.
+	seed(cfg(20*time.Millisecond, math.MaxInt64, nil), pub(0, ""), pub(10*time.Millisecond, ""), next, next, next)
+	seed(cfg(none, math.MaxInt64-1, nil), pub(0, ""), []byte{6, 0, 1}, pub(10*time.Millisecond, ""), pub(0, "20"), next, next)
+	// A consumer with AckTimeout(MaxInt64) holding one, and a 20 ms TTL beside it.
+	seed(cfg(none, 5*time.Millisecond, nil), pub(0, ""), consume(math.MaxInt64), pub(0, "20"), next, next)
+	// Near 2^32-1 ms: a TTL of 2^32-1 ms beside a huge delay and a consumer timeout of 2^32-1 ms.
+	seed(cfg((1<<32-1)*time.Millisecond, none, int64(1<<32-1)), pub(math.MaxInt64-time.Second, ""),
+		pub((1<<32)*time.Millisecond, "4294967294"), pub(0, ""), consume(math.MinInt64), []byte{5, byte(len(fdDurations)), 0},
+		pub(0, "4294967295"), next, next, next)
+	// Negative and zero: DeliverAfter and NackWithDelay of MinInt64 and -1 are no delay;
+	// AckTimeout(-1) none; TTL 0 with a delay expires at its due time.
+	seed(cfg(none, 1, int64(5)), pub(math.MinInt64, ""), pub(-1, "0"), pub(time.Millisecond, "0"), get, nack(math.MinInt64),
+		get, nack(-1), consume(-1), consume(0), []byte{5, byte(len(fdDurations)), 0}, next, next)
+	// Refused: a TTL of 2^32 ms, a negative age, an x-consumer-timeout of 2^32 ms, an
+	// Expiration of 2^32.
+	seed(cfg((1<<32)*time.Millisecond, -time.Millisecond, int64(1<<32)), pub(0, "4294967296"), pub(0, "1"), next)
+	seed(cfg(1, math.MinInt64, nil), pub(0, "2"), next)
+	fzRandomSeeds(f, 0x5eed_d0e5, 24, 3+3*24)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		synctest.Test(t, func(t *testing.T) {
+			b := warren.New()
+			defer b.Close()
+			h := &fdHarness{t: t, b: b}
+			stop := b.Listen(func(e warren.Event) {
+				if e.Kind == warren.EventAlert && e.Reason == warren.AlertAge {
+					h.mu.Lock()
+					h.ageAlerts++
+					h.mu.Unlock()
+				}
+			})
+			defer stop()
+			in := &fzBytes{b: data}
+			h.declare(in)
+			h.run(in)
 		})
 	})
 }

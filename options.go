@@ -517,12 +517,8 @@ func Selector(accept func(*Message) bool) ConsumeOption {
 // bounds each [Queue.Get] delivery: one held past it goes back to its original position,
 // redelivered.
 func AckTimeout(d time.Duration) ConsumeOption {
-	return consumerOption(func(c *consumeConfig) { c.ackTimeout = min(max(d, 0), maxAckTimeout) })
+	return consumerOption(func(c *consumeConfig) { c.ackTimeout = min(max(d, 0), maxWait) })
 }
-
-// maxAckTimeout bounds [AckTimeout] (about 146 years), so that a deadline never overflows the
-// queue's clock.
-const maxAckTimeout = time.Duration(1<<62 - 1)
 
 // MaxPriority makes the queue a priority queue, the "x-max-priority" argument: messages
 // with a higher [Message.Priority] are delivered first, those of one priority in queue order,
@@ -593,7 +589,9 @@ func (o publishFlag) applyPublish(c *publishConfig) {
 // Its TTL runs from publication; if it passes while the message is hidden, the message expires
 // when d has passed (a TTL of 0 with a delay expires then, not at publication). Delayed messages
 // are not counted by [Queue.Len] nor by length limits until they rejoin the queue. A d ≤ 0 is no
-// delay. RabbitMQ has no such property (its delayed-message exchange plugin comes closest).
+// delay; d is capped at about 146 years (1<<62 ns), so that a huge delay, up to the largest
+// Duration, hides the message practically forever without disturbing the queue's other
+// deadlines. RabbitMQ has no such property (its delayed-message exchange plugin comes closest).
 func DeliverAfter(d time.Duration) PublishOption { return delayOption(d) }
 
 type delayOption time.Duration

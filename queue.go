@@ -885,7 +885,7 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, erro
 		q.gets.push(d)
 		q.getsLive++
 		if q.cfg.ackTimeout > 0 { // the queue's consumer timeout applies to Gets too, as in RabbitMQ
-			d.due = q.clock() + int64(q.cfg.ackTimeout) // at most 2^32-1 ms: no overflow
+			d.due = later(q.clock(), q.cfg.ackTimeout)
 		}
 		if ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
 			// Registered under mu so that d.get is in place before anyone can settle d; the

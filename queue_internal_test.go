@@ -726,3 +726,33 @@ func selectorsOnly(t *testing.T, n, prio int, opts ...QueueOption) {
 		t.Errorf("after the run: %d entries in the run, want 0", len(r.run))
 	}
 }
+
+// TestLater: a duration added to a queue's clock is capped at maxWait and saturates, so a
+// deadline is never before now, whatever the duration.
+func TestLater(t *testing.T) {
+	const maxInt = 1<<63 - 1
+	for _, tc := range []struct {
+		now  int64
+		d    time.Duration
+		want int64
+	}{
+		{1, 0, 1},
+		{1, 1, 2},
+		{1, -1, 1},
+		{1, -1 << 63, 1},
+		{5, time.Second, 5 + int64(time.Second)},
+		{1, maxWait, 1 + int64(maxWait)},
+		{1, maxWait + 1, 1 + int64(maxWait)},
+		{1, maxInt, 1 + int64(maxWait)},
+		{int64(time.Hour), maxInt - 1, int64(time.Hour) + int64(maxWait)},
+		{maxInt - int64(maxWait), maxWait, maxInt},
+		{maxInt - int64(maxWait) + 1, maxWait, maxInt},
+		{maxInt - 1, 2, maxInt},
+		{maxInt, maxInt, maxInt},
+		{maxInt, 0, maxInt},
+	} {
+		if got := later(tc.now, tc.d); got != tc.want {
+			t.Errorf("later(%d, %d) = %d, want %d", tc.now, int64(tc.d), got, tc.want)
+		}
+	}
+}

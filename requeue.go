@@ -40,13 +40,13 @@ func delayedLess(a, b delayedEntry) bool {
 	return a.e.seq < b.e.seq
 }
 
-// delayLocked hides e from consumers for d: it keeps its place (its sequence id) and rejoins
-// the ready set there when d has passed, on the queue's one timer.
+// delayLocked hides e from consumers for d, capped at maxWait: it keeps its place (its sequence
+// id) and rejoins the ready set there when d has passed, on the queue's one timer.
 func (q *Queue) delayLocked(e entry, d time.Duration) {
 	if q.delayed == nil {
 		q.delayed = btree.NewG(32, delayedLess)
 	}
-	q.delayed.ReplaceOrInsert(delayedEntry{q.clock() + int64(d), e})
+	q.delayed.ReplaceOrInsert(delayedEntry{later(q.clock(), d), e})
 }
 
 // promoteDueLocked moves the delayed messages that are due back into the ready set, at their
@@ -73,7 +73,9 @@ func (q *Queue) promoteDueLocked(now int64) {
 // retry with a delay, bounded by the queue's [DeliveryLimit] (past it the message is
 // dead-lettered at once with reason "delivery_limit"). The message's TTL keeps running; if it
 // expires while hidden it is expired when d has passed. Delayed messages are not counted by
-// [Queue.Len] nor removed by [Queue.Purge]. A d ≤ 0 is a plain Nack.
+// [Queue.Len] nor removed by [Queue.Purge]. A d ≤ 0 is a plain Nack; d is capped at about 146
+// years (1<<62 ns), so that a huge delay, up to the largest Duration, hides the message
+// practically forever without disturbing the queue's other deadlines.
 func (d *Delivery) NackWithDelay(delay time.Duration) error {
 	if delay <= 0 {
 		return d.Nack()

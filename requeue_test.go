@@ -3,6 +3,7 @@ package warren_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -235,4 +236,40 @@ func TestDeliverAfter(t *testing.T) {
 		require.Equal(t, time.Minute, time.Since(start))
 		require.False(t, d.Redelivered)
 	})
+}
+
+// TestNackWithHugeDelay: a message nacked with a huge delay stays hidden practically forever,
+// without overflowing its due time and so freezing the queue's timer: a DeliverAfter(10 ms)
+// published after it is delivered at 10 ms.
+func TestNackWithHugeDelay(t *testing.T) {
+	for _, delay := range []time.Duration{math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - time.Microsecond, 1 << 62} {
+		t.Run(fmt.Sprint(delay), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				q := declare(t, b, "q")
+				publishN(t, b, q, 1)
+				time.Sleep(time.Millisecond) // the queue's clock away from its start
+				d, err := q.Get(t.Context())
+				require.NoError(t, err)
+				require.NoError(t, d.NackWithDelay(delay))
+				c, err := q.Consume(t.Context(), warren.Prefetch(10))
+				require.NoError(t, err)
+				start := time.Now()
+				require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("soon")}, warren.DeliverAfter(10*time.Millisecond)))
+
+				time.Sleep(10*time.Millisecond - time.Nanosecond)
+				synctest.Wait()
+				require.Empty(t, c.Deliveries(), "1 ns before the delay passed")
+				time.Sleep(time.Nanosecond)
+				synctest.Wait()
+				require.Len(t, c.Deliveries(), 1, "NackWithDelay(%v) then DeliverAfter(10ms): nothing delivered at %v", delay, time.Since(start))
+				require.Equal(t, "soon", string((<-c.Deliveries()).Message.Body))
+
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				require.Empty(t, c.Deliveries(), "NackWithDelay(%v) delivered within an hour", delay)
+				require.Equal(t, 1, q.Stats().Delayed)
+			})
+		})
+	}
 }

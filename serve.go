@@ -30,7 +30,8 @@ func Workers(n int) ServeOption { return serveOption(func(c *serveConfig) { c.wo
 // Backoff makes [Queue.Serve] return a failed message with a delay ([Delivery.NackWithDelay])
 // instead of at once: initial after the first failure, doubling with each further delivery of
 // the message ([Delivery.DeliveryCount]), at most max. The message keeps its place in the queue
-// meanwhile. Default: no delay.
+// meanwhile. Delays are capped at about 146 years (1<<62 ns), as [Delivery.NackWithDelay] caps them, so a
+// huge max, up to the largest Duration, means practically never. Default: no delay.
 func Backoff(initial, max time.Duration) ServeOption {
 	return serveOption(func(c *serveConfig) {
 		if initial <= 0 || max < initial {

@@ -728,6 +728,50 @@ func TestServeBackoffHugeMax(t *testing.T) {
 	}
 }
 
+// TestServeBackoffHugeKeepsTimers: a Backoff whose delays are huge, up to the largest Duration,
+// hides a failed message practically forever without overflowing its due time on the queue's
+// clock, which would freeze the queue's one timer: a message delayed by 10 ms is still handled at
+// 10 ms.
+func TestServeBackoffHugeKeepsTimers(t *testing.T) {
+	for _, backoff := range []time.Duration{math.MaxInt64, math.MaxInt64 - 1} {
+		t.Run(fmt.Sprint(backoff), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				q := declare(t, b, "q")
+				var seen srvTrace
+				at := map[string]time.Duration{}
+				var mu sync.Mutex
+				start := time.Now()
+				h := func(ctx context.Context, d *warren.Delivery) error {
+					seen.add(d)
+					mu.Lock()
+					at[string(d.Message.Body)] = time.Since(start)
+					mu.Unlock()
+					if string(d.Message.Body) == "fails" {
+						return errors.New("fail")
+					}
+					return nil
+				}
+				ctx, cancel := context.WithCancel(t.Context())
+				run := srvStart(ctx, q, h, warren.Backoff(backoff, backoff))
+				time.Sleep(time.Millisecond) // the queue's clock away from its start
+				require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("fails")}))
+				synctest.Wait()
+				require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("soon")}, warren.DeliverAfter(10*time.Millisecond)))
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				assert.Equal(t, []string{"fails/0", "soon/0"}, seen.get())
+				mu.Lock()
+				assert.Equal(t, 11*time.Millisecond, at["soon"], "Backoff(%v): DeliverAfter(10ms) handled at", backoff)
+				mu.Unlock()
+				require.Equal(t, 1, q.Stats().Delayed)
+				cancel()
+				require.NoError(t, run.wait())
+			})
+		})
+	}
+}
+
 // TestServeWorkersBoundConcurrency: Workers(3) runs at most, and indeed, 3 handlers at once,
 // even with a larger prefetch.
 func TestServeWorkersBoundConcurrency(t *testing.T) {

@@ -283,10 +283,15 @@ const (
 // An alert fires when a measure crosses its threshold (from below to at-or-above; for age, to
 // above): once per crossing, and not again for the same threshold within RepeatGap of the last,
 // however often the measure crosses back and forth meanwhile.
+//
+// Age is capped at about 146 years (1<<62 ns), as [AckTimeout] is: a huge Age, up to the largest
+// Duration, is practically never and does not disturb the queue's TTLs and delays, which share
+// its timer. RepeatGap is not capped: it is compared with the time since the last alert, never
+// added to the clock, so a huge one means one alert per threshold.
 type Alerts struct {
 	Messages    int           // ready messages
 	Bytes       int64         // ready body bytes
-	Age         time.Duration // age of the oldest ready message
+	Age         time.Duration // age of the oldest ready message; capped at about 146 years
 	MessageSize int           // body bytes of one arriving message
 	RepeatGap   time.Duration // least time between two alerts of one threshold; default 1 minute
 	Policy      AlertPolicy   // what crossing Messages, Bytes or Age does besides alerting
@@ -309,6 +314,11 @@ func (o alertsOption) applyQueue(c *queueConfig) {
 	if a.RepeatGap == 0 {
 		a.RepeatGap = time.Minute
 	}
+	// Capped here, not only where ageDueLocked adds it to the clock, so that the timer's due
+	// time and checkAlertsLocked's comparison agree: with a due time at the cap and a
+	// comparison with the uncapped Age, a message at the cap would be due and never over, and
+	// the timer would fire again and again.
+	a.Age = min(a.Age, maxWait)
 	c.alerts = a
 	c.alerting = a.Messages > 0 || a.Bytes > 0 || a.Age > 0 || a.MessageSize > 0
 }
@@ -406,5 +416,5 @@ func (q *Queue) ageDueLocked() int64 {
 	if !ok {
 		return 0
 	}
-	return at + int64(q.cfg.alerts.Age) + 1
+	return later(at+1, q.cfg.alerts.Age)
 }

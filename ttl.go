@@ -1,6 +1,7 @@
 package warren
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -51,6 +52,25 @@ func expiryLess(a, b expiry) bool {
 // clock returns the queue's time: nanoseconds since its epoch, at least 1.
 func (q *Queue) clock() int64 { return int64(time.Since(q.epoch)) + 1 }
 
+// maxWait is the longest a queue waits for anything, about 146 years: every duration that meets
+// its clock (a TTL, a delay, an age threshold, an ack timeout, an expiry) is capped at it by
+// later. Callers that keep a duration beside the deadline it gives, to compare with, cap it too.
+const maxWait = time.Duration(1<<62 - 1)
+
+// later returns the time d after now on the queue's clock: d is capped at maxWait (a negative d
+// counts as 0), and the sum saturates at math.MaxInt64 rather than wrapping. Every deadline and
+// due time is computed by it. A wrapped one would be negative: it would sort first among the
+// queue's deadlines, arm the timer about 292 years out (or, just past the wrap, in the past,
+// firing again and again), and armLocked, which keeps a timer armed no later than a new
+// deadline, would never move it sooner, freezing every TTL and delay of the queue.
+func later(now int64, d time.Duration) int64 {
+	d = min(max(d, 0), maxWait)
+	if now > math.MaxInt64-int64(d) { // only once the queue's clock has run for ~146 years
+		return math.MaxInt64
+	}
+	return now + int64(d)
+}
+
 // deadlineFor returns the deadline of a message entering the queue at now (the queue's clock)
 // with message TTL ttl (-1 for none), or 0 for none.
 func (q *Queue) deadlineFor(now int64, ttl time.Duration) int64 {
@@ -60,7 +80,7 @@ func (q *Queue) deadlineFor(now int64, ttl time.Duration) int64 {
 	if ttl < 0 {
 		return 0
 	}
-	return now + int64(ttl)
+	return later(now, ttl)
 }
 
 // expiredLocked reports whether e's deadline has passed. A message arriving in this critical
@@ -131,7 +151,7 @@ func (q *Queue) wakeAtLocked() int64 {
 		}
 	}
 	if q.cfg.expires > 0 && q.consumerCountLocked() == 0 {
-		if x := q.lastUsed + int64(q.cfg.expires); at == 0 || x < at {
+		if x := later(q.lastUsed, q.cfg.expires); at == 0 || x < at {
 			at = x
 		}
 	}
@@ -229,7 +249,7 @@ func (q *Queue) onTimer() {
 // unusedLocked reports whether the queue has been unused for its expiry, at now.
 func (q *Queue) unusedLocked(now int64) bool {
 	return q.cfg.expires > 0 && q.endErr == nil && q.consumerCountLocked() == 0 &&
-		now >= q.lastUsed+int64(q.cfg.expires)
+		now >= later(q.lastUsed, q.cfg.expires)
 }
 
 // touchLocked records a use of the queue, which postpones its expiry.

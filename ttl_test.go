@@ -3,6 +3,7 @@ package warren_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -340,4 +341,49 @@ func TestExpireAfter(t *testing.T) {
 		}
 		require.Equal(t, 1, q.Len(), "the refused publishes enqueued nothing")
 	})
+
+}
+
+// TestHugeDelayKeepsTTLOnTime: a message delayed by a huge duration, up to the largest
+// Duration, stays hidden practically forever, and its due time must not overflow the queue's
+// clock: an overflowed, negative due time sorts first and arms the queue's one timer about 292
+// years out, after which it is never re-armed sooner. A 20 ms TTL published after it still
+// expires at 20 ms, and the delayed message is not promoted early.
+func TestHugeDelayKeepsTTLOnTime(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+		ttl   []warren.QueueOption // the queue's TTL, if any
+		exp   string               // the short-lived message's Expiration
+	}{
+		{"MaxInt64, Expiration 20", math.MaxInt64, nil, "20"},
+		{"MaxInt64-1, Expiration 20", math.MaxInt64 - 1, nil, "20"},
+		{"MaxInt64-1µs, queue TTL 20 ms", math.MaxInt64 - time.Microsecond, []warren.QueueOption{warren.MessageTTL(20 * time.Millisecond)}, ""},
+		{"1<<62, Expiration 20", 1 << 62, nil, "20"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				q := declare(t, b, "q", tc.ttl...)
+				time.Sleep(time.Millisecond) // the queue's clock away from its start
+				start := time.Now()
+				require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("never")}, warren.DeliverAfter(tc.delay)))
+				require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("short"), Expiration: tc.exp}))
+
+				time.Sleep(20*time.Millisecond - time.Nanosecond)
+				synctest.Wait()
+				require.Equal(t, 1, q.Len(), "the short-lived message 1 ns before its deadline")
+				time.Sleep(time.Nanosecond)
+				synctest.Wait()
+				require.Equal(t, 0, q.Len(), "DeliverAfter(%v) then a 20 ms TTL: still ready at %v", tc.delay, time.Since(start))
+				require.Equal(t, uint64(1), q.Stats().Expired)
+
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				s := q.Stats()
+				require.Equal(t, 1, s.Delayed, "DeliverAfter(%v) after an hour: hidden", tc.delay)
+				require.Equal(t, 0, s.Ready)
+			})
+		})
+	}
 }
