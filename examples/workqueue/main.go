@@ -11,7 +11,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,12 +25,13 @@ import (
 const jobs = 8
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run() error {
+// run runs the example, writing what happens to w.
+func run(w io.Writer) error {
 	ctx := context.Background()
 	b := warren.New()
 	defer b.Close()
@@ -49,7 +52,7 @@ func run() error {
 			return err
 		}
 	}
-	fmt.Printf("published %d jobs; queue holds %d\n", jobs, q.Len())
+	fmt.Fprintf(w, "published %d jobs; queue holds %d\n", jobs, q.Len())
 
 	// A worker takes three jobs and crashes before acknowledging them: its context ends, and the
 	// three jobs go back to the head of the queue, marked redelivered.
@@ -61,26 +64,27 @@ func run() error {
 	}
 	for range 3 {
 		d := <-c.Deliveries()
-		fmt.Printf("flaky-worker took %s and crashed before acking it\n", d.Message.Body)
+		fmt.Fprintf(w, "flaky-worker took %s and crashed before acking it\n", d.Message.Body)
 	}
 	crash()
 	<-c.Done() // closed once the three jobs are back in the queue
-	fmt.Printf("queue holds %d ready, %d unacked\n\n", q.Len(), q.Unacked())
+	fmt.Fprintf(w, "queue holds %d ready, %d unacked\n\n", q.Len(), q.Unacked())
 
 	// A pool of three workers run by Serve, one job at a time each. A handler's error nacks
 	// the job: it goes back to its original position and is tried again. job-5 fails once;
 	// job-7 panics every time: the panic is recovered and counted as a failure, and after its
 	// delivery limit the job is dead-lettered to "jobs.dead" instead of looping forever.
 	var (
-		mu      sync.Mutex // serialises printing and the delivery log
-		order   []string   // jobs in the order workers received them
-		settled atomic.Int32
-		allDone = make(chan struct{})
+		mu         sync.Mutex // serialises printing and the delivery log
+		order      []string   // jobs in the order workers received them
+		settled    atomic.Int32
+		failedOnce atomic.Bool // job-5 has failed
+		allDone    = make(chan struct{})
 	)
 	stop := b.Listen(func(e warren.Event) {
 		if e.Kind == warren.EventHandlerPanicked {
 			mu.Lock()
-			fmt.Printf("handler panicked on %s: recovered (%v)\n", e.Message.Body, e.Err)
+			fmt.Fprintf(w, "handler panicked on %s: recovered (%v)\n", e.Message.Body, e.Err)
 			mu.Unlock()
 		}
 	})
@@ -93,10 +97,10 @@ func run() error {
 			job := string(d.Message.Body)
 			mu.Lock()
 			if d.Redelivered {
-				fmt.Printf("received %s (redelivered, delivery count %d)\n", job, d.DeliveryCount)
+				fmt.Fprintf(w, "received %s (redelivered, delivery count %d)\n", job, d.DeliveryCount)
 				job += "*"
 			} else {
-				fmt.Printf("received %s\n", job)
+				fmt.Fprintf(w, "received %s\n", job)
 			}
 			order = append(order, job)
 			mu.Unlock()
@@ -105,10 +109,10 @@ func run() error {
 					close(allDone)
 				}
 			}()
-			err := handle(d) // a panic in it is reported by the listener above
+			err := handle(d, &failedOnce) // a panic in it is reported by the listener above
 			if err != nil {
 				mu.Lock()
-				fmt.Printf("%s failed: %v (nacked: back to its place, to be tried again)\n", d.Message.Body, err)
+				fmt.Fprintf(w, "%s failed: %v (nacked: back to its place, to be tried again)\n", d.Message.Body, err)
 				mu.Unlock()
 			}
 			return err
@@ -128,16 +132,14 @@ func run() error {
 		return fmt.Errorf("workqueue: dead-letter queue: %w", err)
 	}
 	death := dead.Message.Deaths()[0] // the x-death history, typed; newest first
-	fmt.Printf("\norder handlers started (* = redelivered): %s\n", strings.Join(order, " "))
-	fmt.Printf("dead-lettered: %s from %q (reason %s)\n", dead.Message.Body, death.Queue, death.Reason)
-	fmt.Printf("queue holds %d ready, %d unacked\n", q.Len(), q.Unacked())
+	fmt.Fprintf(w, "\norder handlers started (* = redelivered): %s\n", strings.Join(order, " "))
+	fmt.Fprintf(w, "dead-lettered: %s from %q (reason %s)\n", dead.Message.Body, death.Queue, death.Reason)
+	fmt.Fprintf(w, "queue holds %d ready, %d unacked\n", q.Len(), q.Unacked())
 	return dead.Ack()
 }
 
-var failedOnce atomic.Bool
-
 // handle does the work of one job. job-5 fails the first time it is tried; job-7 always panics.
-func handle(d *warren.Delivery) error {
+func handle(d *warren.Delivery, failedOnce *atomic.Bool) error {
 	time.Sleep(5 * time.Millisecond) // the work
 	switch string(d.Message.Body) {
 	case "job-5":
