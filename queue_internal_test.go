@@ -239,17 +239,23 @@ func TestExpiredSlotsDoNotAccumulate(t *testing.T) {
 	})
 }
 
-// TestReadySetLevelsAgainstSortedSlice drives a ready set with priority levels and a sorted
-// slice of keys with the same random operations — pushes at random levels, pops, single and bulk
-// returns, removals from anywhere (the expiry timer's and a selector's), tidying, and ascents
-// from a random key (a selector's scan) — and compares them after every step.
-func TestReadySetLevelsAgainstSortedSlice(t *testing.T) {
+// readySetRNG returns the random source of a randomized ready-set test, seeded from
+// WARREN_READYSET_SEED if it is set, else from the clock, and logs the seed.
+func readySetRNG(t *testing.T) *rand.Rand {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("WARREN_READYSET_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
 	t.Logf("seed %d (WARREN_READYSET_SEED)", seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
+	return rand.New(rand.NewPCG(seed, seed))
+}
+
+// TestReadySetLevelsAgainstSortedSlice drives a ready set with priority levels and a sorted
+// slice of keys with the same random operations — pushes at random levels, pops, single and bulk
+// returns, removals from anywhere (the expiry timer's and a selector's), tidying, and ascents
+// from a random key (a selector's scan) — and compares them after every step.
+func TestReadySetLevelsAgainstSortedSlice(t *testing.T) {
+	rng := readySetRNG(t)
 	for round := range 16 {
 		levels := 1 + rng.IntN(6)
 		r := newReadySet(btree.NewFreeListG[entry](8), levels)
@@ -529,12 +535,7 @@ func headsErr(r *readySet) error {
 // the tombstones stay bounded by what is live (tombstoneErr): past the compaction threshold, and
 // at the heads that Stats and the Age alert look at.
 func TestReadySetTombstonesBounded(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("WARREN_READYSET_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (WARREN_READYSET_SEED)", seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
+	rng := readySetRNG(t)
 	for round := range 4 {
 		levels := 1 + rng.IntN(4)
 		r := newReadySet(btree.NewFreeListG[entry](8), levels)
