@@ -260,6 +260,12 @@ func (c *Consumer) Close() error {
 	if c.ended {
 		q.mu.Unlock()
 		<-c.done // ended by someone else: wait as they do for its feeder, or its dead letters
+		if c.served && q.cfg.autoDelete {
+			// Serve closes its consumer once its handlers are done: an auto-delete queue it
+			// alone consumed goes now (see shouldAutoDeleteLocked), also when the consumer
+			// ended by settling its last delivery.
+			q.b.autoDeleteQueue(q)
+		}
 		return nil
 	}
 	ended := q.orphanLocked(func(x *Consumer) error {
@@ -430,9 +436,6 @@ func (c *Consumer) finishLocked() {
 	if i := slices.Index(q.holders, c); i >= 0 {
 		q.holders = slices.Delete(q.holders, i, i+1)
 		q.unholdLocked(c)
-	}
-	if c.served && q.shouldAutoDeleteLocked() {
-		q.autoDeleteDue = true // by unlock, with the broker's lock, which comes before mu
 	}
 }
 

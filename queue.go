@@ -486,9 +486,6 @@ type Queue struct {
 	pruneStamps int                    // prune stamps when there are this many
 	alertStates [alertKinds]alertState // per threshold of cfg.alerts (stats.go)
 	doomed      error                  // the Delete policy's reason, until unlock deletes the queue
-	// autoDeleteDue says that an auto-delete queue's last consumer, one of Serve's, has ended:
-	// unlock deletes the queue.
-	autoDeleteDue bool
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
@@ -552,10 +549,6 @@ func (q *Queue) unlock() {
 			defer q.b.deleteByPolicy(q, err)
 			q.doomed = nil
 		}
-	}
-	if q.autoDeleteDue {
-		q.autoDeleteDue = false
-		defer q.b.autoDeleteQueue(q) // after mu is released; it checks again
 	}
 	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil || q.ackTimed > 0 ||
 		q.cfg.alerts.Age > 0 || q.getsLive > 0 && q.cfg.ackTimeout > 0 {

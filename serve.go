@@ -143,7 +143,9 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 	if err != nil {
 		return err
 	}
-	defer c.Close() // what is left goes back before Serve returns (nothing, unless a settlement failed)
+	// What is left goes back before Serve returns (nothing, unless a settlement failed), and an
+	// auto-delete queue that Serve alone consumed goes.
+	defer c.Close()
 	if cfg.started != nil {
 		cfg.started()
 	}
@@ -213,11 +215,12 @@ func (s *server) serveOne(d *Delivery) {
 }
 
 // settle settles d by its handler's result. A failure once the handlers' context was cancelled
-// is an interruption: the message goes back at once, with no backoff, and the consumer is
-// stopped first if Serve is stopping, so that it does not come straight back this way.
+// is an interruption: the message goes back at once, with no backoff. A failure once Serve is
+// stopping stops the consumer first, if Serve's own goroutine has not yet, so that the message
+// does not come straight back this way.
 func (s *server) settle(d *Delivery, err error) {
 	interrupted := err != nil && s.hctx.Err() != nil
-	if interrupted && s.ctx.Err() != nil {
+	if err != nil && s.ctx.Err() != nil {
 		s.c.Cancel()
 	}
 	var settled error
