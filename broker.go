@@ -235,35 +235,6 @@ func (b *Broker) deleteOwned(q *Queue) {
 	b.removeQueueLocked(q)
 }
 
-// equivalent reports whether a redeclaration matches the declaration: flags and the arguments
-// RabbitMQ compares. Unrecognised arguments are not compared.
-func (c queueConfig) equivalent(d queueConfig) error {
-	if c.durable != d.durable {
-		return errorf("inequivalent durable %t, was %t: %w", d.durable, c.durable, ErrPreconditionFailed)
-	}
-	if c.autoDelete != d.autoDelete {
-		return errorf("inequivalent auto-delete %t, was %t: %w", d.autoDelete, c.autoDelete, ErrPreconditionFailed)
-	}
-	if (c.owner != nil) != (d.owner != nil) {
-		return errorf("inequivalent exclusive %t, was %t: %w", d.owner != nil, c.owner != nil, ErrPreconditionFailed)
-	}
-	for _, k := range comparedQueueArgs {
-		v1, ok1 := c.args[k]
-		v2, ok2 := d.args[k]
-		if ok1 != ok2 || !sameField(v1, v2) {
-			return errorf("inequivalent arg %q: %v, was %v: %w", k, v2, v1, ErrPreconditionFailed)
-		}
-	}
-	return nil
-}
-
-// comparedQueueArgs are the queue arguments RabbitMQ checks for equivalence on redeclaration.
-var comparedQueueArgs = []string{
-	"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-delivery-limit", "x-expires",
-	"x-max-length", "x-max-length-bytes", "x-max-priority", "x-message-ttl", "x-overflow",
-	"x-queue-type", "x-single-active-consumer",
-}
-
 // checkName validates the form of a queue or exchange name given by the user.
 func checkName(what, name string) error {
 	switch {

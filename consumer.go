@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"slices"
-	"sort"
 	"time"
 )
 
@@ -415,17 +414,6 @@ func (c *Consumer) tidyLocked() {
 	}
 }
 
-// trimSettled drops settled deliveries from the front of a tag-ordered list of deliveries with
-// live outstanding ones, and compacts it when holes dominate.
-func trimSettled(r *ring[*Delivery], live int) {
-	for r.len() > 0 && r.front().state != deliveryOutstanding {
-		r.pop()
-	}
-	if n := r.len(); n > 64 && n > 4*live {
-		r.filter(func(d *Delivery) bool { return d.state == deliveryOutstanding })
-	}
-}
-
 // finishLocked marks a stopped consumer ended: it holds nothing more and its context is no
 // longer watched.
 func (c *Consumer) finishLocked() {
@@ -542,74 +530,6 @@ func (c *Consumer) feed() {
 	q.unlock()
 }
 
-// AckUpTo acknowledges every outstanding delivery of this consumer with a tag up to and
-// including tag (AMQP's basic.ack with multiple). Tag 0 means every outstanding delivery. Only
-// deliveries the application has received from [Consumer.Deliveries] are covered; those still
-// buffered in the channel are not. If tag is not outstanding and received on this consumer
-// (never issued, already settled, still buffered) nothing is settled and the error wraps
-// [ErrUnknownDelivery].
-func (c *Consumer) AckUpTo(tag uint64) error { return c.settleUpTo(tag, settleAck) }
-
-// NackUpTo returns every outstanding delivery with a tag up to tag to its original position,
-// redelivered (basic.nack with multiple and requeue). Tag 0 and errors are as for AckUpTo.
-func (c *Consumer) NackUpTo(tag uint64) error { return c.settleUpTo(tag, settleNack) }
-
-// RejectUpTo rejects every outstanding delivery with a tag up to tag, in tag order, without
-// requeueing them (basic.nack with multiple, without requeue). Tag 0 and errors are as for
-// AckUpTo.
-func (c *Consumer) RejectUpTo(tag uint64) error { return c.settleUpTo(tag, settleReject) }
-
-func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
-	q := c.q
-	q.mu.Lock()
-	defer q.unlock()
-	if q.b.closed.Load() {
-		return errorf("settle up to %d: %w", tag, ErrClosed)
-	}
-	if c.autoAck {
-		return errorf("settle up to %d on an auto-ack consumer: %w", tag, ErrUnknownDelivery)
-	}
-	// Only deliveries the application has received can be settled: the last len(ch) entries
-	// of unacked are still buffered in ch. Only mu's holder sends to ch, so len(ch) can only
-	// shrink meanwhile, and a delivery received just now is, safely, left alone.
-	end := c.unacked.len() - len(c.ch)
-	if tag != 0 {
-		i := sort.Search(end, func(i int) bool { return c.unacked.at(i).DeliveryTag >= tag })
-		if i == end || c.unacked.at(i).DeliveryTag != tag || c.unacked.at(i).state != deliveryOutstanding {
-			return errorf("settle up to %d: tag not outstanding on consumer %q: %w", tag, c.tag, ErrUnknownDelivery)
-		}
-		end = i + 1
-	}
-	var back []entry // nacked: they go back together
-	for i := range end {
-		d := c.unacked.at(i)
-		switch {
-		case d.state != deliveryOutstanding:
-			continue
-		case q.endErr != nil:
-			d.state = deliverySettled // a deleted queue: a no-op, as for one delivery (settleEndedLocked)
-			continue
-		}
-		if how == settleNack {
-			q.releaseLocked(d, deliverySettled)
-			c.backLocked(d.e, ReasonNack)
-			back = append(back, redelivered(d.e))
-		} else {
-			q.settleLocked(d, how)
-		}
-	}
-	if how == settleNack {
-		q.n.nacked += uint64(len(back))
-	}
-	q.restoreAllLocked(back)
-	c.tidyLocked()
-	q.dispatchLocked()
-	return nil
-}
-
-// deliveryState is where a delivery stands; guarded by its queue's mu.
-type deliveryState uint8
-
 const (
 	deliveryOutstanding deliveryState = iota + 1 // held by the application, to be settled
 	deliverySettled                              // acked, nacked or rejected
@@ -617,172 +537,8 @@ const (
 	deliveryAutoAcked                            // settled at delivery; nothing to settle
 )
 
-// settlement is what a settlement does with the message.
-type settlement uint8
-
 const (
 	settleAck    settlement = iota + 1 // remove it
 	settleNack                         // return it to its original position, redelivered
 	settleReject                       // remove it; dead-letter it when the queue has a dead-letter exchange
 )
-
-// Delivery is one delivery of one message from one queue, to a [Consumer] or a [Queue.Get].
-// Its exported fields describe the delivery and must be treated as read-only; the message is
-// shared with every other queue and delivery of it.
-//
-// Settle a delivery exactly once, with [Delivery.Ack], [Delivery.Nack] or [Delivery.Reject], or
-// with one of the consumer's UpTo methods. A second settlement returns an error wrapping
-// [ErrAlreadySettled]; so does settling a delivery that already went back to the queue because
-// its owner ended. A delivery whose queue was deleted may still be settled, once, to no effect
-// (the message went with the queue), as RabbitMQ allows; after the broker closes, settling fails
-// with [ErrClosed]. The methods are safe for concurrent use; the zero Delivery, and a copy of a
-// Delivery, settle nothing and return [ErrUnknownDelivery]: use the *Delivery as received.
-//
-// Deliveries are allocated in small chunks: holding one keeps the messages of up to 15 others
-// of its queue reachable until it is dropped.
-type Delivery struct {
-	Message       *Message      // the message; shared and immutable
-	Exchange      string        // the exchange it was published to
-	RoutingKey    string        // the routing key it was published with
-	Redelivered   bool          // it was delivered before and came back to the queue
-	state         deliveryState // unexported; here to fill the padding after Redelivered
-	DeliveryCount int           // how many times it came back to the queue before this delivery (RabbitMQ's x-delivery-count)
-	DeliveryTag   uint64        // per consumer (or per queue for Get), from 1, in delivery order
-	ConsumerTag   string        // the consumer's tag; empty for Get
-	MessageCount  int           // Get only: ready messages left in the queue after this one
-
-	_    noCopy    // a copy would be a second handle on one delivery: go vet flags it
-	self *Delivery // d.self == d, so that settling a copy is refused
-	q    *Queue
-	c    *Consumer // nil for Get
-	e    entry     // the message's place in q
-	due  int64     // when its consumer's ack timeout ends it, on q's clock; 0 for never
-	get  *getOwner // Get only, and only when the Get's context can end
-}
-
-// Ack acknowledges the delivery: the message is done and leaves the queue (AMQP's basic.ack).
-// It frees one unit of the consumer's prefetch credit.
-func (d *Delivery) Ack() error { return d.settle(settleAck) }
-
-// Nack returns the message to its original position in the queue, ahead of everything published
-// after it, marked redelivered and with its delivery count one higher (basic.nack with requeue).
-func (d *Delivery) Nack() error { return d.settle(settleNack) }
-
-// Reject refuses the message without requeueing it (basic.reject without requeue): it is
-// dead-lettered with reason "rejected" when the queue has a dead-letter exchange, and dropped
-// otherwise.
-func (d *Delivery) Reject() error { return d.settle(settleReject) }
-
-func (d *Delivery) settle(how settlement) error {
-	return d.settleWith(func(q *Queue) { q.settleAsLocked(d, how) })
-}
-
-// settleWith settles an outstanding delivery: it releases it, then lets then decide what becomes
-// of the message, under the queue lock.
-func (d *Delivery) settleWith(then func(*Queue)) error {
-	if d == nil || d.q == nil || d.self != d {
-		return ErrUnknownDelivery
-	}
-	q := d.q
-	q.mu.Lock()
-	if q.endErr != nil {
-		err := q.settleEndedLocked(d)
-		q.mu.Unlock()
-		return err
-	}
-	err := q.checkSettleLocked(d)
-	if err == nil {
-		q.releaseLocked(d, deliverySettled)
-		then(q)
-		if d.c != nil {
-			d.c.tidyLocked()
-		}
-		q.dispatchLocked()
-	}
-	q.unlock()
-	if err == nil {
-		d.stopWatching()
-	}
-	return err
-}
-
-// noCopy makes go vet's copylocks check report copies of the struct that contains it.
-type noCopy struct{}
-
-func (*noCopy) Lock()   {}
-func (*noCopy) Unlock() {}
-
-// getOwner is the owner of a Get delivery: the context given to Get. Kept apart from Delivery,
-// which every delivery allocates, because only Gets whose context can end need it.
-type getOwner struct {
-	ctx  context.Context // to tell, when a context of the queue's ends, whether it was this one
-	stop func() bool     // stops watching ctx
-}
-
-// stopWatching stops watching a Get delivery's owning context, if it was watched.
-func (d *Delivery) stopWatching() {
-	if d.get != nil {
-		d.get.stop()
-	}
-}
-
-// checkSettleLocked says why d cannot be settled, if it cannot.
-func (q *Queue) checkSettleLocked(d *Delivery) error {
-	switch {
-	case d.state == deliveryAutoAcked:
-		return errorf("settle auto-acked delivery %d: %w", d.DeliveryTag, ErrUnknownDelivery)
-	case d.state != deliveryOutstanding:
-		return errorf("settle delivery %d: %w", d.DeliveryTag, ErrAlreadySettled)
-	}
-	return nil
-}
-
-// settleEndedLocked settles a delivery of a queue that ended. Once the broker has closed, there is
-// nothing to settle with: [ErrClosed]. A deleted queue took its messages with it, and RabbitMQ
-// accepts the settlement of a delivery from a deleted queue as a no-op: so does warren, once per
-// delivery (a second settlement is refused as usual), so that a handler that did its work does
-// not see a failure. Why its consumer ended, its Err says.
-func (q *Queue) settleEndedLocked(d *Delivery) error {
-	if q.b.closed.Load() {
-		return errorf("settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, ErrClosed)
-	}
-	if err := q.checkSettleLocked(d); err != nil {
-		return err
-	}
-	d.state = deliverySettled // the queue's counts went with it
-	return nil
-}
-
-// releaseLocked moves an outstanding delivery to state, settled or returned, and releases
-// what it held: the queue's unacked count, and its consumer's credit or its Get owner.
-func (q *Queue) releaseLocked(d *Delivery, state deliveryState) {
-	d.state = state
-	q.unacked--
-	if d.c != nil {
-		d.c.live--
-	} else {
-		q.getsLive--
-		trimSettled(&q.gets, q.getsLive)
-	}
-}
-
-// settleLocked settles an outstanding delivery. The caller tidies the consumer and dispatches.
-func (q *Queue) settleLocked(d *Delivery, how settlement) {
-	q.releaseLocked(d, deliverySettled)
-	q.settleAsLocked(d, how)
-}
-
-// settleAsLocked does what a settlement does with a released delivery's message.
-func (q *Queue) settleAsLocked(d *Delivery, how settlement) {
-	switch how {
-	case settleAck:
-		q.n.acked++
-		q.messageEventLocked(EventAcked, d.e.env, d.ConsumerTag, "")
-	case settleNack:
-		q.n.nacked++
-		q.returnLocked(d.e, d.ConsumerTag)
-	case settleReject:
-		q.n.rejected++
-		q.deadLetterLocked(d.e, ReasonRejected)
-	}
-}

@@ -98,12 +98,8 @@ func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Ex
 			o.applyExchange(&cfg)
 		}
 	}
-	if v, ok := cfg.args["alternate-exchange"]; ok {
-		s, ok := v.(string)
-		if !ok {
-			return nil, errorf("declare exchange %q: alternate-exchange %v is not a string: %w", name, v, ErrPreconditionFailed)
-		}
-		cfg.alternate = s
+	if err := cfg.parseArgs(); err != nil {
+		return nil, errorf("declare exchange %q: %w", name, err)
 	}
 	if name == "" {
 		return nil, errorf("declare the default exchange: %w", ErrAccessRefused)
@@ -139,22 +135,6 @@ func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Ex
 	b.exchanges[name] = x
 	b.topologyEventLocked(Event{Kind: EventExchangeCreated, Exchange: name})
 	return x, nil
-}
-
-func (x *Exchange) equivalent(kind string, c exchangeConfig) error {
-	switch {
-	case x.kind != kind:
-		return errorf("inequivalent kind %q, was %q: %w", kind, x.kind, ErrPreconditionFailed)
-	case x.cfg.durable != c.durable:
-		return errorf("inequivalent durable %t, was %t: %w", c.durable, x.cfg.durable, ErrPreconditionFailed)
-	case x.cfg.autoDelete != c.autoDelete:
-		return errorf("inequivalent auto-delete %t, was %t: %w", c.autoDelete, x.cfg.autoDelete, ErrPreconditionFailed)
-	case x.cfg.internal != c.internal:
-		return errorf("inequivalent internal %t, was %t: %w", c.internal, x.cfg.internal, ErrPreconditionFailed)
-	case x.cfg.alternate != c.alternate:
-		return errorf("inequivalent alternate-exchange %q, was %q: %w", c.alternate, x.cfg.alternate, ErrPreconditionFailed)
-	}
-	return nil
 }
 
 // DeleteExchange deletes an exchange with its bindings, as source and as destination (AMQP's

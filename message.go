@@ -88,3 +88,12 @@ func checkField(v any, depth int) error {
 	}
 	return errorf("value of type %T is not an AMQP field type: %w", v, ErrPreconditionFailed)
 }
+
+// envelope is one published message, shared by reference by every queue it was routed to and by
+// every delivery of it. It is immutable once routed.
+type envelope struct {
+	msg        Message
+	exchange   *Exchange // the exchange it was published to (a pointer: 8 bytes, not a string's 16)
+	routingKey string
+	bcc        *[]string // the keys of its BCC header, which publishing strips; nil without
+}

@@ -68,27 +68,6 @@ func (q *Queue) promoteDueLocked(now int64) {
 	}
 }
 
-// NackWithDelay returns the message to its original position, redelivered and with its delivery
-// count one higher as [Delivery.Nack] does, but hidden from consumers until d has passed: a
-// retry with a delay, bounded by the queue's [DeliveryLimit] (past it the message is
-// dead-lettered at once with reason "delivery_limit"). The message's TTL keeps running; if it
-// expires while hidden it is expired when d has passed. Delayed messages are not counted by
-// [Queue.Len] nor removed by [Queue.Purge]. A d ≤ 0 is a plain Nack; d is capped at about 146
-// years (1<<62 ns), so that a huge delay, up to the largest Duration, hides the message
-// practically forever without disturbing the queue's other deadlines.
-func (d *Delivery) NackWithDelay(delay time.Duration) error {
-	if delay <= 0 {
-		return d.Nack()
-	}
-	return d.settleWith(func(q *Queue) {
-		q.n.nacked++
-		q.messageEventLocked(EventRequeued, d.e.env, d.ConsumerTag, ReasonNack)
-		if e := redelivered(d.e); q.mayReturnLocked(e) {
-			q.delayLocked(e, delay)
-		}
-	})
-}
-
 // redelivered returns e as it comes back after the application saw it.
 func redelivered(e entry) entry {
 	e.redelivered = true
@@ -144,46 +123,6 @@ func (q *Queue) restoreAllLocked(es []entry) {
 	}
 	q.ready.merge(live)
 	q.dropHeadLocked()
-}
-
-// Recover returns every delivery this consumer holds to its original position (AMQP's
-// basic.recover with requeue): received ones redelivered, buffered unread ones unchanged. They
-// are dispatched again at once, possibly to this consumer. An AutoAck consumer holds nothing to
-// recover.
-func (c *Consumer) Recover() error {
-	q := c.q
-	q.mu.Lock()
-	defer q.unlock()
-	if q.b.closed.Load() {
-		return errorf("recover: %w", ErrClosed)
-	}
-	if c.autoAck || c.ended || q.endErr != nil { // a deleted queue took everything: nothing to recover
-		return nil
-	}
-	var back []entry
-	if !c.stopped {
-		back = c.drainLocked(back, ReasonRecover)
-	}
-	q.restoreAllLocked(c.takeBackLocked(back, ReasonRecover))
-	c.tidyLocked()
-	q.dispatchLocked()
-	return nil
-}
-
-// giveBack returns a consumer's delivery that the application received but never handled to its
-// place unchanged, as if it had stayed buffered (Serve gives back what a worker took after Serve
-// began to stop). A delivery no longer outstanding is left alone.
-func (d *Delivery) giveBack() {
-	q := d.q
-	q.mu.Lock()
-	if q.endErr == nil && d.state == deliveryOutstanding && d.c != nil {
-		q.releaseLocked(d, deliveryReturned)
-		d.c.backLocked(d.e, ReasonCancel)
-		q.restoreAllLocked([]entry{d.e})
-		d.c.tidyLocked()
-		q.dispatchLocked()
-	}
-	q.unlock()
 }
 
 // takeBackLocked releases every delivery c received and has not settled, marking it returned,

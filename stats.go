@@ -211,35 +211,6 @@ func (q *Queue) oldestAtLocked() (int64, bool) {
 	return q.stamps.at(max(lo-1, 0)).at, true
 }
 
-// oldestSeq returns the least sequence id of the ready set: the message that has waited longest,
-// which with priorities or returns need not be the next one delivered. O(levels · log n): by the
-// ready set's invariant, each ring's head and the entry a search for each rank's least key finds
-// in the run are live, and they are the oldest of their rank there.
-func (r *readySet) oldestSeq() (uint64, bool) {
-	if r.len() == 0 {
-		return 0, false
-	}
-	least := ^uint64(0)
-	run := r.run[r.runAt:]
-	for rank := 0; rank <= len(r.lower); rank++ {
-		if l := r.level(uint8(rank)); l.len() > 0 {
-			least = min(least, l.front().seq)
-		}
-		from := uint64(rank) << seqBits
-		r.returned.AscendGreaterOrEqual(keyEntry(from), func(e entry) bool {
-			if e.rank == uint8(rank) {
-				least = min(least, e.seq)
-			}
-			return false
-		})
-		// From seq 1, past the rank's buried tombstones.
-		if i := searchKey(len(run), func(i int) entry { return run[i] }, from|1); i < len(run) && run[i].rank == uint8(rank) {
-			least = min(least, run[i].seq)
-		}
-	}
-	return least, least != ^uint64(0)
-}
-
 // Alerts.
 
 // AlertPolicy is what a queue does, besides the alert, when its ready messages cross the

@@ -2,11 +2,8 @@ package warren
 
 import (
 	"math"
-	"slices"
 	"strconv"
 	"time"
-
-	"github.com/google/btree"
 )
 
 // Message TTL and precise expiry.
@@ -32,22 +29,6 @@ import (
 //
 // An expired message is dead-lettered with reason "expired" when the queue has a dead-letter
 // exchange, and dropped otherwise.
-
-// maxTTL is RabbitMQ's largest TTL, 2^32-1 milliseconds.
-const maxTTL = (1<<32 - 1) * time.Millisecond
-
-// expiry is a key of the expiry index: an entry's deadline and its key in the ready set.
-type expiry struct {
-	deadline int64
-	key      uint64
-}
-
-func expiryLess(a, b expiry) bool {
-	if a.deadline != b.deadline {
-		return a.deadline < b.deadline
-	}
-	return a.key < b.key
-}
 
 // clock returns the queue's time: nanoseconds since its epoch, at least 1.
 func (q *Queue) clock() int64 { return int64(time.Since(q.epoch)) + 1 }
@@ -104,38 +85,6 @@ func (q *Queue) expireDueLocked(now int64) {
 		}
 		q.deadLetterLocked(e, ReasonExpired)
 	}
-}
-
-// tidy compacts the rings and the run once tombstones outnumber both the live entries and
-// compactAt, so that neither a queue nobody takes from (a delay queue) keeps the slots of its
-// expired messages nor one whose selectors take from the middle keeps the slots of what they
-// took. The compaction's O(slots) is paid for by the removals that made the tombstones, more
-// than half the slots. Callers call it when dead > 0, after a removal.
-func (r *readySet) tidy() {
-	if r.dead <= compactAt || r.dead <= r.len() {
-		return
-	}
-	live := func(e entry) bool { return e.env != nil }
-	r.fresh.filter(live)
-	r.nLower = 0
-	for i := range r.lower {
-		r.lower[i].filter(live)
-		r.nLower += r.lower[i].len()
-	}
-	kept := r.run[:0]
-	for _, e := range r.run[r.runAt:] {
-		if e.env != nil {
-			kept = append(kept, e)
-		}
-	}
-	clear(r.run[len(kept):])
-	switch {
-	case len(kept) == 0:
-		kept = nil
-	case len(kept) < cap(kept)/4:
-		kept = slices.Clone(kept) // not the array of a run mostly gone
-	}
-	r.run, r.runAt, r.dead = kept, 0, 0
 }
 
 // wakeAtLocked returns when the queue's timer must next run: the earliest message deadline, or
@@ -271,101 +220,6 @@ func (q *Queue) touch() {
 	q.mu.Unlock()
 }
 
-// remove takes the ready entry with key k out of the set, wherever it is.
-func (r *readySet) remove(k uint64) (entry, bool) {
-	e, ok := r.cut(k)
-	if !ok {
-		return entry{}, false
-	}
-	if r.dead > 0 {
-		r.tidy()
-	}
-	r.unindex(e)
-	return e, true
-}
-
-// cut takes the entry with key k out of the ring, the tree or the run that holds it, leaving a
-// tombstone in the middle of a ring or the run; remove accounts for it.
-func (r *readySet) cut(k uint64) (entry, bool) {
-	l := r.level(uint8(k >> seqBits))
-	if l.len() > 0 && l.front().key() == k && l.front().env != nil {
-		// The common case with a queue TTL alone, or selectors in step: the oldest message
-		// of its level.
-		e := r.popFresh(l)
-		if r.dead > 0 {
-			r.trimRing(l)
-		}
-		return e, true
-	}
-	if l.len() > 0 && l.at(l.len()-1).key() == k && l.at(l.len()-1).env != nil {
-		// An immediate publish that no consumer took: the newest message of its level.
-		e := l.popBack()
-		if l != &r.fresh {
-			r.nLower--
-		}
-		return e, true
-	}
-	if e, ok := r.returned.Delete(keyEntry(k)); ok {
-		return e, true
-	}
-	run := r.run[r.runAt:]
-	if i := searchKey(len(run), func(i int) entry { return run[i] }, k); i < len(run) && run[i].key() == k && run[i].env != nil {
-		e := run[i]
-		run[i].env = nil // a tombstone, skipped by ascend
-		r.dead++
-		switch {
-		case i == 0:
-			r.trimRun()
-		case run[i-1].rank != e.rank || run[i-1].seq == 0:
-			bury(run[i:], e.rank) // e was its rank's first live entry
-		}
-		return e, true
-	}
-	if i := searchKey(l.len(), l.at, k); i < l.len() && l.at(i).key() == k && l.at(i).env != nil {
-		// Not at the front, which was checked first: the ring's head stays live.
-		e := l.at(i)
-		l.set(i, entry{seq: e.seq, rank: e.rank})
-		r.dead++
-		return e, true
-	}
-	return entry{}, false
-}
-
-// keyEntry returns an entry with key k, to search the tree with.
-func keyEntry(k uint64) entry { return entry{seq: k & (1<<seqBits - 1), rank: uint8(k >> seqBits)} }
-
-// searchKey returns the index of the first of n entries sorted by key whose key is at least k.
-func searchKey(n int, at func(int) entry, k uint64) int {
-	lo, hi := 0, n
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if at(m).key() < k {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
-}
-
-// index accounts for an entry entering the ready set: its body bytes and its deadline.
-func (r *readySet) index(e entry) {
-	r.bytes += int64(len(e.env.msg.Body))
-	if e.deadline != 0 {
-		r.expiries.ReplaceOrInsert(expiry{e.deadline, e.key()})
-	}
-}
-
-// unindex accounts for an entry leaving the ready set.
-func (r *readySet) unindex(e entry) {
-	r.bytes -= int64(len(e.env.msg.Body))
-	if e.deadline != 0 {
-		r.expiries.Delete(expiry{e.deadline, e.key()})
-	}
-}
-
-func newExpiryIndex() *btree.BTreeG[expiry] { return btree.NewG(32, expiryLess) }
-
 // parseExpiration parses a message's Expiration property: "" for none (-1), else a decimal
 // number of milliseconds from 0 to 2^32-1. Anything else is an error wrapping
 // [ErrPreconditionFailed], as RabbitMQ's 406.
@@ -378,37 +232,4 @@ func parseExpiration(s string) (time.Duration, error) {
 		return 0, errorf("invalid expiration %q: %w", s, ErrPreconditionFailed)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
-}
-
-// ttlArg parses an "x-message-ttl"-like queue argument: an AMQP integer from 0 to 2^32-1
-// milliseconds.
-func ttlArg(name string, v any) (time.Duration, error) {
-	n, ok := intArg(v)
-	if !ok || n < 0 || n > int64(maxTTL/time.Millisecond) {
-		return 0, errorf("argument %s: %v (%T) is not an integer from 0 to 2^32-1: %w", name, v, v, ErrPreconditionFailed)
-	}
-	return time.Duration(n) * time.Millisecond, nil
-}
-
-// intArg returns the value of an AMQP integer field.
-func intArg(v any) (int64, bool) {
-	switch v := v.(type) {
-	case int8:
-		return int64(v), true
-	case int16:
-		return int64(v), true
-	case int32:
-		return int64(v), true
-	case int64:
-		return v, true
-	case int:
-		return int64(v), true
-	case uint8:
-		return int64(v), true
-	case uint16:
-		return int64(v), true
-	case uint32:
-		return int64(v), true
-	}
-	return 0, false
 }

@@ -1,0 +1,356 @@
+package warren
+
+import (
+	"context"
+	"iter"
+	"sort"
+	"time"
+)
+
+// deliveryState is where a delivery stands; guarded by its queue's mu.
+type deliveryState uint8
+
+// settlement is what a settlement does with the message.
+type settlement uint8
+
+// Delivery is one delivery of one message from one queue, to a [Consumer] or a [Queue.Get].
+// Its exported fields describe the delivery and must be treated as read-only; the message is
+// shared with every other queue and delivery of it.
+//
+// Settle a delivery exactly once, with [Delivery.Ack], [Delivery.Nack] or [Delivery.Reject], or
+// with one of the consumer's UpTo methods. A second settlement returns an error wrapping
+// [ErrAlreadySettled]; so does settling a delivery that already went back to the queue because
+// its owner ended. A delivery whose queue was deleted may still be settled, once, to no effect
+// (the message went with the queue), as RabbitMQ allows; after the broker closes, settling fails
+// with [ErrClosed]. The methods are safe for concurrent use; the zero Delivery, and a copy of a
+// Delivery, settle nothing and return [ErrUnknownDelivery]: use the *Delivery as received.
+//
+// Deliveries are allocated in small chunks: holding one keeps the messages of up to 15 others
+// of its queue reachable until it is dropped.
+type Delivery struct {
+	Message       *Message      // the message; shared and immutable
+	Exchange      string        // the exchange it was published to
+	RoutingKey    string        // the routing key it was published with
+	Redelivered   bool          // it was delivered before and came back to the queue
+	state         deliveryState // unexported; here to fill the padding after Redelivered
+	DeliveryCount int           // how many times it came back to the queue before this delivery (RabbitMQ's x-delivery-count)
+	DeliveryTag   uint64        // per consumer (or per queue for Get), from 1, in delivery order
+	ConsumerTag   string        // the consumer's tag; empty for Get
+	MessageCount  int           // Get only: ready messages left in the queue after this one
+
+	_    noCopy    // a copy would be a second handle on one delivery: go vet flags it
+	self *Delivery // d.self == d, so that settling a copy is refused
+	q    *Queue
+	c    *Consumer // nil for Get
+	e    entry     // the message's place in q
+	due  int64     // when its consumer's ack timeout ends it, on q's clock; 0 for never
+	get  *getOwner // Get only, and only when the Get's context can end
+}
+
+// Ack acknowledges the delivery: the message is done and leaves the queue (AMQP's basic.ack).
+// It frees one unit of the consumer's prefetch credit.
+func (d *Delivery) Ack() error { return d.settle(settleAck) }
+
+// Nack returns the message to its original position in the queue, ahead of everything published
+// after it, marked redelivered and with its delivery count one higher (basic.nack with requeue).
+func (d *Delivery) Nack() error { return d.settle(settleNack) }
+
+// Reject refuses the message without requeueing it (basic.reject without requeue): it is
+// dead-lettered with reason "rejected" when the queue has a dead-letter exchange, and dropped
+// otherwise.
+func (d *Delivery) Reject() error { return d.settle(settleReject) }
+
+func (d *Delivery) settle(how settlement) error {
+	return d.settleWith(func(q *Queue) { q.settleAsLocked(d, how) })
+}
+
+// settleWith settles an outstanding delivery: it releases it, then lets then decide what becomes
+// of the message, under the queue lock.
+func (d *Delivery) settleWith(then func(*Queue)) error {
+	if d == nil || d.q == nil || d.self != d {
+		return ErrUnknownDelivery
+	}
+	q := d.q
+	q.mu.Lock()
+	if q.endErr != nil {
+		err := q.settleEndedLocked(d)
+		q.mu.Unlock()
+		return err
+	}
+	err := q.checkSettleLocked(d)
+	if err == nil {
+		q.releaseLocked(d, deliverySettled)
+		then(q)
+		if d.c != nil {
+			d.c.tidyLocked()
+		}
+		q.dispatchLocked()
+	}
+	q.unlock()
+	if err == nil {
+		d.stopWatching()
+	}
+	return err
+}
+
+// noCopy makes go vet's copylocks check report copies of the struct that contains it.
+type noCopy struct{}
+
+func (*noCopy) Lock() {}
+
+func (*noCopy) Unlock() {}
+
+// NackWithDelay returns the message to its original position, redelivered and with its delivery
+// count one higher as [Delivery.Nack] does, but hidden from consumers until d has passed: a
+// retry with a delay, bounded by the queue's [DeliveryLimit] (past it the message is
+// dead-lettered at once with reason "delivery_limit"). The message's TTL keeps running; if it
+// expires while hidden it is expired when d has passed. Delayed messages are not counted by
+// [Queue.Len] nor removed by [Queue.Purge]. A d ≤ 0 is a plain Nack; d is capped at about 146
+// years (1<<62 ns), so that a huge delay, up to the largest Duration, hides the message
+// practically forever without disturbing the queue's other deadlines.
+func (d *Delivery) NackWithDelay(delay time.Duration) error {
+	if delay <= 0 {
+		return d.Nack()
+	}
+	return d.settleWith(func(q *Queue) {
+		q.n.nacked++
+		q.messageEventLocked(EventRequeued, d.e.env, d.ConsumerTag, ReasonNack)
+		if e := redelivered(d.e); q.mayReturnLocked(e) {
+			q.delayLocked(e, delay)
+		}
+	})
+}
+
+// AckUpTo acknowledges every outstanding delivery of this consumer with a tag up to and
+// including tag (AMQP's basic.ack with multiple). Tag 0 means every outstanding delivery. Only
+// deliveries the application has received from [Consumer.Deliveries] are covered; those still
+// buffered in the channel are not. If tag is not outstanding and received on this consumer
+// (never issued, already settled, still buffered) nothing is settled and the error wraps
+// [ErrUnknownDelivery].
+func (c *Consumer) AckUpTo(tag uint64) error { return c.settleUpTo(tag, settleAck) }
+
+// NackUpTo returns every outstanding delivery with a tag up to tag to its original position,
+// redelivered (basic.nack with multiple and requeue). Tag 0 and errors are as for AckUpTo.
+func (c *Consumer) NackUpTo(tag uint64) error { return c.settleUpTo(tag, settleNack) }
+
+// RejectUpTo rejects every outstanding delivery with a tag up to tag, in tag order, without
+// requeueing them (basic.nack with multiple, without requeue). Tag 0 and errors are as for
+// AckUpTo.
+func (c *Consumer) RejectUpTo(tag uint64) error { return c.settleUpTo(tag, settleReject) }
+
+func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
+	q := c.q
+	q.mu.Lock()
+	defer q.unlock()
+	if q.b.closed.Load() {
+		return errorf("settle up to %d: %w", tag, ErrClosed)
+	}
+	if c.autoAck {
+		return errorf("settle up to %d on an auto-ack consumer: %w", tag, ErrUnknownDelivery)
+	}
+	// Only deliveries the application has received can be settled: the last len(ch) entries
+	// of unacked are still buffered in ch. Only mu's holder sends to ch, so len(ch) can only
+	// shrink meanwhile, and a delivery received just now is, safely, left alone.
+	end := c.unacked.len() - len(c.ch)
+	if tag != 0 {
+		i := sort.Search(end, func(i int) bool { return c.unacked.at(i).DeliveryTag >= tag })
+		if i == end || c.unacked.at(i).DeliveryTag != tag || c.unacked.at(i).state != deliveryOutstanding {
+			return errorf("settle up to %d: tag not outstanding on consumer %q: %w", tag, c.tag, ErrUnknownDelivery)
+		}
+		end = i + 1
+	}
+	var back []entry // nacked: they go back together
+	for i := range end {
+		d := c.unacked.at(i)
+		switch {
+		case d.state != deliveryOutstanding:
+			continue
+		case q.endErr != nil:
+			d.state = deliverySettled // a deleted queue: a no-op, as for one delivery (settleEndedLocked)
+			continue
+		}
+		if how == settleNack {
+			q.releaseLocked(d, deliverySettled)
+			c.backLocked(d.e, ReasonNack)
+			back = append(back, redelivered(d.e))
+		} else {
+			q.settleLocked(d, how)
+		}
+	}
+	if how == settleNack {
+		q.n.nacked += uint64(len(back))
+	}
+	q.restoreAllLocked(back)
+	c.tidyLocked()
+	q.dispatchLocked()
+	return nil
+}
+
+// Recover returns every delivery this consumer holds to its original position (AMQP's
+// basic.recover with requeue): received ones redelivered, buffered unread ones unchanged. They
+// are dispatched again at once, possibly to this consumer. An AutoAck consumer holds nothing to
+// recover.
+func (c *Consumer) Recover() error {
+	q := c.q
+	q.mu.Lock()
+	defer q.unlock()
+	if q.b.closed.Load() {
+		return errorf("recover: %w", ErrClosed)
+	}
+	if c.autoAck || c.ended || q.endErr != nil { // a deleted queue took everything: nothing to recover
+		return nil
+	}
+	var back []entry
+	if !c.stopped {
+		back = c.drainLocked(back, ReasonRecover)
+	}
+	q.restoreAllLocked(c.takeBackLocked(back, ReasonRecover))
+	c.tidyLocked()
+	q.dispatchLocked()
+	return nil
+}
+
+// giveBack returns a consumer's delivery that the application received but never handled to its
+// place unchanged, as if it had stayed buffered (Serve gives back what a worker took after Serve
+// began to stop). A delivery no longer outstanding is left alone.
+func (d *Delivery) giveBack() {
+	q := d.q
+	q.mu.Lock()
+	if q.endErr == nil && d.state == deliveryOutstanding && d.c != nil {
+		q.releaseLocked(d, deliveryReturned)
+		d.c.backLocked(d.e, ReasonCancel)
+		q.restoreAllLocked([]entry{d.e})
+		d.c.tidyLocked()
+		q.dispatchLocked()
+	}
+	q.unlock()
+}
+
+// trimSettled drops settled deliveries from the front of a tag-ordered list of deliveries with
+// live outstanding ones, and compacts it when holes dominate.
+func trimSettled(r *ring[*Delivery], live int) {
+	for r.len() > 0 && r.front().state != deliveryOutstanding {
+		r.pop()
+	}
+	if n := r.len(); n > 64 && n > 4*live {
+		r.filter(func(d *Delivery) bool { return d.state == deliveryOutstanding })
+	}
+}
+
+// getOwner is the owner of a Get delivery: the context given to Get. Kept apart from Delivery,
+// which every delivery allocates, because only Gets whose context can end need it.
+type getOwner struct {
+	ctx  context.Context // to tell, when a context of the queue's ends, whether it was this one
+	stop func() bool     // stops watching ctx
+}
+
+// stopWatching stops watching a Get delivery's owning context, if it was watched.
+func (d *Delivery) stopWatching() {
+	if d.get != nil {
+		d.get.stop()
+	}
+}
+
+// checkSettleLocked says why d cannot be settled, if it cannot.
+func (q *Queue) checkSettleLocked(d *Delivery) error {
+	switch {
+	case d.state == deliveryAutoAcked:
+		return errorf("settle auto-acked delivery %d: %w", d.DeliveryTag, ErrUnknownDelivery)
+	case d.state != deliveryOutstanding:
+		return errorf("settle delivery %d: %w", d.DeliveryTag, ErrAlreadySettled)
+	}
+	return nil
+}
+
+// settleEndedLocked settles a delivery of a queue that ended. Once the broker has closed, there is
+// nothing to settle with: [ErrClosed]. A deleted queue took its messages with it, and RabbitMQ
+// accepts the settlement of a delivery from a deleted queue as a no-op: so does warren, once per
+// delivery (a second settlement is refused as usual), so that a handler that did its work does
+// not see a failure. Why its consumer ended, its Err says.
+func (q *Queue) settleEndedLocked(d *Delivery) error {
+	if q.b.closed.Load() {
+		return errorf("settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, ErrClosed)
+	}
+	if err := q.checkSettleLocked(d); err != nil {
+		return err
+	}
+	d.state = deliverySettled // the queue's counts went with it
+	return nil
+}
+
+// releaseLocked moves an outstanding delivery to state, settled or returned, and releases
+// what it held: the queue's unacked count, and its consumer's credit or its Get owner.
+func (q *Queue) releaseLocked(d *Delivery, state deliveryState) {
+	d.state = state
+	q.unacked--
+	if d.c != nil {
+		d.c.live--
+	} else {
+		q.getsLive--
+		trimSettled(&q.gets, q.getsLive)
+	}
+}
+
+// settleLocked settles an outstanding delivery. The caller tidies the consumer and dispatches.
+func (q *Queue) settleLocked(d *Delivery, how settlement) {
+	q.releaseLocked(d, deliverySettled)
+	q.settleAsLocked(d, how)
+}
+
+// settleAsLocked does what a settlement does with a released delivery's message.
+func (q *Queue) settleAsLocked(d *Delivery, how settlement) {
+	switch how {
+	case settleAck:
+		q.n.acked++
+		q.messageEventLocked(EventAcked, d.e.env, d.ConsumerTag, "")
+	case settleNack:
+		q.n.nacked++
+		q.returnLocked(d.e, d.ConsumerTag)
+	case settleReject:
+		q.n.rejected++
+		q.deadLetterLocked(d.e, ReasonRejected)
+	}
+}
+
+// deliverySlabSize is how many deliveries a queue allocates at once. Slots are never reused,
+// so a delivery the application still holds stays valid; the cost is that it keeps its chunk
+// alive, and with it the messages of up to deliverySlabSize-1 other deliveries. 16 keeps that
+// bound small while making the allocation per delivery negligible.
+const deliverySlabSize = 16
+
+// newDeliveryLocked returns a delivery of e with the fields common to consumers and Gets.
+func (q *Queue) newDeliveryLocked(e entry) *Delivery {
+	if len(q.slab) == 0 {
+		q.slab = make([]Delivery, deliverySlabSize)
+	}
+	d := &q.slab[0]
+	q.slab = q.slab[1:]
+	// Field by field rather than *d = Delivery{…}: the slot is fresh zeroed memory, and the
+	// whole-struct copy costs a bulk write barrier over every pointer field during GC.
+	d.Message = &e.env.msg
+	d.Exchange = e.env.exchange.name
+	d.RoutingKey = e.env.routingKey
+	d.Redelivered = e.redelivered
+	d.DeliveryCount = int(e.returns)
+	d.q = q
+	d.self = d
+	d.e = e
+	d.state = deliveryOutstanding
+	q.n.delivered++
+	if e.redelivered {
+		q.n.redelivered++
+	}
+	return d
+}
+
+// outstanding yields the outstanding deliveries of a tag-ordered list of deliveries with settled
+// holes (a consumer's unacked, a queue's gets), in tag order.
+func outstanding(r *ring[*Delivery]) iter.Seq[*Delivery] {
+	return func(yield func(*Delivery) bool) {
+		for i := range r.len() {
+			if d := r.at(i); d.state == deliveryOutstanding && !yield(d) {
+				return
+			}
+		}
+	}
+}
