@@ -199,7 +199,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	if b.listening() {
 		// Through the queue's outbox, so that every listener hears of the queue before any of
 		// its messages, also one a listener publishes on hearing of it.
-		q.outbox = append(q.outbox, Event{Kind: EventQueueCreated, Queue: name})
+		q.eventLocked(Event{Kind: EventQueueCreated})
 		created = q
 	}
 	if cfg.owner != nil {
@@ -346,11 +346,11 @@ func (b *Broker) DeleteQueue(name string, opts ...CallOption) (int, error) {
 	case cfg.ifUnused && q.consumerCountLocked() > 0:
 		q.mu.Unlock()
 		return 0, errorf("delete queue %q: in use: %w", name, ErrPreconditionFailed)
-	case cfg.ifEmpty && q.ready.len() > 0:
+	case cfg.ifEmpty && q.core.ready.len() > 0:
 		q.mu.Unlock()
 		return 0, errorf("delete queue %q: not empty: %w", name, ErrPreconditionFailed)
 	}
-	n := q.ready.len()
+	n := q.core.ready.len()
 	feeders = q.endLocked(errorf("queue %q: %w", name, ErrQueueDeleted), ReasonDeleted)
 	q.mu.Unlock()
 	b.removeQueueLocked(q)
@@ -390,7 +390,7 @@ func (b *Broker) expireQueue(q *Queue) {
 	b.mu.Lock()
 	defer b.unlockTopology()
 	q.mu.Lock()
-	if !q.unusedLocked(q.clock()) {
+	if !q.unusedLocked(q.core.clock()) {
 		q.mu.Unlock()
 		return
 	}

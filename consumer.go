@@ -27,8 +27,8 @@ import (
 // Create one with [Queue.Consume]; the zero Consumer is not usable. A Consumer is safe for
 // concurrent use.
 type Consumer struct {
+	holder     // its deliveries, and its tag (core.go); guarded by q.mu
 	q          *Queue
-	tag        string
 	prefetch   int
 	autoAck    bool
 	exclusive  bool
@@ -51,13 +51,10 @@ type Consumer struct {
 	as context.Context
 
 	// Guarded by q.mu.
-	stopCtx func() bool     // stops watching owner
-	unacked ring[*Delivery] // outstanding deliveries in tag order, with settled holes
-	live    int             // outstanding deliveries in unacked, received or still buffered
-	nextTag uint64          // last delivery tag issued
-	waiting bool            // the feeder is waiting for wake
-	idle    bool            // the feeder is parked holding nothing (waiting, or woken and not yet run)
-	handoff entry           // when handing: a message given to the idle feeder (dispatch.go)
+	stopCtx func() bool // stops watching owner
+	waiting bool        // the feeder is waiting for wake
+	idle    bool        // the feeder is parked holding nothing (waiting, or woken and not yet run)
+	handoff entry       // when handing: a message given to the idle feeder (dispatch.go)
 	handing bool
 	sending bool     // the feeder is sending a delivery into ch, outside q.mu
 	served  bool     // started by Serve: what it holds, its handlers are working on (idle.go)
@@ -106,7 +103,6 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 	}
 	c := &Consumer{
 		q:         q,
-		tag:       cfg.tag,
 		prefetch:  cfg.prefetch,
 		autoAck:   cfg.autoAck,
 		exclusive: cfg.exclusive,
@@ -118,6 +114,7 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 		ch:        make(chan *Delivery, bufferSize(cfg)),
 		done:      make(chan struct{}),
 	}
+	c.holder.c, c.tag = c, cfg.tag
 	if c.selector != nil {
 		c.cursor = make([]uint64, q.cfg.levels())
 		for rank := range c.cursor {
@@ -231,7 +228,7 @@ func (c *Consumer) Cancel() error {
 		}
 		return nil
 	}
-	q.restoreAllLocked(c.stopLocked(ErrCancelled, nil, ReasonCancel))
+	q.core.restoreAll(c.stopLocked(ErrCancelled, nil, ReasonCancel))
 	if c.autoAck {
 		c.signalStopLocked() // the feeder puts back what it holds and closes Deliveries
 	}
@@ -336,27 +333,13 @@ func (c *Consumer) drainLocked(back []entry, why Reason) []entry {
 		select {
 		case d := <-c.ch:
 			if !c.autoAck {
-				c.q.releaseLocked(d, deliveryReturned)
+				c.q.core.release(d, deliveryReturned)
 			}
-			c.backLocked(d.e, why)
+			c.q.core.back(&c.holder, d.e, why)
 			back = append(back, d.e)
 		default:
 			return back
 		}
-	}
-}
-
-// backLocked events a delivery of c's on its way back to the queue: EventRequeued for why, or,
-// for an auto-acked delivery (why ReasonReturned), EventEnqueued, since its span ended when it
-// was delivered; nothing for why "". If the message cannot go back (its TTL passed, or the
-// delivery limit), a terminal event follows when it comes back.
-func (c *Consumer) backLocked(e entry, why Reason) {
-	switch why {
-	case "":
-	case ReasonReturned:
-		c.q.enqueuedLocked(e.env, len(c.q.outbox), why)
-	default:
-		c.q.messageEventLocked(EventRequeued, e.env, c.tag, why)
 	}
 }
 
@@ -367,48 +350,19 @@ func (q *Queue) shouldAutoDeleteLocked() bool {
 	if !q.cfg.autoDelete || !q.hadConsumer || q.endErr != nil || q.consumerCountLocked() > 0 {
 		return false
 	}
-	for _, c := range q.holders {
-		if c.served {
+	for _, h := range q.core.holders {
+		if h.c.served {
 			return false
 		}
 	}
 	return true
 }
 
-// newDeliveryLocked returns a delivery of e to this consumer, with the consumer's next tag.
-func (c *Consumer) newDeliveryLocked(e entry) *Delivery {
-	q := c.q
-	d := q.newDeliveryLocked(e)
-	c.nextTag++
-	d.DeliveryTag = c.nextTag
-	d.ConsumerTag = c.tag
-	q.messageEventLocked(EventDelivered, e.env, c.tag, "")
-	if c.autoAck {
-		d.state = deliveryAutoAcked
-		q.n.acked++
-		q.messageEventLocked(EventAcked, e.env, c.tag, "")
-	}
-	return d
-}
-
-// deliverLocked records a delivery of e to a push consumer and returns it for sending.
-func (c *Consumer) deliverLocked(e entry) *Delivery {
-	d := c.newDeliveryLocked(e)
-	d.c = c
-	if c.ackTimeout > 0 {
-		d.due = later(c.q.clock(), c.ackTimeout)
-	}
-	c.unacked.push(d)
-	c.live++
-	c.q.unacked++
-	return d
-}
-
 // tidyLocked drops settled deliveries from the front of unacked, compacts it when holes
 // dominate (a consumer that holds one delivery for long while settling many later ones), and
 // finishes a stopped consumer that holds nothing more.
 func (c *Consumer) tidyLocked() {
-	trimSettled(&c.unacked, c.live)
+	c.trim()
 	if c.stopped && c.live == 0 && !c.ended {
 		c.finishLocked()
 	}
@@ -420,18 +374,25 @@ func (c *Consumer) finishLocked() {
 	c.ended = true
 	c.signalStopLocked()
 	c.stopCtx()
-	q := c.q
-	if i := slices.Index(q.holders, c); i >= 0 {
-		q.holders = slices.Delete(q.holders, i, i+1)
-		q.unholdLocked(c)
+	if c.q.core.unhold(&c.holder) {
+		c.q.unholdLocked(c)
 	}
 }
 
-// unholdLocked accounts for c leaving q.holders.
+// unholdLocked accounts for c leaving the holders.
 func (q *Queue) unholdLocked(c *Consumer) {
 	if c.ackTimeout > 0 {
 		q.ackTimed--
 	}
+}
+
+// deliverLocked records a delivery of e to c and returns it for sending.
+func (c *Consumer) deliverLocked(e entry) *Delivery {
+	var due int64
+	if c.ackTimeout > 0 {
+		due = later(c.q.core.clock(), c.ackTimeout)
+	}
+	return c.q.deliverLocked(&c.holder, e, c.autoAck, due)
 }
 
 // wakeLocked tells a waiting feeder that messages may be ready.
@@ -470,7 +431,7 @@ func (c *Consumer) feed() {
 				c.idle = true
 				q.dispatchLocked() // the general dispatch hands idle feeders their messages
 			} else {
-				e, ok = q.takeLocked()
+				e, ok = q.core.take()
 			}
 		}
 		if c.handing { // handed over by dispatch, or as it arrived with TTL 0
@@ -486,7 +447,7 @@ func (c *Consumer) feed() {
 			}
 			continue
 		}
-		d := c.newDeliveryLocked(e)
+		d := c.deliverLocked(e)
 		c.sending = true
 		q.unlock()
 		select {
@@ -508,7 +469,7 @@ func (c *Consumer) feed() {
 		why = "" // nothing goes back into an ended queue, and these were acked: no events
 	}
 	if held != nil {
-		c.backLocked(held.e, why)
+		c.q.core.back(&c.holder, held.e, why)
 	}
 	back = c.drainLocked(back, why)
 	if c.handing {
@@ -518,7 +479,7 @@ func (c *Consumer) feed() {
 		back = append(back, c.handoff)
 		c.handoff, c.handing = entry{}, false
 	}
-	q.restoreAllLocked(back)
+	q.core.restoreAll(back)
 	if i := slices.Index(q.leaving, c); i >= 0 {
 		q.leaving = slices.Delete(q.leaving, i, i+1)
 	}

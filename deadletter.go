@@ -95,66 +95,12 @@ func isDeathCycle(headers Table, target string, reason Reason) bool {
 	return false
 }
 
-// deadLetterLocked records that e's message leaves q for reason, one of the x-death reasons:
-// with a dead-letter exchange it goes into the outbox, to be published once mu is released (see
-// [Queue.unlock]) and evented then, when the outcome is known; without one it expires or drops
-// here. A queue that ended dead-letters nothing.
-func (q *Queue) deadLetterLocked(e entry, reason Reason) {
-	if reason == ReasonExpired {
-		q.n.expired++
-	}
-	switch {
-	case q.endErr != nil:
-		q.dropLocked(e.env, q.endReasonLocked())
-	case q.cfg.hasDLX:
-		q.outbox = append(q.outbox, Event{Kind: eventDeadLetter, env: e.env, Reason: reason})
-		q.queuedDead++
-	case reason == ReasonExpired:
-		q.messageEventLocked(EventExpired, e.env, "", "")
-	default:
-		q.dropLocked(e.env, reason)
-	}
-}
-
-// dropLocked counts and events a message that leaves q, or is refused by it, going nowhere.
-func (q *Queue) dropLocked(env *envelope, reason Reason) {
-	q.n.dropped++
-	q.messageEventLocked(EventDropped, env, "", reason)
-}
-
 // endReasonLocked is the drop reason for what a queue held when it ended.
 func (q *Queue) endReasonLocked() Reason {
 	if q.b.closed.Load() {
 		return ReasonClosed
 	}
 	return ReasonQueueDeleted
-}
-
-// flush empties one batch of src's outbox, in order, with no lock held: it emits the events and
-// publishes the dead letters, and returns how many of those reached a queue and how many were
-// dropped.
-func (b *Broker) flush(src *Queue, batch []Event) (dead, lost uint64) {
-	var now time.Time
-	for _, e := range batch {
-		switch e.Kind {
-		case eventDeadLetter:
-			if now.IsZero() {
-				now = time.Now()
-			}
-			if b.publishDeadLetter(src, e.env, e.Reason, now) {
-				dead++
-			} else {
-				lost++
-			}
-		case EventAlert:
-			b.cfg.logger.Warn("warren: queue alert", "queue", e.Queue, "threshold", e.Reason,
-				"value", e.Value, "limit", e.Limit)
-			b.emit(e)
-		default:
-			b.emit(e)
-		}
-	}
-	return dead, lost
 }
 
 // publishDeadLetter publishes one message dead-lettered from src with reason through src's

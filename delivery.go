@@ -2,7 +2,6 @@ package warren
 
 import (
 	"context"
-	"iter"
 	"sort"
 	"time"
 )
@@ -41,7 +40,7 @@ type Delivery struct {
 	_    noCopy    // a copy would be a second handle on one delivery: go vet flags it
 	self *Delivery // d.self == d, so that settling a copy is refused
 	q    *Queue
-	c    *Consumer // nil for Get
+	h    *holder   // its consumer's, or its queue's Gets'
 	e    entry     // the message's place in q
 	due  int64     // when its consumer's ack timeout ends it, on q's clock; 0 for never
 	get  *getOwner // Get only, and only when the Get's context can end
@@ -61,11 +60,11 @@ func (d *Delivery) Nack() error { return d.settle(settleNack) }
 func (d *Delivery) Reject() error { return d.settle(settleReject) }
 
 func (d *Delivery) settle(how settlement) error {
-	return d.settleWith(func(q *Queue) { q.settleAsLocked(d, how) })
+	return d.settleWith(func(q *Queue) { q.core.settle(d, how) })
 }
 
-// settleWith settles an outstanding delivery: it releases it, then lets then decide what becomes
-// of the message, under the queue lock.
+// settleWith settles an outstanding delivery with then, which releases it and decides what
+// becomes of the message, under the queue lock.
 func (d *Delivery) settleWith(then func(*Queue)) error {
 	if d == nil || d.q == nil || d.self != d {
 		return ErrUnknownDelivery
@@ -77,12 +76,11 @@ func (d *Delivery) settleWith(then func(*Queue)) error {
 		q.mu.Unlock()
 		return err
 	}
-	err := q.checkSettleLocked(d)
+	err := checkSettle(d)
 	if err == nil {
-		q.releaseLocked(d, deliverySettled)
 		then(q)
-		if d.c != nil {
-			d.c.tidyLocked()
+		if c := d.h.c; c != nil {
+			c.tidyLocked()
 		}
 		q.dispatchLocked()
 	}
@@ -113,11 +111,8 @@ func (d *Delivery) NackWithDelay(delay time.Duration) error {
 		return d.Nack()
 	}
 	return d.settleWith(func(q *Queue) {
-		q.n.nacked++
-		q.messageEventLocked(EventRequeued, d.e.env, d.ConsumerTag, ReasonNack)
-		if e := redelivered(d.e); q.mayReturnLocked(e) {
-			q.delayLocked(e, delay)
-		}
+		q.core.release(d, deliverySettled)
+		q.core.nack(d.e, d.ConsumerTag, delay)
 	})
 }
 
@@ -170,17 +165,14 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 			continue
 		}
 		if how == settleNack {
-			q.releaseLocked(d, deliverySettled)
-			c.backLocked(d.e, ReasonNack)
+			q.core.release(d, deliverySettled)
+			q.core.back(&c.holder, d.e, ReasonNack)
 			back = append(back, redelivered(d.e))
 		} else {
-			q.settleLocked(d, how)
+			q.core.settle(d, how)
 		}
 	}
-	if how == settleNack {
-		q.n.nacked += uint64(len(back))
-	}
-	q.restoreAllLocked(back)
+	q.core.restoreAll(back)
 	c.tidyLocked()
 	q.dispatchLocked()
 	return nil
@@ -204,7 +196,7 @@ func (c *Consumer) Recover() error {
 	if !c.stopped {
 		back = c.drainLocked(back, ReasonRecover)
 	}
-	q.restoreAllLocked(c.takeBackLocked(back, ReasonRecover))
+	q.core.restoreAll(q.core.takeBack(&c.holder, back, ReasonRecover))
 	c.tidyLocked()
 	q.dispatchLocked()
 	return nil
@@ -216,25 +208,14 @@ func (c *Consumer) Recover() error {
 func (d *Delivery) giveBack() {
 	q := d.q
 	q.mu.Lock()
-	if q.endErr == nil && d.state == deliveryOutstanding && d.c != nil {
-		q.releaseLocked(d, deliveryReturned)
-		d.c.backLocked(d.e, ReasonCancel)
-		q.restoreAllLocked([]entry{d.e})
-		d.c.tidyLocked()
+	if c := d.h.c; q.endErr == nil && d.state == deliveryOutstanding && c != nil {
+		q.core.release(d, deliveryReturned)
+		q.core.back(d.h, d.e, ReasonCancel)
+		q.core.restoreAll([]entry{d.e})
+		c.tidyLocked()
 		q.dispatchLocked()
 	}
 	q.unlock()
-}
-
-// trimSettled drops settled deliveries from the front of a tag-ordered list of deliveries with
-// live outstanding ones, and compacts it when holes dominate.
-func trimSettled(r *ring[*Delivery], live int) {
-	for r.len() > 0 && r.front().state != deliveryOutstanding {
-		r.pop()
-	}
-	if n := r.len(); n > 64 && n > 4*live {
-		r.filter(func(d *Delivery) bool { return d.state == deliveryOutstanding })
-	}
 }
 
 // getOwner is the owner of a Get delivery: the context given to Get. Kept apart from Delivery,
@@ -251,17 +232,6 @@ func (d *Delivery) stopWatching() {
 	}
 }
 
-// checkSettleLocked says why d cannot be settled, if it cannot.
-func (q *Queue) checkSettleLocked(d *Delivery) error {
-	switch {
-	case d.state == deliveryAutoAcked:
-		return errorf("settle auto-acked delivery %d: %w", d.DeliveryTag, ErrUnknownDelivery)
-	case d.state != deliveryOutstanding:
-		return errorf("settle delivery %d: %w", d.DeliveryTag, ErrAlreadySettled)
-	}
-	return nil
-}
-
 // settleEndedLocked settles a delivery of a queue that ended. Once the broker has closed, there is
 // nothing to settle with: [ErrClosed]. A deleted queue took its messages with it, and RabbitMQ
 // accepts the settlement of a delivery from a deleted queue as a no-op: so does warren, once per
@@ -271,86 +241,17 @@ func (q *Queue) settleEndedLocked(d *Delivery) error {
 	if q.b.closed.Load() {
 		return errorf("settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, ErrClosed)
 	}
-	if err := q.checkSettleLocked(d); err != nil {
+	if err := checkSettle(d); err != nil {
 		return err
 	}
 	d.state = deliverySettled // the queue's counts went with it
 	return nil
 }
 
-// releaseLocked moves an outstanding delivery to state, settled or returned, and releases
-// what it held: the queue's unacked count, and its consumer's credit or its Get owner.
-func (q *Queue) releaseLocked(d *Delivery, state deliveryState) {
-	d.state = state
-	q.unacked--
-	if d.c != nil {
-		d.c.live--
-	} else {
-		q.getsLive--
-		trimSettled(&q.gets, q.getsLive)
-	}
-}
-
-// settleLocked settles an outstanding delivery. The caller tidies the consumer and dispatches.
-func (q *Queue) settleLocked(d *Delivery, how settlement) {
-	q.releaseLocked(d, deliverySettled)
-	q.settleAsLocked(d, how)
-}
-
-// settleAsLocked does what a settlement does with a released delivery's message.
-func (q *Queue) settleAsLocked(d *Delivery, how settlement) {
-	switch how {
-	case settleAck:
-		q.n.acked++
-		q.messageEventLocked(EventAcked, d.e.env, d.ConsumerTag, "")
-	case settleNack:
-		q.n.nacked++
-		q.returnLocked(d.e, d.ConsumerTag)
-	case settleReject:
-		q.n.rejected++
-		q.deadLetterLocked(d.e, ReasonRejected)
-	}
-}
-
-// deliverySlabSize is how many deliveries a queue allocates at once. Slots are never reused,
-// so a delivery the application still holds stays valid; the cost is that it keeps its chunk
-// alive, and with it the messages of up to deliverySlabSize-1 other deliveries. 16 keeps that
-// bound small while making the allocation per delivery negligible.
-const deliverySlabSize = 16
-
-// newDeliveryLocked returns a delivery of e with the fields common to consumers and Gets.
-func (q *Queue) newDeliveryLocked(e entry) *Delivery {
-	if len(q.slab) == 0 {
-		q.slab = make([]Delivery, deliverySlabSize)
-	}
-	d := &q.slab[0]
-	q.slab = q.slab[1:]
-	// Field by field rather than *d = Delivery{…}: the slot is fresh zeroed memory, and the
-	// whole-struct copy costs a bulk write barrier over every pointer field during GC.
-	d.Message = &e.env.msg
-	d.Exchange = e.env.exchange.name
-	d.RoutingKey = e.env.routingKey
-	d.Redelivered = e.redelivered
-	d.DeliveryCount = int(e.returns)
+// deliverLocked records a delivery of e to h (see [queueCore.deliver]) and returns it, ready to
+// send or return.
+func (q *Queue) deliverLocked(h *holder, e entry, autoAck bool, due int64) *Delivery {
+	d := q.core.deliver(h, e, autoAck, due)
 	d.q = q
-	d.self = d
-	d.e = e
-	d.state = deliveryOutstanding
-	q.n.delivered++
-	if e.redelivered {
-		q.n.redelivered++
-	}
 	return d
-}
-
-// outstanding yields the outstanding deliveries of a tag-ordered list of deliveries with settled
-// holes (a consumer's unacked, a queue's gets), in tag order.
-func outstanding(r *ring[*Delivery]) iter.Seq[*Delivery] {
-	return func(yield func(*Delivery) bool) {
-		for i := range r.len() {
-			if d := r.at(i); d.state == deliveryOutstanding && !yield(d) {
-				return
-			}
-		}
-	}
 }

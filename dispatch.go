@@ -57,7 +57,7 @@ func (q *Queue) addConsumerLocked(c *Consumer) error {
 	}
 	q.exclusive = c.exclusive
 	q.hadConsumer = true
-	q.holders = append(q.holders, c)
+	q.core.hold(&c.holder)
 	if q.cfg.singleActive && len(q.consumers)+len(q.feeders) > 0 {
 		q.standby = insertByPriority(q.standby, c)
 		return nil
@@ -160,7 +160,7 @@ func (q *Queue) reorderLocked() {
 // never block: a push consumer's channel has room for its whole prefetch, and a consumer only
 // receives while its outstanding deliveries are fewer than its prefetch.
 func (q *Queue) dispatchLocked() {
-	if q.ready.len() == 0 || len(q.leaving) > 0 {
+	if q.core.ready.len() == 0 || len(q.leaving) > 0 {
 		return
 	}
 	if q.general {
@@ -170,12 +170,12 @@ func (q *Queue) dispatchLocked() {
 	for _, c := range q.feeders {
 		c.wakeLocked()
 	}
-	for q.ready.len() > 0 {
+	for q.core.ready.len() > 0 {
 		c := q.creditedLocked()
 		if c == nil {
 			return
 		}
-		e, ok := q.takeLocked()
+		e, ok := q.core.take()
 		if !ok {
 			return // everything ready had expired
 		}
@@ -207,7 +207,7 @@ func (q *Queue) creditedLocked() *Consumer {
 // would make: an arriving message has not expired, even with a TTL of 0. It reports
 // whether the message was delivered; if not, the caller pushes and dispatches as usual.
 func (q *Queue) deliverArrivingLocked(e entry) bool {
-	if q.ready.len() != 0 || q.general || len(q.leaving) > 0 {
+	if q.core.ready.len() != 0 || q.general || len(q.leaving) > 0 {
 		return false
 	}
 	c := q.creditedLocked()
@@ -223,14 +223,14 @@ func (q *Queue) deliverArrivingLocked(e entry) bool {
 func (q *Queue) dispatchGeneralLocked() {
 	q.cursorsLocked()
 	q.pass++
-	for lo := 0; lo < len(q.order) && q.ready.len() > 0; {
+	for lo := 0; lo < len(q.order) && q.core.ready.len() > 0; {
 		hi := lo + 1
 		for hi < len(q.order) && q.order[hi].priority == q.order[lo].priority {
 			hi++
 		}
 		band := q.order[lo:hi]
 		lo = hi
-		for q.ready.len() > 0 {
+		for q.core.ready.len() > 0 {
 			// The consumer with credit, not yet found wanting in this pass, whose last turn
 			// is the oldest.
 			var c *Consumer
@@ -256,7 +256,7 @@ func (q *Queue) dispatchGeneralLocked() {
 				// An idle feeder sends nothing itself, so sending here keeps the channel's
 				// order; what does not fit is handed to the feeder, and nothing more is sent
 				// here until it has sent that.
-				c.ch <- c.newDeliveryLocked(e)
+				c.ch <- c.deliverLocked(e)
 			default:
 				c.handoff, c.handing = e, true
 				c.wakeLocked()
@@ -280,11 +280,11 @@ func (c *Consumer) hasCreditLocked() bool {
 // from its cursor for that rank, highest priority first.
 func (q *Queue) takeForLocked(c *Consumer) (entry, bool) {
 	if c.selector == nil {
-		return q.takeLocked()
+		return q.core.take()
 	}
 	q.scan.c, q.scan.ok = c, false
 	for rank := range c.cursor {
-		q.ready.scanRank(uint8(rank), c.cursor[rank], q.scan.visit)
+		q.core.ready.scanRank(uint8(rank), c.cursor[rank], q.scan.visit)
 		if q.scan.ok {
 			break
 		}
@@ -292,7 +292,7 @@ func (q *Queue) takeForLocked(c *Consumer) (entry, bool) {
 	e, ok := q.scan.found, q.scan.ok
 	q.scan.c, q.scan.found = nil, entry{}
 	if ok {
-		q.ready.remove(e.key())
+		q.core.ready.remove(e.key())
 	}
 	return e, ok
 }
@@ -311,7 +311,7 @@ type selectorScan struct {
 func (q *Queue) selectorVisit(e entry) bool {
 	c := q.scan.c
 	c.cursor[e.rank] = e.key() + 1 // rejected or taken: either way behind the cursor now
-	if q.expiredLocked(e) || !q.acceptsLocked(c, &e.env.msg) {
+	if q.core.expired(e) || !q.acceptsLocked(c, &e.env.msg) {
 		return true // an expired message is the timer's to remove
 	}
 	q.scan.found, q.scan.ok = e, true
@@ -347,10 +347,10 @@ func (q *Queue) logPanics(ps []selectorPanic) {
 // cursorsLocked moves the selector cursors back to the least key of each rank that came back
 // to the ready set since the last dispatch, where it is below them.
 func (q *Queue) cursorsLocked() {
-	if !q.ready.lowered {
+	if !q.core.ready.lowered {
 		return
 	}
-	for rank, floor := range q.ready.floors {
+	for rank, floor := range q.core.ready.floors {
 		if floor == noFloor {
 			continue
 		}
@@ -361,7 +361,7 @@ func (q *Queue) cursorsLocked() {
 				}
 			}
 		}
-		q.ready.floors[rank] = noFloor
+		q.core.ready.floors[rank] = noFloor
 	}
-	q.ready.lowered = false
+	q.core.ready.lowered = false
 }

@@ -105,7 +105,8 @@ const (
 	// count, bytes, or nanoseconds) and Limit (the threshold); Message for AlertMessageSize.
 	EventAlert
 
-	// eventDeadLetter is not emitted: it carries a dead letter through a queue's outbox.
+	// eventDeadLetter is not emitted: the effect of a message leaving for the dead-letter
+	// exchange (core.go), which the flush publishes.
 	eventDeadLetter
 )
 
@@ -199,8 +200,6 @@ type Event struct {
 	Reason              Reason   // why, for the kinds that say
 	Err                 error    // what went wrong
 	Value, Limit        int64    // EventAlert: the measure and its threshold
-
-	env *envelope // eventDeadLetter: the message to dead-letter, with Reason
 }
 
 // listeners is a broker's set of event listeners, copy-on-write: emitting reads one atomic
@@ -285,18 +284,9 @@ func (b *Broker) call(l *listener, e Event) {
 	l.fn(e)
 }
 
-// eventLocked records an event of the queue's, to be emitted in order once mu is released (see
-// unlock). Only call it when q.b.listening().
+// eventLocked records an event of the queue's own, in order with the effects of its messages
+// (see [queueCore.note]). Only call it when q.b.listening(), or for an alert.
 func (q *Queue) eventLocked(e Event) {
 	e.Queue = q.name
-	q.outbox = append(q.outbox, e)
-}
-
-// messageEventLocked records an event about e's message in this queue, if anyone listens.
-func (q *Queue) messageEventLocked(kind EventKind, env *envelope, consumer string, reason Reason) {
-	if !q.b.listening() {
-		return
-	}
-	q.eventLocked(Event{Kind: kind, Exchange: env.exchange.name, RoutingKey: env.routingKey,
-		Consumer: consumer, Message: &env.msg, Reason: reason})
+	q.core.note(e)
 }

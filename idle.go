@@ -104,11 +104,11 @@ func (q *Queue) WaitEmpty(ctx context.Context) error {
 		if q.endErr != nil {
 			return false, errorf("wait for queue %q to empty: %w", q.name, q.endErrLocked())
 		}
-		if q.ready.len() > 0 || q.unacked > 0 || len(q.leaving) > 0 || q.delayed != nil && q.delayed.Len() > 0 {
+		if q.core.ready.len() > 0 || q.core.unacked > 0 || len(q.leaving) > 0 || q.core.delayed != nil && q.core.delayed.Len() > 0 {
 			return false, nil
 		}
-		for _, c := range q.holders {
-			if c.handing { // a message on its way to an AutoAck consumer's feeder
+		for _, h := range q.core.holders {
+			if h.c.handing { // a message on its way to an AutoAck consumer's feeder
 				return false, nil
 			}
 		}
@@ -163,24 +163,24 @@ func (q *Queue) busy() bool {
 	if q.endErr != nil {
 		return false
 	}
-	if q.flushing || len(q.outbox) > 0 || len(q.leaving) > 0 || q.ready.expiries.Len() > 0 ||
-		(q.delayed != nil && q.delayed.Len() > 0) {
+	if q.flushing || len(q.core.effects) > 0 || len(q.leaving) > 0 || q.core.ready.expiries.Len() > 0 ||
+		(q.core.delayed != nil && q.core.delayed.Len() > 0) {
 		return true
 	}
-	if q.ready.len() > 0 && (q.cfg.expires > 0 && q.consumerCountLocked() == 0 ||
+	if q.core.ready.len() > 0 && (q.cfg.expires > 0 && q.consumerCountLocked() == 0 ||
 		q.cfg.alerts.Policy == Delete && q.ageDueLocked() != 0) {
 		return true // the queue will be deleted, by its expiry or its age threshold, and its messages dropped
 	}
-	if q.getsLive > 0 && q.cfg.ackTimeout > 0 {
+	if q.core.gets.live > 0 && q.cfg.ackTimeout > 0 {
 		return true // the consumer timeout will take the Gets back
 	}
-	for d := range outstanding(&q.gets) {
+	for d := range q.core.gets.outstanding() {
 		if d.get != nil && d.get.ctx.Err() != nil {
 			return true // its owner ended: it is on its way back
 		}
 	}
-	for _, c := range q.holders {
-		switch {
+	for _, h := range q.core.holders {
+		switch c := h.c; {
 		case c.owner.Err() != nil:
 			return true // its context ended: what it holds is on its way back
 		case c.autoAck:
@@ -217,7 +217,7 @@ func (q *Queue) Outstanding() iter.Seq[DeliveryInfo] {
 			return DeliveryInfo{Message: d.Message, ConsumerTag: d.ConsumerTag, DeliveryTag: d.DeliveryTag,
 				Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount}
 		}
-		for d := range q.outstandingLocked() {
+		for d := range q.core.outstanding() {
 			ds = append(ds, info(d))
 		}
 		q.readUnlock()

@@ -107,14 +107,19 @@ func (q *Queue) checkUse(what string, ctx context.Context) error {
 func (q *Queue) holdsFor(owner context.Context) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for _, cs := range [...][]*Consumer{q.holders, q.leaving, q.ending} {
+	for _, h := range q.core.holders {
+		if ownedBy(h.c.owner, owner) || ownedBy(h.c.as, owner) {
+			return true
+		}
+	}
+	for _, cs := range [...][]*Consumer{q.leaving, q.ending} {
 		for _, c := range cs {
 			if ownedBy(c.owner, owner) || ownedBy(c.as, owner) {
 				return true
 			}
 		}
 	}
-	for d := range outstanding(&q.gets) {
+	for d := range q.core.gets.outstanding() {
 		if d.get != nil && ownedBy(d.get.ctx, owner) {
 			return true
 		}

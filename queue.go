@@ -6,8 +6,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/google/btree"
 )
 
 // Queue is an ordered store of messages with its consumers: RabbitMQ's classic queue. Ready
@@ -18,72 +16,54 @@ import (
 // A Queue is safe for concurrent use. After the queue is deleted its methods return an error
 // wrapping [ErrNotFound]; after the broker closes, [ErrClosed].
 type Queue struct {
-	b     *Broker
-	name  string
-	cfg   queueConfig // fixed at declare
-	epoch time.Time   // the zero of the queue's clock (see ttl.go)
+	b    *Broker
+	name string
+	cfg  queueConfig // fixed at declare
 
 	// mu guards every field below. It is never held while user code runs, and no other queue's
 	// lock is ever taken while it is held. The broker's topology lock, when needed, is taken
-	// before it, never after.
+	// before it, never after. Every critical section ends with commit.
 	mu          sync.Mutex
-	ready       readySet
-	nextSeq     uint64                      // sequence id of the next enqueued message
-	holders     []*Consumer                 // consumers not ended: active, or cancelled and holding deliveries
-	gets        ring[*Delivery]             // Get deliveries in tag order, outstanding ones and settled holes
-	getsLive    int                         // outstanding Get deliveries in gets
-	consumers   []*Consumer                 // active push consumers, by priority then arrival (dispatch.go)
-	feeders     []*Consumer                 // active AutoAck consumers, which pull through their own goroutine
-	standby     []*Consumer                 // single active consumer: those waiting their turn, in order
-	order       []*Consumer                 // consumers and feeders by priority, for the general dispatch
-	general     bool                        // dispatch must heed priorities or selectors
-	exclusive   bool                        // the active consumer is exclusive
-	rr          int                         // round-robin cursor into consumers (simple dispatch)
-	pass        uint64                      // general dispatch passes, to mark consumers found wanting
-	turns       uint64                      // deliveries made by the general dispatch, for round-robin
-	hadConsumer bool                        // for auto-delete: a consumer ever existed
-	gotTag      uint64                      // last delivery tag issued to a Get
-	arriving    uint64                      // seq of the message being enqueued, which TTL 0 lets through once
-	timer       *time.Timer                 // the queue's one timer, armed for the earliest deadline
-	timerAt     int64                       // the deadline the timer is armed for; 0 when stopped
-	outbox      []Event                     // events and dead letters collected, not yet taken by the flusher
-	flushing    bool                        // a goroutine is emptying the outbox (see unlock)
-	queuedDead  uint64                      // dead letters ever put in the outbox
-	flushedDead uint64                      // of those, published (or discarded by the queue's end)
-	n           counters                    // what Stats reports (stats.go)
-	flushed     sync.Cond                   // on mu: flushedDead grew
-	blocked     []blockedPublisher          // publishers waiting for room (Block), first come first woken
-	lastUsed    int64                       // when the queue was last used, for Expires
-	delayed     *btree.BTreeG[delayedEntry] // hidden until due: NackWithDelay, DeliverAfter; nil until used
-	unacked     int                         // deliveries outstanding, all consumers and Gets
-	ackTimed    int                         // holders with an ack timeout (ttl.go)
-	endErr      error                       // non-nil once the queue is deleted or its broker closed
-	slab        []Delivery                  // the next deliveries to hand out
-	ownerStop   func() bool                 // an exclusive queue: stops watching its owner context
-	scan        selectorScan                // the selector scan in progress (dispatch.go)
-	panics      []selectorPanic             // selector panics to log once mu is released
+	core        queueCore          // the messages and deliveries (core.go)
+	consumers   []*Consumer        // active push consumers, by priority then arrival (dispatch.go)
+	feeders     []*Consumer        // active AutoAck consumers, which pull through their own goroutine
+	standby     []*Consumer        // single active consumer: those waiting their turn, in order
+	order       []*Consumer        // consumers and feeders by priority, for the general dispatch
+	general     bool               // dispatch must heed priorities or selectors
+	exclusive   bool               // the active consumer is exclusive
+	rr          int                // round-robin cursor into consumers (simple dispatch)
+	pass        uint64             // general dispatch passes, to mark consumers found wanting
+	turns       uint64             // deliveries made by the general dispatch, for round-robin
+	hadConsumer bool               // for auto-delete: a consumer ever existed
+	timer       *time.Timer        // the queue's one timer, armed for the earliest deadline
+	timerAt     int64              // the deadline the timer is armed for; 0 when stopped
+	flushing    bool               // a goroutine is applying effects (see commit)
+	flushedDead uint64             // dead letters published (or discarded by the queue's end), of core.queuedDead
+	flushed     sync.Cond          // on mu: flushedDead grew
+	blocked     []blockedPublisher // publishers waiting for room (Block), first come first woken
+	lastUsed    int64              // when the queue was last used, for Expires
+	ackTimed    int                // holders with an ack timeout (ttl.go)
+	endErr      error              // non-nil once the queue is deleted or its broker closed
+	ownerStop   func() bool        // an exclusive queue: stops watching its owner context
+	scan        selectorScan       // the selector scan in progress (dispatch.go)
+	panics      []selectorPanic    // selector panics to log once mu is released
 	// leaving are the stopped AutoAck consumers whose feeders have not yet put back what they
 	// hold: those messages are older than anything that could go out meanwhile, so dispatch,
 	// feeders' own takes and hand-offs wait while there are any (a context end's messages are all
 	// back before anything is dispatched, requeue.go). A single active consumer's successor is
-	// activated at once and receives once they are back. (They may have left holders already:
-	// the queue's end finds their hand-offs here.)
+	// activated at once and receives once they are back. (They may have left the holders
+	// already: the queue's end finds their hand-offs here.)
 	leaving []*Consumer
 	// ending are the consumers a context end (or an ack timeout, or Close) ended whose Done is
 	// not yet closed: it is, once the dead letters of what they held are out (finishOrphans).
 	ending      []*Consumer
-	stamps      ring[stamp]            // arrival times, sampled (stats.go)
-	pruneStamps int                    // prune stamps when there are this many
 	alertStates [alertKinds]alertState // per threshold of cfg.alerts (stats.go)
-	doomed      error                  // the Delete policy's reason, until unlock deletes the queue
+	doomed      error                  // the Delete policy's reason, until commit deletes the queue
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
-	q := &Queue{
-		b: b, name: name, cfg: cfg, epoch: time.Now(),
-		ready: newReadySet(b.freeNodes, cfg.levels()), nextSeq: 1,
-		lastUsed: 1,
-	}
+	q := &Queue{b: b, name: name, cfg: cfg, lastUsed: 1}
+	q.core = newCore(&q.cfg, b.freeNodes, &b.listeners.list)
 	q.flushed.L = &q.mu
 	q.scan.visit = q.selectorVisit
 	return q
@@ -97,7 +77,7 @@ func (q *Queue) Name() string { return q.name }
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.readUnlock()
-	return q.ready.len()
+	return q.core.ready.len()
 }
 
 // Unacked returns the number of deliveries of this queue that are outstanding: delivered (or
@@ -105,7 +85,7 @@ func (q *Queue) Len() int {
 func (q *Queue) Unacked() int {
 	q.mu.Lock()
 	defer q.readUnlock()
-	return q.unacked
+	return q.core.unacked
 }
 
 // ConsumerCount returns the number of active consumers (AMQP's consumer_count), counting those
@@ -114,87 +94,6 @@ func (q *Queue) ConsumerCount() int {
 	q.mu.Lock()
 	defer q.readUnlock()
 	return q.consumerCountLocked()
-}
-
-// unlock releases mu, first arming the timer for the earliest deadline, then empties the outbox:
-// the events and dead letters the critical section collected. Every critical section that may
-// expire or reject a message, or record an event, ends with unlock rather than mu.Unlock.
-//
-// The outbox is emptied outside the lock, since listeners are user code and dead letters go into
-// other queues (never two queue locks at once), and in the order it was filled, whichever
-// goroutine filled it (and a queue's events in order): one goroutine at a time — the first
-// to find no flush in progress — takes the outbox batch by batch until it is empty. A dead letter
-// routed back into this queue, or a listener publishing into it, adds to the outbox of the flush
-// in progress, so nothing waits on itself.
-func (q *Queue) unlock() {
-	if q.panics != nil {
-		defer q.logPanics(q.panics) // after mu is released
-		q.panics = nil
-	}
-	if q.cfg.alerting && q.endErr == nil {
-		q.checkAlertsLocked(0)
-		if err := q.doomed; err != nil {
-			// Synchronously, after mu is released: the broker's lock comes first. This goroutine
-			// may be a feeder of the queue, which is why deleteByPolicy does not wait for feeders.
-			defer q.b.deleteByPolicy(q, err)
-			q.doomed = nil
-		}
-	}
-	if q.timerAt != 0 || q.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.delayed != nil || q.ackTimed > 0 ||
-		q.cfg.alerts.Age > 0 || q.getsLive > 0 && q.cfg.ackTimeout > 0 {
-		q.armLocked()
-	}
-	if len(q.blocked) > 0 && q.roomLocked(q.blocked[0].need) {
-		close(q.blocked[0].ready) // the first waiting publisher tries again
-		q.blocked = q.blocked[1:]
-	}
-	if q.flushing || len(q.outbox) == 0 {
-		q.mu.Unlock()
-		q.b.idle.pokeIfWaiting()
-		return
-	}
-	q.flushing = true
-	for len(q.outbox) > 0 {
-		batch := q.outbox
-		q.outbox = nil
-		q.mu.Unlock()
-		dead, lost := q.b.flush(q, batch)
-		q.mu.Lock()
-		if q.outbox == nil && cap(batch) <= 256 {
-			// Reused, so that a queue whose listeners hear every message does not allocate
-			// an outbox per critical section.
-			clear(batch)
-			q.outbox = batch[:0]
-		}
-		if dead+lost > 0 {
-			q.n.deadLettered += dead
-			q.n.dropped += lost
-			q.flushedDead += dead + lost
-			q.flushed.Broadcast()
-		}
-	}
-	q.flushing = false
-	q.mu.Unlock()
-	// Only now: a WaitIdle that began during the flush saw it in progress and waits for this.
-	q.b.idle.pokeIfWaiting()
-}
-
-// readUnlock ends a critical section that only read: it changed nothing unlock would act on,
-// and must not count as a change for WaitIdle (a goroutine polling Len would keep it waiting).
-func (q *Queue) readUnlock() { q.mu.Unlock() }
-
-// flushOutbox empties the outbox of a queue that was ended by a caller holding the broker's lock,
-// once that is released.
-func (q *Queue) flushOutbox() {
-	q.mu.Lock()
-	q.unlock()
-}
-
-// waitFlushedLocked waits until every dead letter collected so far has been published.
-func (q *Queue) waitFlushedLocked() {
-	for target := q.queuedDead; q.flushedDead < target; {
-		q.flushed.Wait()
-	}
 }
 
 // enqueue appends a published message, with message TTL ttl (-1 for none), and dispatches; with
@@ -209,11 +108,11 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 	for {
 		if q.endErr != nil {
 			err := q.endErrLocked()
-			q.dropLocked(env, q.endReasonLocked()) // routed here, and the queue went meanwhile
+			q.core.drop(entry{env: env}, q.endReasonLocked()) // routed here, and the queue went meanwhile
 			q.unlock()
 			return err
 		}
-		if !q.cfg.limited() || q.cfg.overflow == DropHead || q.roomLocked(len(env.msg.Body)) {
+		if !q.cfg.limited() || q.cfg.overflow == DropHead || q.core.room(len(env.msg.Body)) {
 			break
 		}
 		// RejectPublish, RejectPublishDLX and Block check before enqueueing.
@@ -221,83 +120,57 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		if q.cfg.overflow == Block && ctx.Err() == nil && !opt.immediate &&
 			(q.cfg.maxBytes < 0 || int64(len(env.msg.Body)) <= q.cfg.maxBytes) {
 			if err := q.waitRoomLocked(ctx, len(env.msg.Body)); err != nil {
-				q.dropLocked(env, ReasonQueueFull)
+				q.core.drop(entry{env: env}, ReasonQueueFull)
 				q.unlock()
 				return err
 			}
 			continue
 		}
 		if q.cfg.overflow == RejectPublishDLX && q.cfg.hasDLX {
-			q.deadLetterLocked(entry{env: env}, ReasonMaxLen)
+			q.core.deadLetter(entry{env: env}, ReasonMaxLen)
 		} else {
-			q.dropLocked(env, ReasonQueueFull)
+			q.core.drop(entry{env: env}, ReasonQueueFull)
 		}
 		q.unlock()
 		return errorf("queue %q: %w", q.name, ErrQueueFull)
 	}
-	e := entry{env: env, seq: q.nextSeq}
-	if p := q.cfg.maxPriority; p > 0 {
-		e.rank = uint8(p - min(p, int(env.msg.Priority))) // above the maximum counts as the maximum
-	}
-	var now int64
-	if ttl >= 0 || q.cfg.ttl >= 0 {
-		now = q.clock()
-		e.deadline = q.deadlineFor(now, ttl)
-	}
+	e, now := q.core.admit(env, ttl)
 	if q.cfg.alerting && q.cfg.alerts.MessageSize > 0 {
 		q.alertStates[alertSize].over = false // each message is a crossing of its own
 		now = q.crossLocked(alertSize, len(env.msg.Body) >= q.cfg.alerts.MessageSize,
 			int64(len(env.msg.Body)), int64(q.cfg.alerts.MessageSize), env, now)
 	}
-	at := len(q.outbox) // where the Enqueued event goes, once the message is known to stay
-	q.nextSeq++
+	at := q.core.mark() // where its Enqueued effect goes, once the message is known to stay
 	if opt.delay > 0 {
-		q.enqueuedLocked(env, at, opt.deadReason)
-		q.pushStampLocked(e.seq, now)
-		q.delayLocked(e, opt.delay)
+		q.core.enqueued(e, at, opt.deadReason)
+		q.core.pushStamp(e.seq, now)
+		q.core.delay(e, opt.delay)
 		q.unlock()
 		return nil
 	}
 	if opt.immediate || !q.deliverArrivingLocked(e) {
-		q.ready.push(e)
-		q.arriving = e.seq
+		q.core.ready.push(e)
+		q.core.arriving = e.seq
 		q.dispatchLocked()
-		q.arriving = 0
+		q.core.arriving = 0
 	}
 	if opt.immediate {
 		q.handOffLocked(e)
-		if _, ok := q.ready.remove(e.key()); ok { // no consumer took it: it was never here
-			q.dropLocked(env, ReasonNoConsumers)
+		if _, ok := q.core.ready.remove(e.key()); ok { // no consumer took it: it was never here
+			q.core.drop(e, ReasonNoConsumers)
 			q.unlock()
 			return errorf("queue %q: %w", q.name, ErrNoConsumers)
 		}
 	}
-	q.enqueuedLocked(env, at, opt.deadReason)
-	q.stampLocked(e, now)
+	q.core.enqueued(e, at, opt.deadReason)
+	q.core.stamp(e, now)
 	if ttl == 0 || q.cfg.ttl == 0 {
 		q.handOffLocked(e)
-		q.expireDueLocked(q.clock()) // a TTL-0 message no consumer took expires now
+		q.core.expireDue(q.core.clock()) // a TTL-0 message no consumer took expires now
 	}
-	q.dropHeadLocked()
+	q.core.dropHead()
 	q.unlock()
 	return nil
-}
-
-// enqueuedLocked counts a message that entered the queue and, if anyone listens, puts its
-// Enqueued event at outbox position at: before the events of its dispatch, which happened first
-// so that an Immediate publish no consumer took is never evented as enqueued.
-func (q *Queue) enqueuedLocked(env *envelope, at int, reason Reason) {
-	q.n.enqueued++
-	if !q.b.listening() {
-		return
-	}
-	e := Event{Kind: EventEnqueued, Queue: q.name, Exchange: env.exchange.name, RoutingKey: env.routingKey,
-		Message: &env.msg, Reason: reason}
-	if at >= len(q.outbox) {
-		q.outbox = append(q.outbox, e)
-	} else {
-		q.outbox = slices.Insert(q.outbox, at, e)
-	}
 }
 
 // handOffLocked gives an arriving TTL-0 message that no push consumer took to a waiting AutoAck
@@ -307,48 +180,17 @@ func (q *Queue) enqueuedLocked(env *envelope, at int, reason Reason) {
 func (q *Queue) handOffLocked(e entry) {
 	// The general dispatch hands feeders their messages itself; and nothing goes out while a
 	// stopped feeder puts back older messages (see leaving).
-	if q.ready.len() != 1 || q.general || len(q.leaving) > 0 {
+	if q.core.ready.len() != 1 || q.general || len(q.leaving) > 0 {
 		return
 	}
 	for _, c := range q.feeders {
 		if c.idle && !c.handing {
-			if got, ok := q.ready.remove(e.key()); ok {
+			if got, ok := q.core.ready.remove(e.key()); ok {
 				c.handoff, c.handing = got, true
 				c.wakeLocked()
 			}
 			return
 		}
-	}
-}
-
-// roomLocked reports whether a message of n body bytes fits within the queue's length limits.
-func (q *Queue) roomLocked(n int) bool {
-	return (q.cfg.maxLen < 0 || int64(q.ready.len()) < q.cfg.maxLen) &&
-		(q.cfg.maxBytes < 0 || q.ready.bytes+int64(n) <= q.cfg.maxBytes)
-}
-
-// dropHeadLocked enforces the length limits of a drop-head queue: while over a limit, it drops
-// the head (the oldest, or the first returned) and dead-letters it with reason maxlen.
-func (q *Queue) dropHeadLocked() {
-	if !q.cfg.limited() || q.cfg.overflow != DropHead {
-		return
-	}
-	q.dropOverLocked(q.cfg.maxLen, q.cfg.maxBytes)
-}
-
-// dropOverLocked drops the head while the queue holds more than maxLen ready messages or maxBytes
-// ready bytes (-1 for no limit), dead-lettering with reason maxlen, or expired if it had.
-func (q *Queue) dropOverLocked(maxLen, maxBytes int64) {
-	for (maxLen >= 0 && int64(q.ready.len()) > maxLen) || (maxBytes >= 0 && q.ready.bytes > maxBytes) {
-		e, ok := q.ready.popMin()
-		if !ok {
-			return
-		}
-		reason := ReasonMaxLen
-		if q.expiredLocked(e) {
-			reason = ReasonExpired
-		}
-		q.deadLetterLocked(e, reason)
 	}
 }
 
@@ -377,18 +219,6 @@ func (q *Queue) waitRoomLocked(ctx context.Context, need int) error {
 		}
 		// If this waiter had just been woken, the caller's unlock wakes the next.
 		return ctx.Err()
-	}
-}
-
-// takeLocked removes and returns the first ready message that has not expired, expiring (and
-// dead-lettering) those that have on the way.
-func (q *Queue) takeLocked() (entry, bool) {
-	for {
-		e, ok := q.ready.popMin()
-		if !ok || !q.expiredLocked(e) {
-			return e, ok
-		}
-		q.deadLetterLocked(e, ReasonExpired)
 	}
 }
 
@@ -423,28 +253,19 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, erro
 		q.unlock()
 		return nil, err
 	}
-	e, ok := q.takeLocked()
+	e, ok := q.core.take()
 	q.touchLocked() // a Get is a use, even of an empty queue
 	if !ok {
 		q.unlock()
 		return nil, ErrEmpty
 	}
-	d := q.newDeliveryLocked(e)
-	q.gotTag++
-	d.DeliveryTag = q.gotTag
-	d.MessageCount = q.ready.len()
-	q.messageEventLocked(EventDelivered, e.env, "", "")
-	if autoAck {
-		d.state = deliveryAutoAcked
-		q.n.acked++
-		q.messageEventLocked(EventAcked, e.env, "", "")
-	} else {
-		q.unacked++
-		q.gets.push(d)
-		q.getsLive++
-		if q.cfg.ackTimeout > 0 { // the queue's consumer timeout applies to Gets too, as in RabbitMQ
-			d.due = later(q.clock(), q.cfg.ackTimeout)
-		}
+	var due int64
+	if q.cfg.ackTimeout > 0 && !autoAck { // the queue's consumer timeout applies to Gets too, as in RabbitMQ
+		due = later(q.core.clock(), q.cfg.ackTimeout)
+	}
+	d := q.deliverLocked(&q.core.gets, e, autoAck, due)
+	d.MessageCount = q.core.ready.len()
+	if !autoAck {
 		if ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
 			// Registered under mu so that d.get is in place before anyone can settle d; the
 			// callback takes mu itself, on its own goroutine, after ctx ends.
@@ -453,25 +274,6 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, erro
 	}
 	q.unlock()
 	return d, nil
-}
-
-// outstandingLocked yields every outstanding delivery of the queue: each consumer's in tag
-// order, consumers in the order they started, then the Gets' in tag order.
-func (q *Queue) outstandingLocked() iter.Seq[*Delivery] {
-	return func(yield func(*Delivery) bool) {
-		for _, c := range q.holders {
-			for d := range outstanding(&c.unacked) {
-				if !yield(d) {
-					return
-				}
-			}
-		}
-		for d := range outstanding(&q.gets) {
-			if !yield(d) {
-				return
-			}
-		}
-	}
 }
 
 // Browse returns the queue's ready messages in delivery order, without consuming them (AMQP
@@ -484,9 +286,9 @@ func (q *Queue) Browse() iter.Seq[*Message] {
 		q.mu.Lock()
 		var ms []*Message
 		if q.endErr == nil {
-			ms = make([]*Message, 0, q.ready.len())
-			q.ready.ascend(0, func(e entry) bool {
-				if !q.expiredLocked(e) {
+			ms = make([]*Message, 0, q.core.ready.len())
+			q.core.ready.ascend(0, func(e entry) bool {
+				if !q.core.expired(e) {
 					ms = append(ms, &e.env.msg)
 				}
 				return true
@@ -517,8 +319,7 @@ func (q *Queue) Purge(opts ...CallOption) (int, error) {
 	if err := q.checkUse("purge", cfg.owner); err != nil {
 		return 0, err
 	}
-	q.dropReadyLocked(ReasonPurged)
-	return q.ready.clear(), nil
+	return q.core.purge(ReasonPurged), nil
 }
 
 // endErrLocked returns why the queue can no longer be used: [ErrClosed] once its broker has
@@ -544,88 +345,55 @@ func (q *Queue) endLocked(err error, reason Reason) []*Consumer {
 		q.timer.Stop()
 		q.timerAt = 0
 	}
-	// What the queue held is dropped: ready, hidden, outstanding (buffered or received), and
-	// dead letters not yet published (a deleted queue dead-letters nothing more).
+	// What the queue held is dropped: what was handed to an AutoAck consumer's goroutine and not
+	// yet taken, then everything the core holds (see queueCore.end).
 	why := q.endReasonLocked()
-	q.dropReadyLocked(why)
-	if q.delayed != nil {
-		q.delayed.Ascend(func(k delayedEntry) bool {
-			q.dropLocked(k.e.env, why)
-			return true
-		})
-		q.delayed = nil
+	for _, h := range q.core.holders {
+		q.dropHandoffLocked(h.c, why)
 	}
-	for d := range q.outstandingLocked() {
-		q.dropLocked(d.e.env, why)
+	for _, c := range q.leaving {
+		q.dropHandoffLocked(c, why)
 	}
-	for _, cs := range [...][]*Consumer{q.holders, q.leaving} {
-		for _, c := range cs {
-			if c.handing { // handed to an AutoAck consumer's goroutine, which has not taken it yet
-				q.dropLocked(c.handoff.env, why)
-				c.handoff, c.handing = entry{}, false
-			}
-		}
-	}
-	kept := q.outbox[:0]
-	for _, e := range q.outbox {
-		if e.Kind == eventDeadLetter {
-			q.dropLocked(e.env, why)
-			continue
-		}
-		kept = append(kept, e)
-	}
-	clear(q.outbox[len(kept):])
-	q.outbox = kept
-	q.flushedDead = q.queuedDead
+	q.core.end(why)
+	q.flushedDead = q.core.queuedDead
 	q.flushed.Broadcast()
 	for _, p := range q.blocked {
 		close(p.ready) // waiting publishers see endErr
 	}
 	q.blocked = nil
 	var feeders []*Consumer
-	for _, c := range q.holders {
+	for _, h := range q.core.holders {
+		c := h.c
 		if c.autoAck {
 			feeders = append(feeders, c)
 		}
-		c.stopLocked(err, nil, "") // the queue's messages are discarded (evented above)
+		c.stopLocked(err, nil, "") // the queue's messages are discarded (dropped above)
 		c.ended = true
 		c.signalStopLocked()
 		c.stopCtx()
 	}
-	for d := range outstanding(&q.gets) {
+	for d := range q.core.gets.outstanding() {
 		d.stopWatching()
 	}
-	q.gets = ring[*Delivery]{}
-	q.getsLive = 0
-	q.holders, q.consumers, q.feeders, q.standby, q.order = nil, nil, nil, nil, nil
+	q.core.reset(q.b.freeNodes) // the application may hold the *Queue long after
+	q.consumers, q.feeders, q.standby, q.order = nil, nil, nil, nil
 	q.ackTimed = 0
 	q.leaving = nil
 	if q.ownerStop != nil {
 		q.ownerStop()
 	}
-	// The application may hold the *Queue long after: keep nothing it could reclaim.
-	q.ready.clear() // returns its tree nodes to the broker's free list
-	q.ready = newReadySet(q.b.freeNodes, q.cfg.levels())
-	q.stamps = ring[stamp]{}
-	q.slab = nil
-	q.unacked = 0
 	if q.b.listening() {
 		q.eventLocked(Event{Kind: EventQueueDeleted, Reason: reason, Err: err})
 	}
 	return feeders
 }
 
-// dropReadyLocked counts and events every ready message as dropped with reason, before the
-// ready set is cleared.
-func (q *Queue) dropReadyLocked(reason Reason) {
-	if !q.b.listening() {
-		q.n.dropped += uint64(q.ready.len())
-		return
+// dropHandoffLocked drops the message handed to c's feeder, if it has not taken it yet.
+func (q *Queue) dropHandoffLocked(c *Consumer, why Reason) {
+	if c.handing {
+		q.core.drop(c.handoff, why)
+		c.handoff, c.handing = entry{}, false
 	}
-	q.ready.ascend(0, func(e entry) bool {
-		q.dropLocked(e.env, reason)
-		return true
-	})
 }
 
 // getOptions applies a Get's options and returns whether it auto-acknowledges; every option

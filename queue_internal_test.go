@@ -165,7 +165,7 @@ func TestContextEndIsAtomic(t *testing.T) {
 	go func() {
 		for {
 			q.mu.Lock()
-			n, u := q.ready.len(), q.unacked
+			n, u := q.core.ready.len(), q.core.unacked
 			q.mu.Unlock()
 			if n+u != held+behind {
 				observed <- fmt.Sprintf("ready %d + unacked %d != %d", n, u, held+behind)
@@ -230,7 +230,7 @@ func TestExpiredSlotsDoNotAccumulate(t *testing.T) {
 		}
 		for _, x := range []*Queue{q, head} {
 			x.mu.Lock()
-			slots, live := x.ready.fresh.len(), x.ready.len()
+			slots, live := x.core.ready.fresh.len(), x.core.ready.len()
 			x.mu.Unlock()
 			if slots > 2*live+1024 {
 				t.Errorf("queue %s: %d slots for %d live messages", x.name, slots, live)
@@ -461,11 +461,11 @@ func TestDeletedQueueKeepsNoMemory(t *testing.T) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	r := &q.ready
-	if n := r.fresh.capacity() + len(r.fresh.spares) + r.returned.Len() + len(r.run) + q.stamps.capacity() + len(q.stamps.spares) +
-		len(q.slab) + q.gets.capacity(); n != 0 {
+	r := &q.core.ready
+	if n := r.fresh.capacity() + len(r.fresh.spares) + r.returned.Len() + len(r.run) + q.core.stamps.capacity() + len(q.core.stamps.spares) +
+		len(q.core.slab) + q.core.gets.unacked.capacity(); n != 0 {
 		t.Errorf("deleted queue keeps %d slots: ready ring %d (+%d spare pages), stamps %d, slab %d, gets %d", n,
-			r.fresh.capacity(), len(r.fresh.spares), q.stamps.capacity(), len(q.slab), q.gets.capacity())
+			r.fresh.capacity(), len(r.fresh.spares), q.core.stamps.capacity(), len(q.core.slab), q.core.gets.unacked.capacity())
 	}
 }
 
@@ -681,7 +681,7 @@ func selectorsOnly(t *testing.T, n, prio int, opts ...QueueOption) {
 	check := func(when string) {
 		t.Helper()
 		q.mu.Lock()
-		err := tombstoneErr(&q.ready)
+		err := tombstoneErr(&q.core.ready)
 		q.mu.Unlock()
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
@@ -714,7 +714,7 @@ func selectorsOnly(t *testing.T, n, prio int, opts ...QueueOption) {
 	check("after the run")
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	r := &q.ready
+	r := &q.core.ready
 	if r.dead != 0 {
 		t.Errorf("after the run: %d tombstones, want 0", r.dead)
 	}

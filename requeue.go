@@ -1,12 +1,8 @@
 package warren
 
 import (
-	"cmp"
 	"context"
 	"slices"
-	"time"
-
-	"github.com/google/btree"
 )
 
 // Returning a message to its original position.
@@ -26,115 +22,6 @@ import (
 // One message (a Nack) goes into the ready set's btree; many at once (a context end, Recover,
 // NackUpTo, Cancel's buffered deliveries) are sorted and merged, and are all back before
 // anything is dispatched.
-
-// delayedEntry is a message hidden from consumers until due, on the queue's clock.
-type delayedEntry struct {
-	due int64
-	e   entry
-}
-
-func delayedLess(a, b delayedEntry) bool {
-	if a.due != b.due {
-		return a.due < b.due
-	}
-	return a.e.seq < b.e.seq
-}
-
-// delayLocked hides e from consumers for d, capped at maxWait: it keeps its place (its sequence
-// id) and rejoins the ready set there when d has passed, on the queue's one timer.
-func (q *Queue) delayLocked(e entry, d time.Duration) {
-	if q.delayed == nil {
-		q.delayed = btree.NewG(32, delayedLess)
-	}
-	q.delayed.ReplaceOrInsert(delayedEntry{later(q.clock(), d), e})
-}
-
-// promoteDueLocked moves the delayed messages that are due back into the ready set, at their
-// original positions; one whose deadline passed meanwhile expires instead.
-func (q *Queue) promoteDueLocked(now int64) {
-	for q.delayed != nil {
-		k, ok := q.delayed.Min()
-		if !ok || k.due > now {
-			return
-		}
-		q.delayed.DeleteMin()
-		if q.expiredLocked(k.e) {
-			q.deadLetterLocked(k.e, ReasonExpired)
-			continue
-		}
-		q.coverLocked(k.e.seq)
-		q.ready.reinsert(k.e)
-		q.dropHeadLocked()
-	}
-}
-
-// redelivered returns e as it comes back after the application saw it.
-func redelivered(e entry) entry {
-	e.redelivered = true
-	e.returns++
-	return e
-}
-
-// returnLocked puts back one message the application received and nacked, redelivered; or
-// expires it if its deadline passed meanwhile, or dead-letters it past the delivery limit.
-func (q *Queue) returnLocked(e entry, consumer string) {
-	q.messageEventLocked(EventRequeued, e.env, consumer, ReasonNack)
-	if e = redelivered(e); q.endErr == nil && q.mayReturnLocked(e) { // a deleted queue keeps nothing
-		q.coverLocked(e.seq)
-		q.ready.reinsert(e)
-		q.dropHeadLocked() // returned messages are at the head: the first dropped
-	}
-}
-
-// mayReturnLocked reports whether a message coming back may go back: not if its deadline passed
-// meanwhile nor if it came back more times than the delivery limit. Those it
-// dead-letters instead.
-func (q *Queue) mayReturnLocked(e entry) bool {
-	switch {
-	case q.expiredLocked(e):
-		q.deadLetterLocked(e, ReasonExpired)
-	case q.cfg.deliveryLimit >= 0 && int64(e.returns) > q.cfg.deliveryLimit:
-		q.deadLetterLocked(e, ReasonDeliveryLimit)
-	default:
-		return true
-	}
-	return false
-}
-
-// restoreAllLocked puts back messages that come back together, already marked and evented as
-// they return. Those whose deadline passed meanwhile are expired instead, and those past the
-// delivery limit dead-lettered, in queue order.
-func (q *Queue) restoreAllLocked(es []entry) {
-	if len(es) == 0 || q.endErr != nil {
-		return
-	}
-	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
-	live := es[:0]
-	least := ^uint64(0)
-	for _, e := range es {
-		if q.mayReturnLocked(e) {
-			live = append(live, e)
-			least = min(least, e.seq)
-		}
-	}
-	clear(es[len(live):])
-	if len(live) > 0 {
-		q.coverLocked(least)
-	}
-	q.ready.merge(live)
-	q.dropHeadLocked()
-}
-
-// takeBackLocked releases every delivery c received and has not settled, marking it returned,
-// and appends its entry to back, redelivered, for the caller to put back.
-func (c *Consumer) takeBackLocked(back []entry, why Reason) []entry {
-	for d := range outstanding(&c.unacked) {
-		c.q.releaseLocked(d, deliveryReturned)
-		c.backLocked(d.e, why)
-		back = append(back, redelivered(d.e))
-	}
-	return back
-}
 
 // reap runs when a context that owns consumers or Get deliveries of this queue ends: AMQP's
 // channel close. Everything owned by any context that has ended — not only the one whose
@@ -182,7 +69,8 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool
 		back  []entry
 		ended []*Consumer
 	)
-	q.holders = slices.DeleteFunc(q.holders, func(c *Consumer) bool {
+	q.core.holders = slices.DeleteFunc(q.core.holders, func(h *holder) bool {
+		c := h.c
 		reason := end(c)
 		if reason == nil {
 			return false
@@ -191,7 +79,7 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool
 			back = c.stopLocked(reason, back, why)
 			q.removeConsumerLocked(c)
 		}
-		back = c.takeBackLocked(back, why)
+		back = q.core.takeBack(h, back, why)
 		c.unacked.clear()
 		c.ended = true
 		q.unholdLocked(c)
@@ -200,18 +88,18 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool
 	})
 	if get != nil {
 		var gone []*Delivery // collected first: releasing one tidies the list walked
-		for d := range outstanding(&q.gets) {
+		for d := range q.core.gets.outstanding() {
 			if get(d) {
 				gone = append(gone, d)
 			}
 		}
 		for _, d := range gone {
-			q.releaseLocked(d, deliveryReturned)
-			q.messageEventLocked(EventRequeued, d.e.env, "", why)
+			q.core.release(d, deliveryReturned)
+			q.core.back(&q.core.gets, d.e, why)
 			back = append(back, redelivered(d.e))
 		}
 	}
-	q.restoreAllLocked(back)
+	q.core.restoreAll(back)
 	for _, c := range ended {
 		if c.autoAck {
 			c.signalStopLocked() // the feeder puts its messages back, then closes done

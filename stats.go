@@ -6,11 +6,6 @@ import (
 	"time"
 )
 
-// counters are a queue's message counts since it was declared; guarded by its mu.
-type counters struct {
-	enqueued, delivered, redelivered, acked, nacked, rejected, expired, deadLettered, dropped uint64
-}
-
 // QueueStats is a snapshot of one queue, taken in one critical section ([Queue.Stats]). It
 // marshals to JSON with snake_case names, OldestAge as a duration string ("1.5s", as
 // [time.Duration.String] writes it and [time.ParseDuration] reads it).
@@ -79,17 +74,17 @@ func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
 	defer q.readUnlock()
 	s := QueueStats{
-		Queue: q.name, Ready: q.ready.len(), Unacked: q.unacked, Consumers: q.consumerCountLocked(),
-		Bytes:    q.ready.bytes,
-		Enqueued: q.n.enqueued, Delivered: q.n.delivered, Redelivered: q.n.redelivered,
-		Acked: q.n.acked, Nacked: q.n.nacked, Rejected: q.n.rejected, Expired: q.n.expired,
-		DeadLettered: q.n.deadLettered, Dropped: q.n.dropped,
+		Queue: q.name, Ready: q.core.ready.len(), Unacked: q.core.unacked, Consumers: q.consumerCountLocked(),
+		Bytes:    q.core.ready.bytes,
+		Enqueued: q.core.n.enqueued, Delivered: q.core.n.delivered, Redelivered: q.core.n.redelivered,
+		Acked: q.core.n.acked, Nacked: q.core.n.nacked, Rejected: q.core.n.rejected, Expired: q.core.n.expired,
+		DeadLettered: q.core.n.deadLettered, Dropped: q.core.n.dropped,
 	}
-	if q.delayed != nil {
-		s.Delayed = q.delayed.Len()
+	if q.core.delayed != nil {
+		s.Delayed = q.core.delayed.Len()
 	}
-	if at, ok := q.oldestAtLocked(); ok {
-		s.OldestAge = time.Duration(max(q.clock()-at, 0))
+	if at, ok := q.core.oldestAt(); ok {
+		s.OldestAge = time.Duration(max(q.core.clock()-at, 0))
 	}
 	return s
 }
@@ -123,93 +118,6 @@ func (b *Broker) Stats() BrokerStats {
 // publish (it joins the ready set later, maybe into an empty queue). The oldest ready
 // message arrived no earlier than the newest stamp at or before its seq. Stamps no message
 // held needs are dropped from time to time (see pushStampLocked).
-
-// stamp records that the message with sequence id seq arrived at at, on the queue's clock.
-type stamp struct {
-	seq uint64
-	at  int64
-}
-
-// stampEvery is how many sequence ids apart the regular stamps are (a power of two).
-const stampEvery = 64
-
-// stampLocked records e's arrival if a stamp is due: the caller has just enqueued and
-// dispatched e; now is the queue's clock if the caller read it, else 0.
-func (q *Queue) stampLocked(e entry, now int64) {
-	if e.seq&(stampEvery-1) != 0 && q.ready.len() != 1 && q.cfg.alerts.Age == 0 {
-		return
-	}
-	q.pushStampLocked(e.seq, now)
-}
-
-// pushStampLocked records that the message with sequence id seq, the newest, arrived at now (0:
-// read the clock). Now and then it drops the stamps no message needs: those before the one
-// that covers the oldest message the queue holds, ready or out with a consumer (which may come
-// back); that costs a look at every outstanding delivery, so it is done only when the stamps
-// have doubled since the last time, and it thins them out, keeping every other one, beyond
-// maxStamps.
-func (q *Queue) pushStampLocked(seq uint64, now int64) {
-	if now == 0 {
-		now = q.clock()
-	}
-	if q.stamps.len() >= q.pruneStamps {
-		q.pruneStampsLocked()
-		q.pruneStamps = max(stampEvery, 2*q.stamps.len())
-	}
-	q.stamps.push(stamp{seq, now})
-}
-
-// coverLocked makes sure a message with sequence id seq coming back into the ready set is
-// covered by a stamp: one delivered as it arrived, or whose stamp went, counts its age from
-// now, its return (an under-estimate, but not nothing).
-func (q *Queue) coverLocked(seq uint64) {
-	if q.stamps.len() == 0 || q.stamps.front().seq > seq {
-		q.stamps.pushFront(stamp{seq, q.clock()})
-	}
-}
-
-// maxStamps bounds the stamps a queue keeps: a delivery held for long keeps the stamps after it.
-const maxStamps = 4096
-
-// pruneStampsLocked drops the stamps before the one covering the oldest message held, and thins
-// them out beyond maxStamps.
-func (q *Queue) pruneStampsLocked() {
-	oldest, ok := q.ready.oldestSeq()
-	for d := range q.outstandingLocked() {
-		if !ok || d.e.seq < oldest {
-			oldest, ok = d.e.seq, true
-		}
-	}
-	if !ok {
-		q.stamps.clear()
-		return
-	}
-	for q.stamps.len() >= 2 && q.stamps.at(1).seq <= oldest {
-		q.stamps.pop()
-	}
-	if q.stamps.len() > maxStamps {
-		i := 0
-		q.stamps.filter(func(stamp) bool { i++; return i%2 == 1 }) // the first kept: it covers the oldest
-	}
-}
-
-// oldestAtLocked returns when the oldest ready message arrived, as far as the stamps tell.
-func (q *Queue) oldestAtLocked() (int64, bool) {
-	oldest, ok := q.ready.oldestSeq()
-	if !ok || q.stamps.len() == 0 {
-		return 0, false
-	}
-	lo, hi := 0, q.stamps.len() // the first stamp after oldest
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if q.stamps.at(m).seq <= oldest {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return q.stamps.at(max(lo-1, 0)).at, true
-}
 
 // Alerts.
 
@@ -317,16 +225,16 @@ var alertNames = [alertKinds]Reason{AlertMessages, AlertBytes, AlertAge, AlertMe
 func (q *Queue) checkAlertsLocked(now int64) {
 	a := &q.cfg.alerts
 	if a.Messages > 0 {
-		now = q.crossLocked(alertMessages, int64(q.ready.len()) >= int64(a.Messages), int64(q.ready.len()), int64(a.Messages), nil, now)
+		now = q.crossLocked(alertMessages, int64(q.core.ready.len()) >= int64(a.Messages), int64(q.core.ready.len()), int64(a.Messages), nil, now)
 	}
 	if a.Bytes > 0 {
-		now = q.crossLocked(alertBytes, q.ready.bytes >= a.Bytes, q.ready.bytes, a.Bytes, nil, now)
+		now = q.crossLocked(alertBytes, q.core.ready.bytes >= a.Bytes, q.core.ready.bytes, a.Bytes, nil, now)
 	}
 	if a.Age > 0 {
 		var age int64
-		if at, ok := q.oldestAtLocked(); ok {
+		if at, ok := q.core.oldestAt(); ok {
 			if now == 0 {
-				now = q.clock()
+				now = q.core.clock()
 			}
 			age = now - at
 		}
@@ -347,7 +255,7 @@ func (q *Queue) crossLocked(i int, over bool, value, limit int64, m *envelope, n
 		return now
 	}
 	if now == 0 {
-		now = q.clock()
+		now = q.core.clock()
 	}
 	if s.last != 0 && now-s.last < int64(q.cfg.alerts.RepeatGap) {
 		return now
@@ -374,7 +282,7 @@ func (q *Queue) cycleLocked() {
 		}
 		return n
 	}
-	q.dropOverLocked(limit(int64(q.cfg.alerts.Messages)), limit(q.cfg.alerts.Bytes))
+	q.core.dropOver(limit(int64(q.cfg.alerts.Messages)), limit(q.cfg.alerts.Bytes))
 }
 
 // ageDueLocked returns when the oldest ready message will pass the age threshold, for the
@@ -383,7 +291,7 @@ func (q *Queue) ageDueLocked() int64 {
 	if q.cfg.alerts.Age == 0 || q.alertStates[alertAge].over {
 		return 0
 	}
-	at, ok := q.oldestAtLocked()
+	at, ok := q.core.oldestAt()
 	if !ok {
 		return 0
 	}

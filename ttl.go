@@ -30,9 +30,6 @@ import (
 // An expired message is dead-lettered with reason "expired" when the queue has a dead-letter
 // exchange, and dropped otherwise.
 
-// clock returns the queue's time: nanoseconds since its epoch, at least 1.
-func (q *Queue) clock() int64 { return int64(time.Since(q.epoch)) + 1 }
-
 // maxWait is the longest a queue waits for anything, about 146 years: every duration that meets
 // its clock (a TTL, a delay, an age threshold, an ack timeout, an expiry) is capped at it by
 // later. Callers that keep a duration beside the deadline it gives, to compare with, cap it too.
@@ -52,53 +49,10 @@ func later(now int64, d time.Duration) int64 {
 	return now + int64(d)
 }
 
-// deadlineFor returns the deadline of a message entering the queue at now (the queue's clock)
-// with message TTL ttl (-1 for none), or 0 for none.
-func (q *Queue) deadlineFor(now int64, ttl time.Duration) int64 {
-	if q.cfg.ttl >= 0 && (ttl < 0 || q.cfg.ttl < ttl) {
-		ttl = q.cfg.ttl
-	}
-	if ttl < 0 {
-		return 0
-	}
-	return later(now, ttl)
-}
-
-// expiredLocked reports whether e's deadline has passed. A message arriving in this critical
-// section with TTL 0 has not expired yet: it may still be taken at once.
-func (q *Queue) expiredLocked(e entry) bool {
-	return e.deadline != 0 && e.seq != q.arriving && e.deadline <= q.clock()
-}
-
-// expireDueLocked removes every ready message whose deadline is not after now and dead-letters
-// it, earliest deadline first.
-func (q *Queue) expireDueLocked(now int64) {
-	for {
-		k, ok := q.ready.expiries.Min()
-		if !ok || k.deadline > now {
-			break
-		}
-		e, ok := q.ready.remove(k.key)
-		if !ok { // cannot happen: the index holds only ready entries; do not spin on it
-			q.ready.expiries.Delete(k)
-			continue
-		}
-		q.deadLetterLocked(e, ReasonExpired)
-	}
-}
-
 // wakeAtLocked returns when the queue's timer must next run: the earliest message deadline, or
 // the queue's own expiry while it has no consumers; 0 for never.
 func (q *Queue) wakeAtLocked() int64 {
-	var at int64
-	if k, ok := q.ready.expiries.Min(); ok {
-		at = k.deadline
-	}
-	if q.delayed != nil {
-		if k, ok := q.delayed.Min(); ok && (at == 0 || k.due < at) {
-			at = k.due
-		}
-	}
+	at := q.core.nextDeadline()
 	if q.cfg.expires > 0 && q.consumerCountLocked() == 0 {
 		if x := later(q.lastUsed, q.cfg.expires); at == 0 || x < at {
 			at = x
@@ -108,14 +62,14 @@ func (q *Queue) wakeAtLocked() int64 {
 		at = due
 	}
 	if q.ackTimed > 0 {
-		for _, c := range q.holders {
-			if due := c.ackDueLocked(); due != 0 && (at == 0 || due < at) {
+		for _, h := range q.core.holders {
+			if due := h.c.ackDueLocked(); due != 0 && (at == 0 || due < at) {
 				at = due
 			}
 		}
 	}
-	if q.getsLive > 0 && q.cfg.ackTimeout > 0 {
-		for d := range outstanding(&q.gets) { // in tag order, so in due order
+	if q.core.gets.live > 0 && q.cfg.ackTimeout > 0 {
+		for d := range q.core.gets.outstanding() { // in tag order, so in due order
 			if at == 0 || d.due < at {
 				at = d.due
 			}
@@ -131,7 +85,7 @@ func (c *Consumer) ackDueLocked() int64 {
 	if c.ackTimeout == 0 {
 		return 0
 	}
-	for d := range outstanding(&c.unacked) {
+	for d := range c.outstanding() {
 		return d.due
 	}
 	return 0
@@ -152,7 +106,7 @@ func (q *Queue) armLocked() {
 		// spares a Reset on every delivery, which moves the earliest deadline later.
 		return
 	}
-	d := time.Duration(max(at-q.clock(), 0))
+	d := time.Duration(max(at-q.core.clock(), 0))
 	if q.timer == nil {
 		q.timer = time.AfterFunc(d, q.onTimer)
 	} else {
@@ -175,11 +129,11 @@ func (q *Queue) onTimer() {
 	// before it waits, waits for this callback's dead letters too.
 	q.b.wg.Add(1)
 	defer q.b.wg.Done()
-	now := q.clock()
-	q.expireDueLocked(now)
-	q.promoteDueLocked(now)
+	now := q.core.clock()
+	q.core.expireDue(now)
+	q.core.promoteDue(now)
 	var timedOut []*Consumer
-	if q.ackTimed > 0 || q.getsLive > 0 && q.cfg.ackTimeout > 0 {
+	if q.ackTimed > 0 || q.core.gets.live > 0 && q.cfg.ackTimeout > 0 {
 		timedOut = q.orphanLocked(func(c *Consumer) error {
 			if due := c.ackDueLocked(); due != 0 && due <= now {
 				return ErrAckTimeout
@@ -204,7 +158,7 @@ func (q *Queue) unusedLocked(now int64) bool {
 // touchLocked records a use of the queue, which postpones its expiry.
 func (q *Queue) touchLocked() {
 	if q.cfg.expires > 0 {
-		q.lastUsed = q.clock()
+		q.lastUsed = q.core.clock()
 	}
 }
 
