@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"errors"
 	"iter"
 	"maps"
 	"slices"
@@ -112,9 +113,7 @@ func (b *Broker) Close() error {
 		b.closed.Store(true)
 		ended := slices.Collect(maps.Values(b.queues))
 		for _, q := range ended {
-			q.mu.Lock()
-			q.endLocked(ErrClosed, ReasonClosed)
-			q.mu.Unlock()
+			b.endQueueLocked(q, ErrClosed, ReasonClosed, nil)
 		}
 		clear(b.queues)
 		clear(b.exchanges)
@@ -197,7 +196,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	q := newQueue(b, name, cfg)
 	b.queues[name] = q
 	if b.listening() {
-		// Through the queue's outbox, so that every listener hears of the queue before any of
+		// Among the queue's effects, so that every listener hears of the queue before any of
 		// its messages, also one a listener publishes on hearing of it.
 		q.eventLocked(Event{Kind: EventQueueCreated})
 		created = q
@@ -211,28 +210,20 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 
 // deleteOwned deletes an exclusive queue whose owner context ended.
 func (b *Broker) deleteOwned(q *Queue) {
-	q.mu.Lock()
-	if q.endErr != nil {
-		q.mu.Unlock()
+	counted := false
+	q.view(func() {
+		// Counted under mu before the queue ends, so Broker.Close waits for this goroutine too.
+		if q.endErr == nil {
+			b.wg.Add(1)
+			counted = true
+		}
+	})
+	if !counted {
 		return
 	}
-	// Counted under mu before the queue ends, so Broker.Close waits for this goroutine too.
-	b.wg.Add(1)
 	defer b.wg.Done()
-	q.mu.Unlock()
-	var feeders []*Consumer
-	defer joinFeeders(&feeders)
-	defer q.flushOutbox()
-	b.mu.Lock()
-	defer b.unlockTopology()
-	q.mu.Lock()
-	if q.endErr != nil {
-		q.mu.Unlock()
-		return
-	}
-	feeders = q.endLocked(errorf("exclusive queue %q: owner ended: %w", q.name, ErrQueueDeleted), ReasonOwnerEnded)
-	q.mu.Unlock()
-	b.removeQueueLocked(q)
+	b.deleteQueue(q, deletion{err: errorf("exclusive queue %q: owner ended: %w", q.name, ErrQueueDeleted),
+		reason: ReasonOwnerEnded, wait: true})
 }
 
 // checkName validates the form of a queue or exchange name given by the user.
@@ -323,98 +314,127 @@ func (b *Broker) DeleteQueue(name string, opts ...CallOption) (int, error) {
 	if cfg.err != nil {
 		return 0, cfg.err
 	}
-	var feeders []*Consumer
-	defer joinFeeders(&feeders) // after the locks are released
+	b.mu.RLock()
+	closed, q := b.closed.Load(), b.queues[name]
+	b.mu.RUnlock()
+	switch {
+	case closed:
+		return 0, ErrClosed
+	case q == nil:
+		return 0, nil
+	}
+	return b.deleteQueue(q, deletion{
+		err: errorf("queue %q: %w", name, ErrQueueDeleted), reason: ReasonDeleted, wait: true,
+		unless: func() error {
+			switch {
+			case !q.usableBy(cfg.owner):
+				return q.checkUse("delete queue", cfg.owner)
+			case cfg.ifUnused && q.consumerCountLocked() > 0:
+				return errorf("delete queue %q: in use: %w", name, ErrPreconditionFailed)
+			case cfg.ifEmpty && q.core.ready.len() > 0:
+				return errorf("delete queue %q: not empty: %w", name, ErrPreconditionFailed)
+			}
+			return nil
+		},
+	})
+}
+
+// deletion is why and how a queue is deleted (see deleteQueue).
+type deletion struct {
+	err    error  // what its consumers end with, and later calls on the queue return
+	reason Reason // its deletion event's
+	// unless, if not nil, runs with the broker's and the queue's locks held, and keeps the
+	// queue if it returns an error: errKeep when the queue no longer qualifies, or the error to
+	// return.
+	unless func() error
+	wait   bool // wait until its AutoAck consumers' feeders have finished (not from one of them)
+}
+
+// errKeep is what a deletion's condition returns to keep a queue that no longer qualifies: a
+// consumer came back to an auto-delete queue, an expiring queue was used.
+var errKeep = errors.New("warren: keep the queue")
+
+// deleteQueue is the one way a queue is deleted: by [Broker.DeleteQueue], when it auto-deletes,
+// expires or its owner ends, and by the Delete policy of its [Alerts] ([Broker.Close] ends every
+// queue through endQueueLocked, as this does). Under the broker's lock and then the queue's, it
+// checks the deletion's condition, ends the queue (endLocked) and removes it with its bindings
+// from the topology; once both locks are released, the queue's effects are applied (the drops
+// of what it held, its deletion event). It returns how many ready messages went with the queue.
+// A queue already gone is not an error; a closed broker is [ErrClosed].
+func (b *Broker) deleteQueue(q *Queue, del deletion) (int, error) {
 	b.mu.Lock()
-	if b.closed.Load() {
+	switch {
+	case b.closed.Load():
 		b.mu.Unlock()
 		return 0, ErrClosed
-	}
-	q := b.queues[name]
-	if q == nil {
+	case b.queues[q.name] != q: // deleted meanwhile
 		b.mu.Unlock()
 		return 0, nil
 	}
-	if err := q.checkUse("delete queue", cfg.owner); err != nil {
-		b.mu.Unlock()
-		return 0, err
+	n, feeders, err := b.endQueueLocked(q, del.err, del.reason, del.unless)
+	if err == nil {
+		b.removeQueueLocked(q)
 	}
-	defer q.flushOutbox()
-	defer b.unlockTopology()
-	q.mu.Lock()
-	switch {
-	case cfg.ifUnused && q.consumerCountLocked() > 0:
-		q.mu.Unlock()
-		return 0, errorf("delete queue %q: in use: %w", name, ErrPreconditionFailed)
-	case cfg.ifEmpty && q.core.ready.len() > 0:
-		q.mu.Unlock()
-		return 0, errorf("delete queue %q: not empty: %w", name, ErrPreconditionFailed)
+	b.unlockTopology()
+	q.flushOutbox()
+	if del.wait {
+		for _, c := range feeders {
+			<-c.done // its Deliveries channel is closed: the deletion is complete
+		}
 	}
-	n := q.core.ready.len()
-	feeders = q.endLocked(errorf("queue %q: %w", name, ErrQueueDeleted), ReasonDeleted)
-	q.mu.Unlock()
-	b.removeQueueLocked(q)
-	return n, nil
+	if errors.Is(err, errKeep) {
+		err = nil
+	}
+	return n, err
 }
 
-// joinFeeders waits until the feeders of an ended queue have closed their consumers'
-// Deliveries channels, so that a deletion is complete when it returns.
-func joinFeeders(feeders *[]*Consumer) {
-	for _, c := range *feeders {
-		<-c.done
+// endQueueLocked ends q, unless (if not nil) returns an error, under the broker's lock, which
+// the caller holds; it returns how many ready messages q had and the feeders to wait for. q's
+// effects wait until the caller has released the broker's lock and called [Queue.flushOutbox]:
+// they include events, which listeners may answer by calling into the broker.
+func (b *Broker) endQueueLocked(q *Queue, err error, reason Reason, unless func() error) (int, []*Consumer, error) {
+	q.mu.Lock()
+	if unless != nil && q.endErr == nil {
+		if err := unless(); err != nil {
+			q.release()
+			return 0, nil, err
+		}
 	}
+	n := q.core.ready.len()
+	feeders := q.endLocked(err, reason)
+	q.release()
+	return n, feeders, nil
 }
 
 // autoDeleteQueue deletes an auto-delete queue whose last consumer went, unless a consumer
 // arrived in between.
 func (b *Broker) autoDeleteQueue(q *Queue) {
-	var feeders []*Consumer
-	defer joinFeeders(&feeders)
-	defer q.flushOutbox()
-	b.mu.Lock()
-	defer b.unlockTopology()
-	q.mu.Lock()
-	if !q.shouldAutoDeleteLocked() {
-		q.mu.Unlock()
-		return
-	}
-	feeders = q.endLocked(errorf("queue %q auto-deleted: %w", q.name, ErrQueueDeleted), ReasonAutoDelete)
-	q.mu.Unlock()
-	b.removeQueueLocked(q)
+	b.deleteQueue(q, deletion{err: errorf("queue %q auto-deleted: %w", q.name, ErrQueueDeleted),
+		reason: ReasonAutoDelete, wait: true, unless: func() error {
+			if !q.shouldAutoDeleteLocked() {
+				return errKeep
+			}
+			return nil
+		}})
 }
 
 // expireQueue deletes a queue that has been unused for its expiry, unless it was used in
 // between. Its messages are discarded, not dead-lettered.
 func (b *Broker) expireQueue(q *Queue) {
-	defer q.flushOutbox()
-	b.mu.Lock()
-	defer b.unlockTopology()
-	q.mu.Lock()
-	if !q.unusedLocked(q.core.clock()) {
-		q.mu.Unlock()
-		return
-	}
-	q.endLocked(errorf("queue %q expired: %w", q.name, ErrQueueDeleted), ReasonQueueExpired)
-	q.mu.Unlock()
-	b.removeQueueLocked(q)
+	b.deleteQueue(q, deletion{err: errorf("queue %q expired: %w", q.name, ErrQueueDeleted),
+		reason: ReasonQueueExpired, unless: func() error {
+			if !q.unusedLocked(q.core.clock()) {
+				return errKeep
+			}
+			return nil
+		}})
 }
 
 // deleteByPolicy deletes a queue that crossed a threshold of its [Alerts] with the [Delete]
 // policy; err says which, and is what its consumers end with. It does not wait for the queue's
 // feeders to finish, since it may run on one of them.
 func (b *Broker) deleteByPolicy(q *Queue, err error) {
-	defer q.flushOutbox()
-	b.mu.Lock()
-	defer b.unlockTopology()
-	if b.closed.Load() {
-		return
-	}
-	q.mu.Lock()
-	q.endLocked(err, ReasonPolicy) // nothing if the queue already ended
-	q.mu.Unlock()
-	if b.queues[q.name] == q {
-		b.removeQueueLocked(q)
-	}
+	b.deleteQueue(q, deletion{err: err, reason: ReasonPolicy})
 }
 
 // removeQueueLocked removes an ended queue from the topology with every binding to it.

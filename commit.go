@@ -2,48 +2,31 @@ package warren
 
 import "time"
 
-// flush empties one batch of src's outbox, in order, with no lock held: it emits the events and
-// publishes the dead letters, and returns how many of those reached a queue and how many were
-// dropped.
-func (b *Broker) flush(src *Queue, batch []effect) (dead, lost uint64) {
-	var now time.Time
-	for _, ef := range batch {
-		switch {
-		case ef.ev != nil:
-			if e := ef.ev; e.Kind == EventAlert {
-				b.cfg.logger.Warn("warren: queue alert", "queue", e.Queue, "threshold", e.Reason,
-					"value", e.Value, "limit", e.Limit)
-			}
-			b.emit(*ef.ev)
-		case ef.kind == eventDeadLetter:
-			if now.IsZero() {
-				now = time.Now()
-			}
-			if b.publishDeadLetter(src, ef.env, ef.reason, now) {
-				dead++
-			} else {
-				lost++
-			}
-		case ef.kind == eventDelayed:
-		default:
-			b.emit(Event{Kind: ef.kind, Queue: src.name, Exchange: ef.env.exchange.name, RoutingKey: ef.env.routingKey,
-				Consumer: ef.tag, Message: &ef.env.msg, Reason: ef.reason})
-		}
-	}
-	return dead, lost
-}
-
-// unlock releases mu, first arming the timer for the earliest deadline, then empties the outbox:
-// the events and dead letters the critical section collected. Every critical section that may
-// expire or reject a message, or record an event, ends with unlock rather than mu.Unlock.
+// Leaving a critical section.
 //
-// The outbox is emptied outside the lock, since listeners are user code and dead letters go into
-// other queues (never two queue locks at once), and in the order it was filled, whichever
-// goroutine filled it (and a queue's events in order): one goroutine at a time — the first
-// to find no flush in progress — takes the outbox batch by batch until it is empty. A dead letter
-// routed back into this queue, or a listener publishing into it, adds to the outbox of the flush
-// in progress, so nothing waits on itself.
-func (q *Queue) unlock() {
+// A queue's critical section is entered with q.mu.Lock and left through one of three doors, all
+// here:
+//   - commit, the door of every section that may have changed something: it applies what the
+//     section did (the core's effects, alerts, the timer, waiting publishers, WaitIdle).
+//   - view, for a section that only reads: it changes nothing and does not count as a change
+//     for WaitIdle (a goroutine polling Len would otherwise keep WaitIdle waiting forever).
+//   - release, for a section that runs under the broker's topology lock (endQueueLocked,
+//     touch): the effects of a queue's end include events, and listeners may call into the
+//     broker, so they wait until the caller has released that lock and calls flushOutbox.
+// No other code unlocks q.mu (architecture_test.go checks it).
+
+// commit leaves a critical section: it checks the alert thresholds, arms the timer for the
+// earliest deadline, lets the first waiting publisher try again if there is room, releases mu,
+// and applies the effects the section recorded (queueCore.effects): the events and the dead
+// letters.
+//
+// Effects are applied outside the lock, since listeners are user code and dead letters go into
+// other queues (never two queue locks at once), and in the order they were recorded, whichever
+// goroutine recorded them (and a queue's events in order): one goroutine at a time — the first
+// to find no flush in progress — takes the effects batch by batch until there are none. A dead
+// letter routed back into this queue, or a listener publishing into it, adds to the effects of
+// the flush in progress, so nothing waits on itself.
+func (q *Queue) commit() {
 	if q.panics != nil {
 		defer q.logPanics(q.panics) // after mu is released
 		q.panics = nil
@@ -79,7 +62,7 @@ func (q *Queue) unlock() {
 		q.mu.Lock()
 		if q.core.effects == nil && cap(batch) <= 256 {
 			// Reused, so that a queue whose listeners hear every message does not allocate
-			// an outbox per critical section.
+			// a batch per critical section.
 			clear(batch)
 			q.core.effects = batch[:0]
 		}
@@ -95,20 +78,59 @@ func (q *Queue) unlock() {
 	q.b.idle.pokeIfWaiting()
 }
 
-// readUnlock ends a critical section that only read: it changed nothing unlock would act on,
-// and must not count as a change for WaitIdle (a goroutine polling Len would keep it waiting).
-func (q *Queue) readUnlock() { q.mu.Unlock() }
-
-// flushOutbox empties the outbox of a queue that was ended by a caller holding the broker's lock,
-// once that is released.
-func (q *Queue) flushOutbox() {
+// view runs read, which must only read the queue, in a critical section. (No defer: so that
+// view inlines, and read's closure stays on its caller's stack.)
+func (q *Queue) view(read func()) {
 	q.mu.Lock()
-	q.unlock()
+	read()
+	q.mu.Unlock()
 }
 
-// waitFlushedLocked waits until every dead letter collected so far has been published.
+// release leaves a critical section run under the broker's topology lock, leaving its effects
+// for flushOutbox (see endQueueLocked, touch).
+func (q *Queue) release() { q.mu.Unlock() }
+
+// flushOutbox applies the effects of a section that ended with release, once the caller has
+// released the broker's lock.
+func (q *Queue) flushOutbox() {
+	q.mu.Lock()
+	q.commit()
+}
+
+// waitFlushedLocked waits until every dead letter recorded so far has been published.
 func (q *Queue) waitFlushedLocked() {
 	for target := q.core.queuedDead; q.flushedDead < target; {
 		q.flushed.Wait()
 	}
+}
+
+// flush applies one batch of src's effects, in order, with no lock held: it emits the events
+// and publishes the dead letters, and returns how many of those reached a queue and how many
+// were dropped.
+func (b *Broker) flush(src *Queue, batch []effect) (dead, lost uint64) {
+	var now time.Time
+	for _, ef := range batch {
+		switch {
+		case ef.ev != nil:
+			if e := ef.ev; e.Kind == EventAlert {
+				b.cfg.logger.Warn("warren: queue alert", "queue", e.Queue, "threshold", e.Reason,
+					"value", e.Value, "limit", e.Limit)
+			}
+			b.emit(*ef.ev)
+		case ef.kind == eventDeadLetter:
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if b.publishDeadLetter(src, ef.env, ef.reason, now) {
+				dead++
+			} else {
+				lost++
+			}
+		case ef.kind == eventDelayed:
+		default:
+			b.emit(Event{Kind: ef.kind, Queue: src.name, Exchange: ef.env.exchange.name, RoutingKey: ef.env.routingKey,
+				Consumer: ef.tag, Message: &ef.env.msg, Reason: ef.reason})
+		}
+	}
+	return dead, lost
 }

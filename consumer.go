@@ -128,7 +128,7 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 		c.ackTimeout = q.cfg.ackTimeout
 	}
 	q.mu.Lock()
-	defer q.unlock()
+	defer q.commit()
 	if q.endErr != nil {
 		return nil, errorf("consume from queue %q: %w", q.name, q.endErrLocked())
 	}
@@ -207,10 +207,9 @@ func (c *Consumer) Done() <-chan struct{} { return c.done }
 // Err returns nil while the consumer is active and, once it has stopped, why: [ErrCancelled],
 // the cause of its context (e.g. [context.Canceled]), an error wrapping [ErrQueueDeleted], or
 // [ErrClosed].
-func (c *Consumer) Err() error {
-	c.q.mu.Lock()
-	defer c.q.readUnlock()
-	return c.err
+func (c *Consumer) Err() (err error) {
+	c.q.view(func() { err = c.err })
+	return err
 }
 
 // Cancel stops the consumer (AMQP's basic.cancel): no more deliveries, deliveries buffered but
@@ -222,7 +221,7 @@ func (c *Consumer) Cancel() error {
 	q := c.q
 	q.mu.Lock()
 	if c.stopped {
-		q.unlock()
+		q.commit()
 		if c.autoAck {
 			<-c.done // stopped by someone else: wait as they do for the feeder to finish
 		}
@@ -236,7 +235,7 @@ func (c *Consumer) Cancel() error {
 	c.tidyLocked() // ended, if it holds nothing
 	q.dispatchLocked()
 	autoDelete := q.shouldAutoDeleteLocked()
-	q.unlock()
+	q.commit()
 	c.afterStop(autoDelete)
 	return nil
 }
@@ -254,7 +253,7 @@ func (c *Consumer) Close() error {
 	q := c.q
 	q.mu.Lock()
 	if c.ended {
-		q.mu.Unlock()
+		q.commit()
 		<-c.done // ended by someone else: wait as they do for its feeder, or its dead letters
 		if c.served && q.cfg.autoDelete {
 			// Serve closes its consumer once its handlers are done: an auto-delete queue it
@@ -418,7 +417,7 @@ func (c *Consumer) feed() {
 		q.mu.Lock()
 		c.sending = false // a send that filled ch left it set: equally idle until ch is read
 		if c.stopped {
-			q.unlock()
+			q.commit()
 			break
 		}
 		var (
@@ -440,7 +439,7 @@ func (c *Consumer) feed() {
 		}
 		if !ok {
 			c.waiting, c.idle = true, true
-			q.unlock()
+			q.commit()
 			select {
 			case <-c.wake:
 			case <-c.halt:
@@ -449,7 +448,7 @@ func (c *Consumer) feed() {
 		}
 		d := c.deliverLocked(e)
 		c.sending = true
-		q.unlock()
+		q.commit()
 		select {
 		case c.ch <- d:
 		case <-c.halt:
@@ -488,7 +487,7 @@ func (c *Consumer) feed() {
 	// the queue sees both or neither (Broker.WaitReleased).
 	close(c.ch)
 	close(c.done)
-	q.unlock()
+	q.commit()
 }
 
 const (

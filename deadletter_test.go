@@ -113,7 +113,7 @@ func TestDeadLettersKeepOrderAcrossGoroutines(t *testing.T) {
 		for _, s := range bodies {
 			q.core.deadLetter(entry{env: &envelope{msg: Message{Body: []byte(s)}, exchange: b.defaultX}}, ReasonRejected)
 		}
-		q.unlock()
+		q.commit()
 	}
 
 	dead.mu.Lock() // the first flush will stall publishing A1

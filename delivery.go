@@ -73,7 +73,7 @@ func (d *Delivery) settleWith(then func(*Queue)) error {
 	q.mu.Lock()
 	if q.endErr != nil {
 		err := q.settleEndedLocked(d)
-		q.mu.Unlock()
+		q.commit()
 		return err
 	}
 	err := checkSettle(d)
@@ -84,7 +84,7 @@ func (d *Delivery) settleWith(then func(*Queue)) error {
 		}
 		q.dispatchLocked()
 	}
-	q.unlock()
+	q.commit()
 	if err == nil {
 		d.stopWatching()
 	}
@@ -136,7 +136,7 @@ func (c *Consumer) RejectUpTo(tag uint64) error { return c.settleUpTo(tag, settl
 func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 	q := c.q
 	q.mu.Lock()
-	defer q.unlock()
+	defer q.commit()
 	if q.b.closed.Load() {
 		return errorf("settle up to %d: %w", tag, ErrClosed)
 	}
@@ -185,7 +185,7 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 func (c *Consumer) Recover() error {
 	q := c.q
 	q.mu.Lock()
-	defer q.unlock()
+	defer q.commit()
 	if q.b.closed.Load() {
 		return errorf("recover: %w", ErrClosed)
 	}
@@ -215,7 +215,7 @@ func (d *Delivery) giveBack() {
 		c.tidyLocked()
 		q.dispatchLocked()
 	}
-	q.unlock()
+	q.commit()
 }
 
 // getOwner is the owner of a Get delivery: the context given to Get. Kept apart from Delivery,

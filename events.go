@@ -20,9 +20,9 @@ import (
 // [Immediate], a queue deleted under the publisher): then the terminal event is all there is.
 // So no message leaves a queue without an event saying why.
 //
-// Events of one queue are delivered in the order they happened: they are collected under the
-// queue's lock and pass through the queue's outbox, the ordered channel that already carries its
-// dead letters (see [Queue.unlock]), to be emitted with no lock held. That includes the queue's
+// Events of one queue are delivered in the order they happened: they are recorded under the
+// queue's lock as the effects of its core, in order with its dead letters (core.go), and
+// emitted with no lock held (see [Queue.commit]). That includes the queue's
 // creation and deletion, its consumers' and a Serve handler's panics; binding and exchange
 // events are the broker's own, emitted once the topology lock is released, and not ordered with
 // a queue's. A publish racing with the deletion of a queue it routed to may be evented as

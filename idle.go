@@ -10,7 +10,7 @@ import (
 // Idle: a barrier for tests.
 //
 // A queue is busy while something will happen to its messages without anyone calling in:
-//   - its outbox holds events or dead letters, or a goroutine is emptying it;
+//   - it has effects (events, dead letters) not yet applied, or a goroutine is applying them;
 //   - a stopped AutoAck consumer is putting back what it held (Queue.leaving);
 //   - a feeder is taking or handing over a message (not parked, and not stuck sending into a
 //     full channel: a channel nobody reads is the application's to drain);
@@ -28,7 +28,7 @@ import (
 // that could let a consumer take a message, so "a ready message and a consumer with credit that
 // accepts it" never outlives one and needs no check of its own.
 //
-// Every critical section that ends with unlock pokes the broker's idle generation while
+// Every critical section that ends with commit pokes the broker's idle generation while
 // someone waits, so WaitIdle re-checks after any change and knows a pass over the queues saw
 // one consistent state when the generation did not move during it.
 
@@ -98,29 +98,33 @@ func (b *Broker) WaitIdle(ctx context.Context) error {
 // message expires. Messages published meanwhile are waited for too. Inside a [testing/synctest]
 // bubble it waits through virtual time.
 func (q *Queue) WaitEmpty(ctx context.Context) error {
-	return q.b.waitFor(ctx, func() (bool, error) {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		if q.endErr != nil {
-			return false, errorf("wait for queue %q to empty: %w", q.name, q.endErrLocked())
-		}
-		if q.core.ready.len() > 0 || q.core.unacked > 0 || len(q.leaving) > 0 || q.core.delayed != nil && q.core.delayed.Len() > 0 {
+	return q.b.waitFor(ctx, func() (empty bool, err error) {
+		q.view(func() { empty, err = q.emptyLocked() })
+		return empty, err
+	})
+}
+
+// emptyLocked reports whether the queue holds no message (see WaitEmpty), or why it never will.
+func (q *Queue) emptyLocked() (bool, error) {
+	if q.endErr != nil {
+		return false, errorf("wait for queue %q to empty: %w", q.name, q.endErrLocked())
+	}
+	if q.core.ready.len() > 0 || q.core.unacked > 0 || len(q.leaving) > 0 || q.core.delayed != nil && q.core.delayed.Len() > 0 {
+		return false, nil
+	}
+	for _, h := range q.core.holders {
+		if h.c.handing { // a message on its way to an AutoAck consumer's feeder
 			return false, nil
 		}
-		for _, h := range q.core.holders {
-			if h.c.handing { // a message on its way to an AutoAck consumer's feeder
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	}
+	return true, nil
 }
 
 // waitFor waits until reached reports true, or an error, for a state of the broker's queues that
 // no critical section changed while reached looked at it; or until ctx ends. reached must read
 // each queue it looks at in a critical section of that queue's.
 //
-// While anyone waits, every critical section that ends with unlock pokes b.idle: so reached runs
+// While anyone waits, every critical section that ends with commit pokes b.idle: so reached runs
 // again after any change, and a pass during which the generation did not move saw one consistent
 // state.
 func (b *Broker) waitFor(ctx context.Context, reached func() (bool, error)) error {
@@ -157,9 +161,13 @@ func (b *Broker) waitFor(ctx context.Context, reached func() (bool, error)) erro
 
 // busy reports whether something will happen to the queue's messages without anyone calling
 // in (see the top of this file).
-func (q *Queue) busy() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+func (q *Queue) busy() (busy bool) {
+	q.view(func() { busy = q.busyLocked() })
+	return busy
+}
+
+// busyLocked reports whether the queue is busy (see busy).
+func (q *Queue) busyLocked() bool {
 	if q.endErr != nil {
 		return false
 	}
@@ -211,16 +219,13 @@ type DeliveryInfo struct {
 // *Delivery its consumer received.
 func (q *Queue) Outstanding() iter.Seq[DeliveryInfo] {
 	return func(yield func(DeliveryInfo) bool) {
-		q.mu.Lock()
 		var ds []DeliveryInfo
-		info := func(d *Delivery) DeliveryInfo {
-			return DeliveryInfo{Message: d.Message, ConsumerTag: d.ConsumerTag, DeliveryTag: d.DeliveryTag,
-				Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount}
-		}
-		for d := range q.core.outstanding() {
-			ds = append(ds, info(d))
-		}
-		q.readUnlock()
+		q.view(func() {
+			for d := range q.core.outstanding() {
+				ds = append(ds, DeliveryInfo{Message: d.Message, ConsumerTag: d.ConsumerTag, DeliveryTag: d.DeliveryTag,
+					Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount})
+			}
+		})
 		for _, d := range ds {
 			if !yield(d) {
 				return

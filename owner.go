@@ -104,9 +104,13 @@ func (q *Queue) checkUse(what string, ctx context.Context) error {
 // holdsFor reports whether the queue still holds something of owner's: a consumer started with
 // one of its contexts that has not ended (or whose feeder is still putting messages back), or a
 // Get delivery owned by one of them that is outstanding.
-func (q *Queue) holdsFor(owner context.Context) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+func (q *Queue) holdsFor(owner context.Context) (holds bool) {
+	q.view(func() { holds = q.holdsForLocked(owner) })
+	return holds
+}
+
+// holdsForLocked reports whether the queue holds something of owner's (see holdsFor).
+func (q *Queue) holdsForLocked(owner context.Context) bool {
 	for _, h := range q.core.holders {
 		if ownedBy(h.c.owner, owner) || ownedBy(h.c.as, owner) {
 			return true

@@ -74,26 +74,23 @@ func (q *Queue) Name() string { return q.name }
 
 // Len returns the number of ready messages: those waiting for a consumer, not those delivered
 // and unacknowledged (AMQP's message_count).
-func (q *Queue) Len() int {
-	q.mu.Lock()
-	defer q.readUnlock()
-	return q.core.ready.len()
+func (q *Queue) Len() (n int) {
+	q.view(func() { n = q.core.ready.len() })
+	return n
 }
 
 // Unacked returns the number of deliveries of this queue that are outstanding: delivered (or
 // buffered for a consumer) and not yet settled.
-func (q *Queue) Unacked() int {
-	q.mu.Lock()
-	defer q.readUnlock()
-	return q.core.unacked
+func (q *Queue) Unacked() (n int) {
+	q.view(func() { n = q.core.unacked })
+	return n
 }
 
 // ConsumerCount returns the number of active consumers (AMQP's consumer_count), counting those
 // waiting their turn on a single-active-consumer queue.
-func (q *Queue) ConsumerCount() int {
-	q.mu.Lock()
-	defer q.readUnlock()
-	return q.consumerCountLocked()
+func (q *Queue) ConsumerCount() (n int) {
+	q.view(func() { n = q.consumerCountLocked() })
+	return n
 }
 
 // enqueue appends a published message, with message TTL ttl (-1 for none), and dispatches; with
@@ -109,7 +106,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		if q.endErr != nil {
 			err := q.endErrLocked()
 			q.core.drop(entry{env: env}, q.endReasonLocked()) // routed here, and the queue went meanwhile
-			q.unlock()
+			q.commit()
 			return err
 		}
 		if !q.cfg.limited() || q.cfg.overflow == DropHead || q.core.room(len(env.msg.Body)) {
@@ -121,7 +118,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 			(q.cfg.maxBytes < 0 || int64(len(env.msg.Body)) <= q.cfg.maxBytes) {
 			if err := q.waitRoomLocked(ctx, len(env.msg.Body)); err != nil {
 				q.core.drop(entry{env: env}, ReasonQueueFull)
-				q.unlock()
+				q.commit()
 				return err
 			}
 			continue
@@ -131,7 +128,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		} else {
 			q.core.drop(entry{env: env}, ReasonQueueFull)
 		}
-		q.unlock()
+		q.commit()
 		return errorf("queue %q: %w", q.name, ErrQueueFull)
 	}
 	e, now := q.core.admit(env, ttl)
@@ -145,7 +142,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		q.core.enqueued(e, at, opt.deadReason)
 		q.core.pushStamp(e.seq, now)
 		q.core.delay(e, opt.delay)
-		q.unlock()
+		q.commit()
 		return nil
 	}
 	if opt.immediate || !q.deliverArrivingLocked(e) {
@@ -158,7 +155,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		q.handOffLocked(e)
 		if _, ok := q.core.ready.remove(e.key()); ok { // no consumer took it: it was never here
 			q.core.drop(e, ReasonNoConsumers)
-			q.unlock()
+			q.commit()
 			return errorf("queue %q: %w", q.name, ErrNoConsumers)
 		}
 	}
@@ -169,7 +166,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		q.core.expireDue(q.core.clock()) // a TTL-0 message no consumer took expires now
 	}
 	q.core.dropHead()
-	q.unlock()
+	q.commit()
 	return nil
 }
 
@@ -207,7 +204,7 @@ type blockedPublisher struct {
 func (q *Queue) waitRoomLocked(ctx context.Context, need int) error {
 	ready := make(chan struct{})
 	q.blocked = append(q.blocked, blockedPublisher{ready, need})
-	q.unlock()
+	q.commit()
 	select {
 	case <-ready:
 		q.mu.Lock()
@@ -217,7 +214,7 @@ func (q *Queue) waitRoomLocked(ctx context.Context, need int) error {
 		if i := slices.IndexFunc(q.blocked, func(p blockedPublisher) bool { return p.ready == ready }); i >= 0 {
 			q.blocked = slices.Delete(q.blocked, i, i+1)
 		}
-		// If this waiter had just been woken, the caller's unlock wakes the next.
+		// If this waiter had just been woken, the caller's commit wakes the next.
 		return ctx.Err()
 	}
 }
@@ -246,17 +243,17 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, erro
 	q.mu.Lock()
 	if q.endErr != nil {
 		err := q.endErrLocked()
-		q.unlock()
+		q.commit()
 		return nil, errorf("get from queue %q: %w", q.name, err)
 	}
 	if err := q.checkUse("get", ctx); err != nil {
-		q.unlock()
+		q.commit()
 		return nil, err
 	}
 	e, ok := q.core.take()
 	q.touchLocked() // a Get is a use, even of an empty queue
 	if !ok {
-		q.unlock()
+		q.commit()
 		return nil, ErrEmpty
 	}
 	var due int64
@@ -272,7 +269,7 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, erro
 			d.get = &getOwner{ctx: ctx, stop: context.AfterFunc(ctx, q.reap)}
 		}
 	}
-	q.unlock()
+	q.commit()
 	return d, nil
 }
 
@@ -283,9 +280,11 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, erro
 // messages are shared with the queue: treat them as read-only.
 func (q *Queue) Browse() iter.Seq[*Message] {
 	return func(yield func(*Message) bool) {
-		q.mu.Lock()
 		var ms []*Message
-		if q.endErr == nil {
+		q.view(func() {
+			if q.endErr != nil {
+				return
+			}
 			ms = make([]*Message, 0, q.core.ready.len())
 			q.core.ready.ascend(0, func(e entry) bool {
 				if !q.core.expired(e) {
@@ -293,8 +292,7 @@ func (q *Queue) Browse() iter.Seq[*Message] {
 				}
 				return true
 			})
-		}
-		q.readUnlock()
+		})
 		for _, m := range ms {
 			if !yield(m) {
 				return
@@ -312,7 +310,7 @@ func (q *Queue) Purge(opts ...CallOption) (int, error) {
 		return 0, cfg.err
 	}
 	q.mu.Lock()
-	defer q.unlock()
+	defer q.commit()
 	if q.endErr != nil {
 		return 0, errorf("purge queue %q: %w", q.name, q.endErrLocked())
 	}
@@ -334,7 +332,7 @@ func (q *Queue) endErrLocked() error {
 // endLocked deletes the queue's contents and ends its consumers with err, which is what every
 // later call on the queue or its deliveries returns; reason is why, for its deletion event. Every
 // message it held is evented as dropped. It returns the feeders to join after mu is released;
-// the caller, which holds the broker's lock, empties the outbox once that is released
+// the caller, which holds the broker's lock, applies the effects once that is released
 // ([Queue.flushOutbox]).
 func (q *Queue) endLocked(err error, reason Reason) []*Consumer {
 	if q.endErr != nil {

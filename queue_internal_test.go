@@ -381,7 +381,7 @@ func TestFeederWaitsWhileAnotherReturns(t *testing.T) {
 		q.mu.Lock()
 		q.leaving = nil
 		q.dispatchLocked()
-		q.unlock()
+		q.commit()
 		synctest.Wait()
 		if n := len(c.Deliveries()); n != 1 {
 			t.Fatalf("after the return: %d received, want 1", n)
@@ -408,7 +408,7 @@ func TestArrivalWaitsWhileFeederReturns(t *testing.T) {
 		q.mu.Lock()
 		q.leaving = nil
 		q.dispatchLocked()
-		q.unlock()
+		q.commit()
 		if n := len(c.Deliveries()); n != 1 || q.Len() != 0 {
 			t.Fatalf("after the return: %d delivered, %d ready; want 1 and 0", n, q.Len())
 		}

@@ -31,14 +31,14 @@ import (
 func (q *Queue) reap() {
 	q.mu.Lock()
 	if q.endErr != nil {
-		q.unlock()
+		q.commit()
 		return
 	}
 	if o := q.cfg.owner; o != nil && o.Err() != nil {
 		// The owner of this exclusive queue ended, and with it every context that may use
 		// the queue: the queue is deleted, and its consumers end with that reason
 		// rather than with their contexts'.
-		q.unlock()
+		q.commit()
 		q.b.deleteOwned(q)
 		return
 	}
@@ -116,7 +116,7 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool
 // with, dead letters included. It deletes an auto-delete queue whose last consumer they were.
 func (q *Queue) finishOrphans(ended []*Consumer) {
 	autoDelete := len(ended) > 0 && q.shouldAutoDeleteLocked()
-	q.unlock()
+	q.commit()
 	if len(ended) == 0 {
 		return
 	}
@@ -128,8 +128,7 @@ func (q *Queue) finishOrphans(ended []*Consumer) {
 			q.ending = slices.Delete(q.ending, i, i+1)
 		}
 	}
-	q.mu.Unlock()
-	q.b.idle.pokeIfWaiting() // WaitReleased may wait for these ends
+	q.commit() // WaitReleased may wait for these ends
 	for _, c := range ended {
 		c.stopCtx()
 		if c.autoAck {

@@ -262,7 +262,7 @@ func (q *Queue) runHandler(ctx context.Context, h Handler, d *Delivery, settle f
 			if q.b.listening() { // in order with the queue's events: after the delivery's
 				q.mu.Lock()
 				q.eventLocked(Event{Kind: EventHandlerPanicked, Consumer: d.ConsumerTag, Message: d.Message, Err: err})
-				q.unlock()
+				q.commit()
 			}
 		case !returned:
 			q.b.cfg.logger.Error("warren: handler called runtime.Goexit; delivery failed, worker replaced",

@@ -70,9 +70,13 @@ func (s *QueueStats) UnmarshalJSON(data []byte) error {
 // Stats returns a snapshot of the queue's state and counters. It takes the queue's lock once and
 // costs O(log n) (O(levels · log n) with priorities): cheap enough for a metrics scrape. After
 // the queue is deleted it returns what the queue had at the end, with nothing ready.
-func (q *Queue) Stats() QueueStats {
-	q.mu.Lock()
-	defer q.readUnlock()
+func (q *Queue) Stats() (s QueueStats) {
+	q.view(func() { s = q.statsLocked() })
+	return s
+}
+
+// statsLocked returns the queue's stats.
+func (q *Queue) statsLocked() QueueStats {
 	s := QueueStats{
 		Queue: q.name, Ready: q.core.ready.len(), Unacked: q.core.unacked, Consumers: q.consumerCountLocked(),
 		Bytes:    q.core.ready.bytes,

@@ -122,7 +122,7 @@ func (q *Queue) onTimer() {
 	q.mu.Lock()
 	q.timerAt = 0
 	if q.endErr != nil {
-		q.unlock()
+		q.commit()
 		return
 	}
 	// Counted under mu before the queue ends, so that Broker.Close, which ends every queue
@@ -162,16 +162,16 @@ func (q *Queue) touchLocked() {
 	}
 }
 
-// touch records a use of the queue from a caller holding the broker's lock, which must not
-// dead-letter (see [Queue.unlock]); a use expires and dead-letters nothing.
+// touch records a use of the queue (a declaration, a lookup), which postpones its expiry, from a
+// caller holding the broker's lock. The timer is left as it is: armed for the earlier expiry, it
+// finds the queue used and re-arms itself.
 func (q *Queue) touch() {
 	if q.cfg.expires == 0 {
 		return
 	}
 	q.mu.Lock()
 	q.touchLocked()
-	q.armLocked()
-	q.mu.Unlock()
+	q.release()
 }
 
 // parseExpiration parses a message's Expiration property: "" for none (-1), else a decimal
