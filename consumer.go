@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"slices"
 	"time"
 )
 
@@ -38,10 +37,7 @@ type Consumer struct {
 	ch         chan *Delivery // capacity = prefetch; push consumers: sent to and closed under q.mu
 	done       chan struct{}  // closed when the consumer has stopped and its messages are back (see Done)
 
-	// AutoAck consumers only: their feeder goroutine pulls from the queue and sends to ch. When
-	// halt is closed it puts back what it holds, closes ch and then done, and exits.
-	wake chan struct{} // capacity 1; a signal that messages may be ready
-	halt chan struct{} // closed when the consumer stops
+	feeder feeder // AutoAck consumers only: the goroutine that sends to ch (feeder.go)
 
 	// owner is the context given to Consume. It is the consumer's owner, AMQP's channel: kept
 	// to tell, when some context of the queue's ends, whether it was this one, and why.
@@ -52,19 +48,14 @@ type Consumer struct {
 
 	// Guarded by q.mu.
 	stopCtx func() bool // stops watching owner
-	waiting bool        // the feeder is waiting for wake
-	idle    bool        // the feeder is parked holding nothing (waiting, or woken and not yet run)
-	handoff entry       // when handing: a message given to the idle feeder (dispatch.go)
-	handing bool
-	sending bool     // the feeder is sending a delivery into ch, outside q.mu
-	served  bool     // started by Serve: what it holds, its handlers are working on (idle.go)
-	active  bool     // in q.consumers or q.feeders: receiving (not waiting its turn, not stopped)
-	cursor  []uint64 // selector: per rank, every ready key below it was rejected (dispatch.go)
-	turn    uint64   // general dispatch: when it last received, for round-robin
-	missed  uint64   // general dispatch: the pass in which it last found nothing to take
-	stopped bool     // no more deliveries; ch closed (or being closed by the feeder)
-	ended   bool     // nothing outstanding remains; the context is no longer watched
-	err     error    // why the consumer stopped; nil while active
+	served  bool        // started by Serve: what it holds, its handlers are working on (idle.go)
+	active  bool        // in q.consumers or q.feeders: receiving (not waiting its turn, not stopped)
+	cursor  []uint64    // selector: per rank, every ready key below it was rejected (dispatch.go)
+	turn    uint64      // general dispatch: when it last received, for round-robin
+	missed  uint64      // general dispatch: the pass in which it last found nothing to take
+	stopped bool        // no more deliveries; ch closed (or being closed by the feeder)
+	ended   bool        // nothing outstanding remains; the context is no longer watched
+	err     error       // why the consumer stopped; nil while active
 }
 
 // Consume starts a consumer on the queue. Deliveries arrive on [Consumer.Deliveries] in queue
@@ -155,8 +146,8 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 	// already done the callback runs on its own goroutine and waits for mu.
 	c.stopCtx = context.AfterFunc(ctx, q.reap)
 	if c.autoAck {
-		c.wake = make(chan struct{}, 1)
-		c.halt = make(chan struct{})
+		c.feeder.wake = make(chan struct{}, 1)
+		c.feeder.halt = make(chan struct{})
 		// Started under mu: Broker.Close ends this queue under mu before it waits for
 		// feeders, so the goroutine is either counted before that wait or never started.
 		q.b.wg.Go(c.feed)
@@ -164,16 +155,6 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 	}
 	q.dispatchLocked()
 	return c, nil
-}
-
-// bufferSize is the capacity of a consumer's channel: its prefetch, so that dispatch never blocks
-// on it. An AutoAck consumer's feeder holds one more message while it waits to send it, so its
-// channel has one slot less, and the consumer holds at most its prefetch either way.
-func bufferSize(cfg consumeConfig) int {
-	if cfg.autoAck {
-		return cfg.prefetch - 1
-	}
-	return cfg.prefetch
 }
 
 // consumerLocked returns the consumer with tag, active or waiting its turn, or nil.
@@ -280,7 +261,7 @@ func (c *Consumer) Close() error {
 func (c *Consumer) signalStopLocked() {
 	ch := c.done
 	if c.autoAck {
-		ch = c.halt
+		ch = c.feeder.halt
 	}
 	select {
 	case <-ch:
@@ -392,102 +373,6 @@ func (c *Consumer) deliverLocked(e entry) *Delivery {
 		due = later(c.q.core.clock(), c.ackTimeout)
 	}
 	return c.q.deliverLocked(&c.holder, e, c.autoAck, due)
-}
-
-// wakeLocked tells a waiting feeder that messages may be ready.
-func (c *Consumer) wakeLocked() {
-	if c.waiting {
-		c.waiting = false
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// feed is the goroutine of an AutoAck consumer. A push consumer is sent to under the queue lock
-// while it has credit, and its acks say when it has room again; an auto-ack consumer never acks,
-// so only a blocking send can tell that the application made room. The feeder takes one message
-// at a time under the lock and sends it outside the lock. What it holds or has buffered when the
-// consumer stops goes back to its place unchanged.
-func (c *Consumer) feed() {
-	q := c.q
-	var held *Delivery // taken from the queue when halt came, never sent
-	for held == nil {
-		q.mu.Lock()
-		c.sending = false // a send that filled ch left it set: equally idle until ch is read
-		if c.stopped {
-			q.commit()
-			break
-		}
-		var (
-			e  entry
-			ok bool
-		)
-		c.idle = false
-		if !c.handing && c.active && len(q.leaving) == 0 { // see Queue.leaving
-			if q.general {
-				c.idle = true
-				q.dispatchLocked() // the general dispatch hands idle feeders their messages
-			} else {
-				e, ok = q.core.take()
-			}
-		}
-		if c.handing { // handed over by dispatch, or as it arrived with TTL 0
-			e, ok, c.handoff, c.handing = c.handoff, true, entry{}, false
-			c.idle = false
-		}
-		if !ok {
-			c.waiting, c.idle = true, true
-			q.commit()
-			select {
-			case <-c.wake:
-			case <-c.halt:
-			}
-			continue
-		}
-		d := c.deliverLocked(e)
-		c.sending = true
-		q.commit()
-		select {
-		case c.ch <- d:
-		case <-c.halt:
-			held = d
-		}
-	}
-	// One critical section: what the feeder held and what is buffered go back together,
-	// before anything is dispatched.
-	q.mu.Lock()
-	c.sending = false
-	var back []entry
-	if held != nil {
-		back = append(back, held.e)
-	}
-	why := ReasonReturned
-	if q.endErr != nil {
-		why = "" // nothing goes back into an ended queue, and these were acked: no events
-	}
-	if held != nil {
-		c.q.core.back(&c.holder, held.e, why)
-	}
-	back = c.drainLocked(back, why)
-	if c.handing {
-		// Handed over but never delivered, so never evented: it goes back as if it had not
-		// left (and expires as it comes back, if it must). (A queue that ended dropped it and
-		// cleared handing itself.)
-		back = append(back, c.handoff)
-		c.handoff, c.handing = entry{}, false
-	}
-	q.core.restoreAll(back)
-	if i := slices.Index(q.leaving, c); i >= 0 {
-		q.leaving = slices.Delete(q.leaving, i, i+1)
-	}
-	q.dispatchLocked()
-	// Closed in the critical section that puts its messages back, so that whoever looks at
-	// the queue sees both or neither (Broker.WaitReleased).
-	close(c.ch)
-	close(c.done)
-	q.commit()
 }
 
 const (

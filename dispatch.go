@@ -71,7 +71,7 @@ func (q *Queue) activateLocked(c *Consumer) {
 	c.active = true
 	if c.autoAck {
 		q.feeders = insertByPriority(q.feeders, c)
-		c.wakeLocked()
+		c.feeder.wakeUp()
 	} else {
 		// A newcomer joins the end of the rotation, as in RabbitMQ: every consumer of its
 		// priority takes its turn before it does. In the consumers list that is just before
@@ -168,7 +168,7 @@ func (q *Queue) dispatchLocked() {
 		return
 	}
 	for _, c := range q.feeders {
-		c.wakeLocked()
+		c.feeder.wakeUp()
 	}
 	for q.core.ready.len() > 0 {
 		c := q.creditedLocked()
@@ -258,8 +258,7 @@ func (q *Queue) dispatchGeneralLocked() {
 				// here until it has sent that.
 				c.ch <- c.deliverLocked(e)
 			default:
-				c.handoff, c.handing = e, true
-				c.wakeLocked()
+				c.feeder.hand(e)
 			}
 		}
 	}
@@ -270,7 +269,7 @@ func (q *Queue) dispatchGeneralLocked() {
 // receives into its channel while that has room and then one hand-off.
 func (c *Consumer) hasCreditLocked() bool {
 	if c.autoAck {
-		return c.idle && !c.handing && !c.stopped
+		return c.feeder.idle() && !c.stopped
 	}
 	return c.live < c.prefetch
 }

@@ -113,7 +113,7 @@ func (q *Queue) emptyLocked() (bool, error) {
 		return false, nil
 	}
 	for _, h := range q.core.holders {
-		if h.c.handing { // a message on its way to an AutoAck consumer's feeder
+		if h.c.feeder.state == feederHanded { // a message on its way to an AutoAck consumer's feeder
 			return false, nil
 		}
 	}
@@ -192,7 +192,7 @@ func (q *Queue) busyLocked() bool {
 		case c.owner.Err() != nil:
 			return true // its context ended: what it holds is on its way back
 		case c.autoAck:
-			if c.handing || (!c.idle && !c.stopped && !(c.sending && len(c.ch) == cap(c.ch))) {
+			if c.feeder.busy(c) {
 				return true
 			}
 		case c.live == 0:

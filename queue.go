@@ -170,27 +170,6 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 	return nil
 }
 
-// handOffLocked gives an arriving TTL-0 message that no push consumer took to a waiting AutoAck
-// consumer, if it is the only ready message: a consumer can take it as it arrives, so it must
-// not expire. A feeder takes messages only after this critical section, so an idle one is
-// handed the message here.
-func (q *Queue) handOffLocked(e entry) {
-	// The general dispatch hands feeders their messages itself; and nothing goes out while a
-	// stopped feeder puts back older messages (see leaving).
-	if q.core.ready.len() != 1 || q.general || len(q.leaving) > 0 {
-		return
-	}
-	for _, c := range q.feeders {
-		if c.idle && !c.handing {
-			if got, ok := q.core.ready.remove(e.key()); ok {
-				c.handoff, c.handing = got, true
-				c.wakeLocked()
-			}
-			return
-		}
-	}
-}
-
 // blockedPublisher is a publisher waiting for room for a body of need bytes in a Block queue.
 type blockedPublisher struct {
 	ready chan struct{} // closed when it may try again
@@ -384,14 +363,6 @@ func (q *Queue) endLocked(err error, reason Reason) []*Consumer {
 		q.eventLocked(Event{Kind: EventQueueDeleted, Reason: reason, Err: err})
 	}
 	return feeders
-}
-
-// dropHandoffLocked drops the message handed to c's feeder, if it has not taken it yet.
-func (q *Queue) dropHandoffLocked(c *Consumer, why Reason) {
-	if c.handing {
-		q.core.drop(c.handoff, why)
-		c.handoff, c.handing = entry{}, false
-	}
 }
 
 // getOptions applies a Get's options and returns whether it auto-acknowledges; every option

@@ -372,7 +372,7 @@ func TestFeederWaitsWhileAnotherReturns(t *testing.T) {
 			t.Fatal(err)
 		}
 		q.mu.Lock()
-		c.wakeLocked()
+		c.feeder.wakeUp()
 		q.mu.Unlock()
 		synctest.Wait()
 		if n := len(c.Deliveries()); n != 0 || q.Len() != 1 {
