@@ -19,7 +19,7 @@ import (
 
 // Consumer features (issue 4): exclusive consumers, single active consumer, consumer
 // priorities, priority queues, selectors, exclusive and auto-delete queues, ack timeouts and
-// immediate publishing. Every test is named TestCF…; helpers are prefixed cf.
+// immediate publishing. Helpers are prefixed cf.
 
 // cfSend publishes m to q through the default exchange.
 func cfSend(t *testing.T, b *warren.Broker, q *warren.Queue, m warren.Message, opts ...warren.PublishOption) {
@@ -97,10 +97,10 @@ func cfDone(ch <-chan struct{}) bool {
 // ---------------------------------------------------------------------------------------------
 // 1. Exclusive consumers (R2.5)
 
-// TestCFExclusiveConsumerRefusesOthers: while an exclusive consumer is active every other
+// TestExclusiveConsumerRefusesOthers: while an exclusive consumer is active every other
 // consume fails with ErrAccessRefused; Get is not a consume and still works; once it cancels,
 // others may consume and nothing takes over by itself.
-func TestCFExclusiveConsumerRefusesOthers(t *testing.T) {
+func TestExclusiveConsumerRefusesOthers(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	c, err := q.Consume(t.Context(), warren.Exclusive(), warren.Prefetch(1))
@@ -133,9 +133,9 @@ func TestCFExclusiveConsumerRefusesOthers(t *testing.T) {
 	require.Equal(t, "3", bodies(cfBuffered(t, c3)))
 }
 
-// TestCFExclusiveConsumerEndsWithContext: exclusivity also ends when the exclusive consumer's
+// TestExclusiveConsumerEndsWithContext: exclusivity also ends when the exclusive consumer's
 // context ends.
-func TestCFExclusiveConsumerEndsWithContext(t *testing.T) {
+func TestExclusiveConsumerEndsWithContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
@@ -155,9 +155,9 @@ func TestCFExclusiveConsumerEndsWithContext(t *testing.T) {
 	})
 }
 
-// TestCFExclusiveConsumerNeedsIdleQueue: an exclusive consume fails on a queue with consumers
+// TestExclusiveConsumerNeedsIdleQueue: an exclusive consume fails on a queue with consumers
 // (push or auto-ack) and on a single-active-consumer queue, even one without consumers.
-func TestCFExclusiveConsumerNeedsIdleQueue(t *testing.T) {
+func TestExclusiveConsumerNeedsIdleQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
@@ -191,9 +191,9 @@ func TestCFExclusiveConsumerNeedsIdleQueue(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 2. Single active consumer (R2.4)
 
-// TestCFSingleActiveOnlyFirstReceives: only the first consumer receives, even at its prefetch
+// TestSingleActiveOnlyFirstReceives: only the first consumer receives, even at its prefetch
 // limit; the waiting one stays idle and is counted.
-func TestCFSingleActiveOnlyFirstReceives(t *testing.T) {
+func TestSingleActiveOnlyFirstReceives(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q", warren.SingleActiveConsumer())
 	first, err := q.Consume(t.Context(), warren.Prefetch(1))
@@ -214,11 +214,11 @@ func TestCFSingleActiveOnlyFirstReceives(t *testing.T) {
 	require.Equal(t, 0, q.Len())
 }
 
-// TestCFSingleActiveFailoverOrder: consumer 1 (prefetch 3) takes 0,1,2, acks 0 (3 is then
+// TestSingleActiveFailoverOrder: consumer 1 (prefetch 3) takes 0,1,2, acks 0 (3 is then
 // buffered for it, unread) and holds 1,2; its context ends; consumer 2, already waiting,
 // receives 1*,2* (delivery count 1) and then 3,4,5,6 in queue order. Consumer 2 reads four of
 // them and cancels: the two it had not read go back unchanged and consumer 3 takes over.
-func TestCFSingleActiveFailoverOrder(t *testing.T) {
+func TestSingleActiveFailoverOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q", warren.SingleActiveConsumer())
@@ -262,9 +262,9 @@ func TestCFSingleActiveFailoverOrder(t *testing.T) {
 	})
 }
 
-// TestCFSingleActiveWaitingOrder: waiting consumers take over by priority, then arrival; a
+// TestSingleActiveWaitingOrder: waiting consumers take over by priority, then arrival; a
 // higher-priority newcomer does not displace the active consumer.
-func TestCFSingleActiveWaitingOrder(t *testing.T) {
+func TestSingleActiveWaitingOrder(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q", warren.SingleActiveConsumer())
 	type reg struct {
@@ -306,8 +306,8 @@ func TestCFSingleActiveWaitingOrder(t *testing.T) {
 	}
 }
 
-// TestCFSingleActiveTagUniqueness: consumer tags are unique among active and waiting consumers.
-func TestCFSingleActiveTagUniqueness(t *testing.T) {
+// TestSingleActiveTagUniqueness: consumer tags are unique among active and waiting consumers.
+func TestSingleActiveTagUniqueness(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q", warren.SingleActiveConsumer())
 	one, err := q.Consume(t.Context(), warren.ConsumerTag("one"))
@@ -331,10 +331,10 @@ func TestCFSingleActiveTagUniqueness(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 3. Consumer priorities (R2.3, Q8.8)
 
-// TestCFConsumerPriorityHighTakesAll: a higher-priority consumer with credit takes every
+// TestConsumerPriorityHighTakesAll: a higher-priority consumer with credit takes every
 // message; the lower one receives only while the higher one is at its prefetch; an ack on the
 // higher one makes it receive again, ahead of the lower one.
-func TestCFConsumerPriorityHighTakesAll(t *testing.T) {
+func TestConsumerPriorityHighTakesAll(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	low, err := q.Consume(t.Context(), warren.Prefetch(2)) // first, priority 0
@@ -369,9 +369,9 @@ func TestCFConsumerPriorityHighTakesAll(t *testing.T) {
 	require.Equal(t, 0, len(high.Deliveries()))
 }
 
-// TestCFConsumerPriorityRoundRobinWithinLevel: consumers of one priority alternate; the lower
+// TestConsumerPriorityRoundRobinWithinLevel: consumers of one priority alternate; the lower
 // level receives only when both are full.
-func TestCFConsumerPriorityRoundRobinWithinLevel(t *testing.T) {
+func TestConsumerPriorityRoundRobinWithinLevel(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	low, err := q.Consume(t.Context(), warren.Prefetch(10), warren.ConsumerPriority(1))
@@ -396,9 +396,9 @@ func TestCFConsumerPriorityRoundRobinWithinLevel(t *testing.T) {
 	require.Equal(t, 0, len(low.Deliveries()))
 }
 
-// TestCFConsumerPriorityNegative: negative priorities rank below the default 0, and among
+// TestConsumerPriorityNegative: negative priorities rank below the default 0, and among
 // themselves by value.
-func TestCFConsumerPriorityNegative(t *testing.T) {
+func TestConsumerPriorityNegative(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	lowest, err := q.Consume(t.Context(), warren.Prefetch(10), warren.ConsumerPriority(-10))
@@ -413,9 +413,9 @@ func TestCFConsumerPriorityNegative(t *testing.T) {
 	require.Equal(t, "4 5 6", bodies(cfBuffered(t, lowest)))
 }
 
-// TestCFConsumerPriorityAutoAckAbovePush: an auto-ack consumer (a feeder goroutine) of a
+// TestConsumerPriorityAutoAckAbovePush: an auto-ack consumer (a feeder goroutine) of a
 // higher priority takes everything while it has room; the push consumer gets the rest.
-func TestCFConsumerPriorityAutoAckAbovePush(t *testing.T) {
+func TestConsumerPriorityAutoAckAbovePush(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
@@ -441,9 +441,9 @@ func TestCFConsumerPriorityAutoAckAbovePush(t *testing.T) {
 	})
 }
 
-// TestCFConsumerPriorityPushAboveAutoAck: a push consumer of a higher priority takes
+// TestConsumerPriorityPushAboveAutoAck: a push consumer of a higher priority takes
 // everything while it has credit; the auto-ack consumer gets the rest.
-func TestCFConsumerPriorityPushAboveAutoAck(t *testing.T) {
+func TestConsumerPriorityPushAboveAutoAck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
@@ -467,9 +467,9 @@ func TestCFConsumerPriorityPushAboveAutoAck(t *testing.T) {
 	})
 }
 
-// TestCFConsumerPrioritySelectorFallsThrough: a message goes to a lower priority when no
+// TestConsumerPrioritySelectorFallsThrough: a message goes to a lower priority when no
 // higher-priority consumer with credit accepts it (Q8.8).
-func TestCFConsumerPrioritySelectorFallsThrough(t *testing.T) {
+func TestConsumerPrioritySelectorFallsThrough(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	low, err := q.Consume(t.Context(), warren.Prefetch(10))
@@ -486,9 +486,9 @@ func TestCFConsumerPrioritySelectorFallsThrough(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 4. Priority queues (R7.1-R7.3)
 
-// TestCFPriorityQueueOrder: with max priority 5, priorities [none,0,5,10,none] come out as
+// TestPriorityQueueOrder: with max priority 5, priorities [none,0,5,10,none] come out as
 // 5, 10, none, 0, none (R7.2).
-func TestCFPriorityQueueOrder(t *testing.T) {
+func TestPriorityQueueOrder(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "pq", warren.MaxPriority(5))
 	for _, m := range []warren.Message{cfBody("none1"), cfPri("p0", 0), cfPri("p5", 5), cfPri("p10", 10), cfBody("none2")} {
@@ -498,9 +498,9 @@ func TestCFPriorityQueueOrder(t *testing.T) {
 	require.Equal(t, "p5 p10 none1 p0 none2", bodies(getAll(t, q)))
 }
 
-// TestCFPriorityQueueFIFOWithinLevel: messages of one priority keep their order, for Get and
+// TestPriorityQueueFIFOWithinLevel: messages of one priority keep their order, for Get and
 // for a consumer.
-func TestCFPriorityQueueFIFOWithinLevel(t *testing.T) {
+func TestPriorityQueueFIFOWithinLevel(t *testing.T) {
 	b := newBroker(t)
 	prios := []uint8{1, 3, 1, 3, 2, 1, 0, 2}
 	const want = "1 3 4 7 0 2 5 6"
@@ -524,9 +524,9 @@ func TestCFPriorityQueueFIFOWithinLevel(t *testing.T) {
 	require.Equal(t, want, bodies(got))
 }
 
-// TestCFPriorityQueueNackKeepsPosition: a nacked message goes back to its original position
+// TestPriorityQueueNackKeepsPosition: a nacked message goes back to its original position
 // within its level: ahead of later messages of its level, behind higher levels.
-func TestCFPriorityQueueNackKeepsPosition(t *testing.T) {
+func TestPriorityQueueNackKeepsPosition(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "pq", warren.MaxPriority(5))
 	for _, m := range []warren.Message{cfPri("a", 3), cfPri("b", 1), cfPri("c", 3), cfPri("d", 1)} {
@@ -547,9 +547,9 @@ func TestCFPriorityQueueNackKeepsPosition(t *testing.T) {
 	require.Equal(t, "a* c* e b* d f", picture(getAll(t, q)))
 }
 
-// TestCFPriorityQueueContextEndKeepsOrder: what a consumer held comes back, when its context
+// TestPriorityQueueContextEndKeepsOrder: what a consumer held comes back, when its context
 // ends, to its places in its levels.
-func TestCFPriorityQueueContextEndKeepsOrder(t *testing.T) {
+func TestPriorityQueueContextEndKeepsOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "pq", warren.MaxPriority(5))
@@ -569,9 +569,9 @@ func TestCFPriorityQueueContextEndKeepsOrder(t *testing.T) {
 	})
 }
 
-// TestCFPriorityQueueDropHead: drop-head drops the head of a priority queue, which is its
+// TestPriorityQueueDropHead: drop-head drops the head of a priority queue, which is its
 // highest-priority message (R5.2, R7.3).
-func TestCFPriorityQueueDropHead(t *testing.T) {
+func TestPriorityQueueDropHead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		main, dead := deadTopology(t, b, warren.MaxPriority(5), warren.MaxLength(2))
@@ -589,9 +589,9 @@ func TestCFPriorityQueueDropHead(t *testing.T) {
 	})
 }
 
-// TestCFPriorityQueueTTL: messages of a priority queue expire at their deadlines, whatever
+// TestPriorityQueueTTL: messages of a priority queue expire at their deadlines, whatever
 // their level, and are dead-lettered "expired".
-func TestCFPriorityQueueTTL(t *testing.T) {
+func TestPriorityQueueTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		main, dead := deadTopology(t, b, warren.MaxPriority(5))
@@ -612,10 +612,10 @@ func TestCFPriorityQueueTTL(t *testing.T) {
 	})
 }
 
-// TestCFPriorityQueueArguments: "x-max-priority" must be an integer from 0 to 255
+// TestPriorityQueueArguments: "x-max-priority" must be an integer from 0 to 255
 // (ErrPreconditionFailed); MaxPriority must be from 1 to 255 (ErrInvalidArgument); a
 // redeclaration must have the same maximum.
-func TestCFPriorityQueueArguments(t *testing.T) {
+func TestPriorityQueueArguments(t *testing.T) {
 	b := newBroker(t)
 	for _, v := range []any{int32(-1), int32(256), int64(1000), "5", 5.5, true} {
 		_, err := b.DeclareQueue("bad", warren.Arguments(warren.Table{"x-max-priority": v}))
@@ -644,9 +644,9 @@ func TestCFPriorityQueueArguments(t *testing.T) {
 	require.ErrorIs(t, err, warren.ErrPreconditionFailed, "a maximum on a queue without one")
 }
 
-// TestCFPriorityIgnoredWithoutMaxPriority: without a maximum priority (or with maximum 0) a
+// TestPriorityIgnoredWithoutMaxPriority: without a maximum priority (or with maximum 0) a
 // queue ignores message priorities.
-func TestCFPriorityIgnoredWithoutMaxPriority(t *testing.T) {
+func TestPriorityIgnoredWithoutMaxPriority(t *testing.T) {
 	b := newBroker(t)
 	for _, q := range []*warren.Queue{
 		declare(t, b, "plain"),
@@ -662,9 +662,9 @@ func TestCFPriorityIgnoredWithoutMaxPriority(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 5. Selectors (Q8.3, Q8.4)
 
-// TestCFSelectorSplitKeepsOrder: two consumers split a queue by a header; each receives its
+// TestSelectorSplitKeepsOrder: two consumers split a queue by a header; each receives its
 // messages in publication order, across acks and a backlog.
-func TestCFSelectorSplitKeepsOrder(t *testing.T) {
+func TestSelectorSplitKeepsOrder(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	const kinds = "aabababbbaaab"
@@ -699,9 +699,9 @@ func TestCFSelectorSplitKeepsOrder(t *testing.T) {
 	require.Equal(t, 0, q.Len())
 }
 
-// TestCFSelectorSkippedMessagesKeepTheirPlace: messages a selective consumer skips stay ready,
+// TestSelectorSkippedMessagesKeepTheirPlace: messages a selective consumer skips stay ready,
 // in order, for Get and for other consumers.
-func TestCFSelectorSkippedMessagesKeepTheirPlace(t *testing.T) {
+func TestSelectorSkippedMessagesKeepTheirPlace(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	s, err := q.Consume(t.Context(), warren.Prefetch(10), cfKindIs("a"))
@@ -720,9 +720,9 @@ func TestCFSelectorSkippedMessagesKeepTheirPlace(t *testing.T) {
 	require.Equal(t, "2 4", bodies(cfBuffered(t, plain)))
 }
 
-// TestCFSelectorNackReturnsToPlace: a message a selective consumer nacks returns to its place,
+// TestSelectorNackReturnsToPlace: a message a selective consumer nacks returns to its place,
 // and it receives it again before later messages (its cursor moves back).
-func TestCFSelectorNackReturnsToPlace(t *testing.T) {
+func TestSelectorNackReturnsToPlace(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	s, err := q.Consume(t.Context(), warren.Prefetch(2), cfKindIs("a"))
@@ -742,9 +742,9 @@ func TestCFSelectorNackReturnsToPlace(t *testing.T) {
 	require.Equal(t, "1", bodies(getAll(t, q)))
 }
 
-// TestCFSelectorNackSeenByOtherConsumer: a message returned ahead of another selective
+// TestSelectorNackSeenByOtherConsumer: a message returned ahead of another selective
 // consumer's cursor is received by it before the later messages.
-func TestCFSelectorNackSeenByOtherConsumer(t *testing.T) {
+func TestSelectorNackSeenByOtherConsumer(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	s1, err := q.Consume(t.Context(), warren.Prefetch(1), cfKindIs("a"))
@@ -768,9 +768,9 @@ func TestCFSelectorNackSeenByOtherConsumer(t *testing.T) {
 	require.Equal(t, "0 4", bodies(getAll(t, q)))
 }
 
-// TestCFSelectorBesidePlainConsumer: a selective consumer takes only what it accepts; a plain
+// TestSelectorBesidePlainConsumer: a selective consumer takes only what it accepts; a plain
 // consumer beside it takes the rest, each in queue order.
-func TestCFSelectorBesidePlainConsumer(t *testing.T) {
+func TestSelectorBesidePlainConsumer(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	plain, err := q.Consume(t.Context(), warren.Prefetch(2))
@@ -788,9 +788,9 @@ func TestCFSelectorBesidePlainConsumer(t *testing.T) {
 	require.Equal(t, 0, q.Len())
 }
 
-// TestCFSelectorPanicSkipsMessage: a selector that panics rejects the message (logged), and the
+// TestSelectorPanicSkipsMessage: a selector that panics rejects the message (logged), and the
 // broker carries on.
-func TestCFSelectorPanicSkipsMessage(t *testing.T) {
+func TestSelectorPanicSkipsMessage(t *testing.T) {
 	var log bytes.Buffer
 	b := warren.New(warren.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	t.Cleanup(func() { b.Close() })
@@ -815,8 +815,8 @@ func TestCFSelectorPanicSkipsMessage(t *testing.T) {
 	require.Equal(t, "3", bodies(cfBuffered(t, s)))
 }
 
-// TestCFSelectorNil: a nil selector is refused.
-func TestCFSelectorNil(t *testing.T) {
+// TestSelectorNil: a nil selector is refused.
+func TestSelectorNil(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	_, err := q.Consume(t.Context(), warren.Selector(nil))
@@ -824,9 +824,9 @@ func TestCFSelectorNil(t *testing.T) {
 	require.Equal(t, 0, q.ConsumerCount())
 }
 
-// TestCFSelectorOnPriorityQueue: a selective consumer of a priority queue receives the
+// TestSelectorOnPriorityQueue: a selective consumer of a priority queue receives the
 // highest-priority message it accepts, also one that arrived ahead of its cursor.
-func TestCFSelectorOnPriorityQueue(t *testing.T) {
+func TestSelectorOnPriorityQueue(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "pq", warren.MaxPriority(5))
 	send := func(body, kind string, p uint8) {
@@ -858,12 +858,12 @@ func TestCFSelectorOnPriorityQueue(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 6. Exclusive queues (R2.6)
 
-// TestCFExclusiveQueueDeletedWithOwner: an exclusive queue is deleted when its owner context
+// TestExclusiveQueueDeletedWithOwner: an exclusive queue is deleted when its owner context
 // ends; its consumers stop with ErrQueueDeleted. A consumer's context must be the owner or share
 // its Done channel, so both end at once: the scenario runs several rounds (alternating the owner
 // and a WithValue child as the consumer's context) to catch an outcome that depends on which
 // context callback runs first.
-func TestCFExclusiveQueueDeletedWithOwner(t *testing.T) {
+func TestExclusiveQueueDeletedWithOwner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		const rounds = 20
@@ -899,10 +899,10 @@ func TestCFExclusiveQueueDeletedWithOwner(t *testing.T) {
 	})
 }
 
-// TestCFExclusiveQueueUseAfterOwnerEnded: once an exclusive queue is deleted with its owner,
+// TestExclusiveQueueUseAfterOwnerEnded: once an exclusive queue is deleted with its owner,
 // using it fails with ErrNotFound, as for any deleted queue ([Queue]: "After the queue is
 // deleted its methods return an error wrapping ErrNotFound"), whichever context is used.
-func TestCFExclusiveQueueUseAfterOwnerEnded(t *testing.T) {
+func TestExclusiveQueueUseAfterOwnerEnded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		owner, end := context.WithCancel(t.Context())
@@ -920,9 +920,9 @@ func TestCFExclusiveQueueUseAfterOwnerEnded(t *testing.T) {
 	})
 }
 
-// TestCFExclusiveQueueDeletedWithOwnerNoConsumer: without consumers too, the queue goes with its
+// TestExclusiveQueueDeletedWithOwnerNoConsumer: without consumers too, the queue goes with its
 // owner.
-func TestCFExclusiveQueueDeletedWithOwnerNoConsumer(t *testing.T) {
+func TestExclusiveQueueDeletedWithOwnerNoConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		owner, end := context.WithCancel(t.Context())
@@ -940,9 +940,9 @@ func TestCFExclusiveQueueDeletedWithOwnerNoConsumer(t *testing.T) {
 
 type cfKey struct{}
 
-// TestCFExclusiveQueueOwnerOnly: only the owner, or a context sharing its Done channel, may
+// TestExclusiveQueueOwnerOnly: only the owner, or a context sharing its Done channel, may
 // consume from, get from or redeclare an exclusive queue.
-func TestCFExclusiveQueueOwnerOnly(t *testing.T) {
+func TestExclusiveQueueOwnerOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		owner, end := context.WithCancel(t.Context())
@@ -995,9 +995,9 @@ func TestCFExclusiveQueueOwnerOnly(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 7. Auto-delete queues (R6.11)
 
-// TestCFAutoDeleteNeedsAConsumerFirst: a queue that never had a consumer is not auto-deleted,
+// TestAutoDeleteNeedsAConsumerFirst: a queue that never had a consumer is not auto-deleted,
 // however it is used.
-func TestCFAutoDeleteNeedsAConsumerFirst(t *testing.T) {
+func TestAutoDeleteNeedsAConsumerFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "tmp", warren.AutoDelete())
@@ -1013,9 +1013,9 @@ func TestCFAutoDeleteNeedsAConsumerFirst(t *testing.T) {
 	})
 }
 
-// TestCFAutoDeleteOnLastCancel: an auto-delete queue stays while a consumer remains and goes
+// TestAutoDeleteOnLastCancel: an auto-delete queue stays while a consumer remains and goes
 // when the last one cancels.
-func TestCFAutoDeleteOnLastCancel(t *testing.T) {
+func TestAutoDeleteOnLastCancel(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "tmp", warren.AutoDelete())
 	c1, err := q.Consume(t.Context())
@@ -1032,9 +1032,9 @@ func TestCFAutoDeleteOnLastCancel(t *testing.T) {
 	require.ErrorIs(t, err, warren.ErrNotFound)
 }
 
-// TestCFAutoDeleteOnLastContextEnd: an auto-delete queue goes when its last consumer's context
+// TestAutoDeleteOnLastContextEnd: an auto-delete queue goes when its last consumer's context
 // ends.
-func TestCFAutoDeleteOnLastContextEnd(t *testing.T) {
+func TestAutoDeleteOnLastContextEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "tmp", warren.AutoDelete())
@@ -1057,9 +1057,9 @@ func TestCFAutoDeleteOnLastContextEnd(t *testing.T) {
 	})
 }
 
-// TestCFAutoDeleteSingleActiveWaiting: on a single-active-consumer auto-delete queue, a waiting
+// TestAutoDeleteSingleActiveWaiting: on a single-active-consumer auto-delete queue, a waiting
 // consumer keeps the queue when the active one goes.
-func TestCFAutoDeleteSingleActiveWaiting(t *testing.T) {
+func TestAutoDeleteSingleActiveWaiting(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "tmp", warren.AutoDelete(), warren.SingleActiveConsumer())
 	c1, err := q.Consume(t.Context())
@@ -1077,9 +1077,9 @@ func TestCFAutoDeleteSingleActiveWaiting(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 8. Ack timeout (R2.8)
 
-// TestCFAckTimeoutEndsConsumer: a delivery unsettled for the ack timeout ends its consumer;
+// TestAckTimeoutEndsConsumer: a delivery unsettled for the ack timeout ends its consumer;
 // received deliveries come back redelivered, buffered unread ones unchanged, in place.
-func TestCFAckTimeoutEndsConsumer(t *testing.T) {
+func TestAckTimeoutEndsConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
@@ -1109,8 +1109,8 @@ func TestCFAckTimeoutEndsConsumer(t *testing.T) {
 	})
 }
 
-// TestCFAckTimeoutCountsBufferedDeliveries: deliveries never received count too.
-func TestCFAckTimeoutCountsBufferedDeliveries(t *testing.T) {
+// TestAckTimeoutCountsBufferedDeliveries: deliveries never received count too.
+func TestAckTimeoutCountsBufferedDeliveries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
@@ -1126,9 +1126,9 @@ func TestCFAckTimeoutCountsBufferedDeliveries(t *testing.T) {
 	})
 }
 
-// TestCFAckTimeoutNotHitWhenAckedInTime: a consumer that settles each delivery within the
+// TestAckTimeoutNotHitWhenAckedInTime: a consumer that settles each delivery within the
 // timeout is never ended, however long it runs.
-func TestCFAckTimeoutNotHitWhenAckedInTime(t *testing.T) {
+func TestAckTimeoutNotHitWhenAckedInTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
@@ -1149,9 +1149,9 @@ func TestCFAckTimeoutNotHitWhenAckedInTime(t *testing.T) {
 	})
 }
 
-// TestCFAckTimeoutQueueArgument: "x-consumer-timeout" is the default ack timeout of the
+// TestAckTimeoutQueueArgument: "x-consumer-timeout" is the default ack timeout of the
 // queue's manual-ack consumers; AckTimeout overrides it, and AckTimeout(0) turns it off.
-func TestCFAckTimeoutQueueArgument(t *testing.T) {
+func TestAckTimeoutQueueArgument(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		for _, v := range []any{int32(0), int32(-1), "10000", 1.5} {
@@ -1189,9 +1189,9 @@ func TestCFAckTimeoutQueueArgument(t *testing.T) {
 	})
 }
 
-// TestCFAckTimeoutDeliveryLimit: each ack timeout counts as a return, so the delivery limit
+// TestAckTimeoutDeliveryLimit: each ack timeout counts as a return, so the delivery limit
 // bounds a message that hangs every consumer.
-func TestCFAckTimeoutDeliveryLimit(t *testing.T) {
+func TestAckTimeoutDeliveryLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		main, dead := deadTopology(t, b, warren.DeliveryLimit(1))
@@ -1212,8 +1212,8 @@ func TestCFAckTimeoutDeliveryLimit(t *testing.T) {
 	})
 }
 
-// TestCFAckTimeoutAutoAckInvalid: an ack timeout needs manual acknowledgement.
-func TestCFAckTimeoutAutoAckInvalid(t *testing.T) {
+// TestAckTimeoutAutoAckInvalid: an ack timeout needs manual acknowledgement.
+func TestAckTimeoutAutoAckInvalid(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	_, err := q.Consume(t.Context(), warren.AutoAck(), warren.AckTimeout(time.Second))
@@ -1221,9 +1221,9 @@ func TestCFAckTimeoutAutoAckInvalid(t *testing.T) {
 	require.Equal(t, 0, q.ConsumerCount())
 }
 
-// TestCFAckTimeoutSingleActiveTakeover: on a single-active-consumer queue the next consumer
+// TestAckTimeoutSingleActiveTakeover: on a single-active-consumer queue the next consumer
 // takes over when the active one times out, and receives in queue order.
-func TestCFAckTimeoutSingleActiveTakeover(t *testing.T) {
+func TestAckTimeoutSingleActiveTakeover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q", warren.SingleActiveConsumer())
@@ -1247,9 +1247,9 @@ func TestCFAckTimeoutSingleActiveTakeover(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 9. Immediate publish (Q8.7)
 
-// TestCFImmediateWithoutConsumers: an immediate publish that no consumer takes fails with
+// TestImmediateWithoutConsumers: an immediate publish that no consumer takes fails with
 // ErrNoConsumers and leaves nothing behind.
-func TestCFImmediateWithoutConsumers(t *testing.T) {
+func TestImmediateWithoutConsumers(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	err := b.Publish(t.Context(), "", "q", cfBody("x"), warren.Immediate())
@@ -1263,9 +1263,9 @@ func TestCFImmediateWithoutConsumers(t *testing.T) {
 	require.Equal(t, 0, q.Len())
 }
 
-// TestCFImmediateConsumerWithoutCredit: a consumer at its prefetch cannot take an immediate
+// TestImmediateConsumerWithoutCredit: a consumer at its prefetch cannot take an immediate
 // message; it is never in the queue.
-func TestCFImmediateConsumerWithoutCredit(t *testing.T) {
+func TestImmediateConsumerWithoutCredit(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	c, err := q.Consume(t.Context(), warren.Prefetch(1))
@@ -1279,9 +1279,9 @@ func TestCFImmediateConsumerWithoutCredit(t *testing.T) {
 	require.Equal(t, 0, len(c.Deliveries()), "1 was never in the queue")
 }
 
-// TestCFImmediateBehindBacklog: with messages ready ahead of it, an immediate message is not
+// TestImmediateBehindBacklog: with messages ready ahead of it, an immediate message is not
 // taken.
-func TestCFImmediateBehindBacklog(t *testing.T) {
+func TestImmediateBehindBacklog(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	c, err := q.Consume(t.Context(), warren.Prefetch(1))
@@ -1300,10 +1300,10 @@ func TestCFImmediateBehindBacklog(t *testing.T) {
 	require.Equal(t, 0, q.Len())
 }
 
-// TestCFImmediateNotForWaitingOrRefusingConsumers: neither a waiting single-active consumer
+// TestImmediateNotForWaitingOrRefusingConsumers: neither a waiting single-active consumer
 // nor a selective consumer that does not accept the message takes an immediate message, credit
 // or not.
-func TestCFImmediateNotForWaitingOrRefusingConsumers(t *testing.T) {
+func TestImmediateNotForWaitingOrRefusingConsumers(t *testing.T) {
 	b := newBroker(t)
 	sac := declare(t, b, "sac", warren.SingleActiveConsumer())
 	active, err := sac.Consume(t.Context(), warren.Prefetch(1))
@@ -1327,8 +1327,8 @@ func TestCFImmediateNotForWaitingOrRefusingConsumers(t *testing.T) {
 	require.Equal(t, "a", bodies(cfBuffered(t, s)))
 }
 
-// TestCFImmediateTakenByConsumer: a consumer with credit takes an immediate message at once.
-func TestCFImmediateTakenByConsumer(t *testing.T) {
+// TestImmediateTakenByConsumer: a consumer with credit takes an immediate message at once.
+func TestImmediateTakenByConsumer(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	c, err := q.Consume(t.Context(), warren.Prefetch(5))
@@ -1339,9 +1339,9 @@ func TestCFImmediateTakenByConsumer(t *testing.T) {
 	require.Equal(t, 1, q.Unacked())
 }
 
-// TestCFImmediateFanout: routed to several queues, an immediate message goes only to those
+// TestImmediateFanout: routed to several queues, an immediate message goes only to those
 // with a consumer that takes it at once, and the publish succeeds if any did.
-func TestCFImmediateFanout(t *testing.T) {
+func TestImmediateFanout(t *testing.T) {
 	b := newBroker(t)
 	_, err := b.DeclareExchange("fan", warren.ExchangeFanout)
 	require.NoError(t, err)
@@ -1362,8 +1362,8 @@ func TestCFImmediateFanout(t *testing.T) {
 	require.Equal(t, 0, empty.Len())
 }
 
-// TestCFImmediateWithDelay: Immediate and DeliverAfter contradict each other.
-func TestCFImmediateWithDelay(t *testing.T) {
+// TestImmediateWithDelay: Immediate and DeliverAfter contradict each other.
+func TestImmediateWithDelay(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
 	_, err := q.Consume(t.Context())
@@ -1374,9 +1374,9 @@ func TestCFImmediateWithDelay(t *testing.T) {
 	require.Equal(t, 0, q.Unacked())
 }
 
-// TestCFImmediateAutoAckConsumer: an idle auto-ack consumer takes an immediate message; one
+// TestImmediateAutoAckConsumer: an idle auto-ack consumer takes an immediate message; one
 // busy handing over a message cannot.
-func TestCFImmediateAutoAckConsumer(t *testing.T) {
+func TestImmediateAutoAckConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")

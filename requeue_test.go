@@ -91,10 +91,9 @@ func drain(t *testing.T, q *warren.Queue) string {
 	return picture(ds)
 }
 
-// TestSeedPicture is the acceptance picture: publish 0..4; a consumer takes 0,1,2 without
-// acking; whatever returns them, the queue is 0* 1* 2* 3 4 and a new consumer receives exactly
-// that.
-func TestSeedPicture(t *testing.T) {
+// TestReturnedMessagesKeepTheirPlaces: publish 0..4; a consumer takes 0,1,2 without acking;
+// whatever returns them, the queue is 0* 1* 2* 3 4 and a new consumer receives exactly that.
+func TestReturnedMessagesKeepTheirPlaces(t *testing.T) {
 	cases := []struct {
 		name   string
 		settle func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery)
@@ -149,9 +148,10 @@ func TestSeedPicture(t *testing.T) {
 	}
 }
 
-// TestSeedPictureInterleaved: two consumers take alternate messages; both contexts end in either
-// order; the queue is back in publication order with exactly the taken ones redelivered.
-func TestSeedPictureInterleaved(t *testing.T) {
+// TestReturnedMessagesKeepTheirPlacesInterleaved: two consumers take alternate messages; both
+// contexts end in either order; the queue is back in publication order with exactly the taken
+// ones redelivered.
+func TestReturnedMessagesKeepTheirPlacesInterleaved(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "work")

@@ -51,10 +51,10 @@ func xDeath(t *testing.T, d *warren.Delivery) []warren.Table {
 	return out
 }
 
-// TestSeedExpiryScenario is the seed scenario: five messages with a per-message TTL into
-// main; a consumer takes 0,1,2 and holds them past the TTL; 3 and 4 are dead-lettered at their
-// deadline; then the consumer's context ends; dead holds 3,4,0,1,2, each with one x-death entry.
-func TestSeedExpiryScenario(t *testing.T) {
+// TestExpiryOfReadyAndHeldMessages: five messages with a per-message TTL into main; a consumer
+// takes 0,1,2 and holds them past the TTL; 3 and 4 are dead-lettered at their deadline; then the
+// consumer's context ends; dead holds 3,4,0,1,2, each with one x-death entry.
+func TestExpiryOfReadyAndHeldMessages(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		main, dead := deadTopology(t, b)
