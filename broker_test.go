@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,27 +20,6 @@ import (
 // Close semantics. Every test runs in a synctest bubble, and synctest.Test fails if a goroutine
 // is left blocked when the test function returns: ending the bubble proves that Close left
 // nothing behind.
-
-// assertStopped asserts that c has stopped with ErrClosed and that its Deliveries channel is
-// closed and empty now, without waiting: the call that stopped it (Close, DeleteQueue) must have
-// finished with it by the time it returned.
-func assertStopped(t *testing.T, c *warren.Consumer, want error) {
-	t.Helper()
-	assert.True(t, errors.Is(c.Err(), want), "consumer %s: Err() = %v, want %v", c.Tag(), c.Err(), want)
-	select {
-	case d, ok := <-c.Deliveries():
-		if ok {
-			t.Errorf("consumer %s: Deliveries() yielded %q, want closed", c.Tag(), d.Message.Body)
-		}
-	default:
-		t.Errorf("consumer %s: Deliveries() not closed", c.Tag())
-	}
-	select {
-	case <-c.Done():
-	default:
-		t.Errorf("consumer %s: Done() not closed", c.Tag())
-	}
-}
 
 func TestClosePushConsumers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -326,12 +304,7 @@ func closeRacingConsume(t *testing.T, closers int) {
 // goroutine runs until the broker refuses it with ErrClosed. Nothing may panic, and when the
 // bubble ends no goroutine may be left.
 func TestCloseRacingCalls(t *testing.T) {
-	seed := uint64(rand.Int64())
-	if s := os.Getenv("WARREN_CLOSE_SEED"); s != "" {
-		_, err := fmt.Sscan(s, &seed)
-		require.NoError(t, err, "WARREN_CLOSE_SEED")
-	}
-	t.Logf("seed %d (rerun with WARREN_CLOSE_SEED=%d)", seed, seed)
+	seed := testSeed(t, "WARREN_CLOSE_SEED")
 	rounds := 40
 	if testing.Short() {
 		rounds = 10
@@ -494,6 +467,6 @@ func TestQueueTypeClassicOnly(t *testing.T) {
 		require.ErrorIs(t, err, warren.ErrPreconditionFailed, "x-queue-type %v (%T)", v, v)
 		require.ErrorContains(t, err, fmt.Sprint(v))
 		require.ErrorContains(t, err, "classic")
-		require.False(t, cfExists(t, b, "other"))
+		require.False(t, queueExists(t, b, "other"))
 	}
 }

@@ -19,80 +19,7 @@ import (
 
 // Consumer features (issue 4): exclusive consumers, single active consumer, consumer
 // priorities, priority queues, selectors, exclusive and auto-delete queues, ack timeouts and
-// immediate publishing. Helpers are prefixed cf.
-
-// cfSend publishes m to q through the default exchange.
-func cfSend(t *testing.T, b *warren.Broker, q *warren.Queue, m warren.Message, opts ...warren.PublishOption) {
-	t.Helper()
-	require.NoError(t, b.Publish(t.Context(), "", q.Name(), m, opts...))
-}
-
-// cfSendRange publishes bodies "from".."to-1" to q through the default exchange.
-func cfSendRange(t *testing.T, b *warren.Broker, q *warren.Queue, from, to int) {
-	t.Helper()
-	for i := from; i < to; i++ {
-		cfSend(t, b, q, cfBody(strconv.Itoa(i)))
-	}
-}
-
-func cfBody(s string) warren.Message { return warren.Message{Body: []byte(s)} }
-
-// cfPri is a message with a priority.
-func cfPri(s string, p uint8) warren.Message { return warren.Message{Body: []byte(s), Priority: p} }
-
-// cfKind is a message with a "kind" header, for selectors.
-func cfKind(s, kind string) warren.Message {
-	return warren.Message{Body: []byte(s), Headers: warren.Table{"kind": kind}}
-}
-
-// cfKindIs selects the messages whose "kind" header is kind.
-func cfKindIs(kind string) warren.ConsumerOption {
-	return warren.Selector(func(m *warren.Message) bool { return m.Headers["kind"] == kind })
-}
-
-// cfBuffered receives every delivery buffered for c right now.
-func cfBuffered(t *testing.T, c *warren.Consumer) []*warren.Delivery {
-	t.Helper()
-	return receive(t, c, len(c.Deliveries()))
-}
-
-// cfAckAll acks ds.
-func cfAckAll(t *testing.T, ds []*warren.Delivery) {
-	t.Helper()
-	for _, d := range ds {
-		require.NoError(t, d.Ack())
-	}
-}
-
-// cfCounts renders the delivery counts of ds.
-func cfCounts(ds []*warren.Delivery) []int {
-	out := make([]int, 0, len(ds))
-	for _, d := range ds {
-		out = append(out, d.DeliveryCount)
-	}
-	return out
-}
-
-// cfExists reports whether the broker has a queue named name.
-func cfExists(t *testing.T, b *warren.Broker, name string) bool {
-	t.Helper()
-	_, err := b.Queue(name)
-	if err != nil {
-		require.ErrorIs(t, err, warren.ErrNotFound)
-		return false
-	}
-	return true
-}
-
-// cfDone reports whether ch is closed, without waiting.
-func cfDone(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
+// immediate publishing.
 
 // ---------------------------------------------------------------------------------------------
 // 1. Exclusive consumers (R2.5)
@@ -128,9 +55,9 @@ func TestExclusiveConsumerRefusesOthers(t *testing.T) {
 	require.NoError(t, err, "exclusivity ends with the consumer")
 	c3, err := q.Consume(t.Context(), warren.Prefetch(5))
 	require.NoError(t, err)
-	cfSendRange(t, b, q, 2, 4)
-	require.Equal(t, "2", bodies(cfBuffered(t, c2)))
-	require.Equal(t, "3", bodies(cfBuffered(t, c3)))
+	publishRange(t, b, q, 2, 4)
+	require.Equal(t, "2", bodies(buffered(t, c2)))
+	require.Equal(t, "3", bodies(buffered(t, c3)))
 }
 
 // TestExclusiveConsumerEndsWithContext: exclusivity also ends when the exclusive consumer's
@@ -147,11 +74,11 @@ func TestExclusiveConsumerEndsWithContext(t *testing.T) {
 		require.ErrorIs(t, err, warren.ErrAccessRefused)
 		cancel()
 		synctest.Wait()
-		require.True(t, cfDone(c.Done()))
+		require.True(t, isClosed(c.Done()))
 		c2, err := q.Consume(t.Context(), warren.Exclusive())
 		require.NoError(t, err, "a new exclusive consumer once the old one's context ended")
 		publishN(t, b, q, 1)
-		require.Equal(t, "0", bodies(cfBuffered(t, c2)))
+		require.Equal(t, "0", bodies(buffered(t, c2)))
 	})
 }
 
@@ -247,18 +174,18 @@ func TestSingleActiveFailoverOrder(t *testing.T) {
 		require.Equal(t, 6, len(c2.Deliveries()))
 		got := receive(t, c2, 4)
 		require.Equal(t, "1* 2* 3 4", picture(got))
-		require.Equal(t, []int{1, 1, 0, 0}, cfCounts(got))
+		require.Equal(t, []int{1, 1, 0, 0}, deliveryCounts(got))
 		require.Equal(t, 0, len(c3.Deliveries()), "consumer 3 still waits")
 
 		require.NoError(t, c2.Cancel())
 		require.ErrorIs(t, c2.Err(), warren.ErrCancelled)
 		require.Equal(t, 1, q.ConsumerCount())
-		took := cfBuffered(t, c3)
+		took := buffered(t, c3)
 		require.Equal(t, "5 6", picture(took), "buffered unread deliveries of a cancelled consumer go back unchanged")
-		require.Equal(t, []int{0, 0}, cfCounts(took))
-		cfAckAll(t, got) // received before Cancel: still settle-able
-		cfSend(t, b, q, cfBody("7"))
-		require.Equal(t, "7", bodies(cfBuffered(t, c3)))
+		require.Equal(t, []int{0, 0}, deliveryCounts(took))
+		ackAll(t, got) // received before Cancel: still settle-able
+		publish(t, b, q.Name(), "7")
+		require.Equal(t, "7", bodies(buffered(t, c3)))
 	})
 }
 
@@ -282,12 +209,12 @@ func TestSingleActiveWaitingOrder(t *testing.T) {
 	// who publishes one message and returns the tag of the one consumer that received it.
 	who := func() string {
 		t.Helper()
-		cfSend(t, b, q, cfBody(strconv.Itoa(n)))
+		publish(t, b, q.Name(), strconv.Itoa(n))
 		n++
 		var got []string
 		for tag, c := range cs {
 			if len(c.Deliveries()) > 0 {
-				cfAckAll(t, cfBuffered(t, c))
+				ackAll(t, buffered(t, c))
 				got = append(got, tag)
 			}
 		}
@@ -325,7 +252,7 @@ func TestSingleActiveTagUniqueness(t *testing.T) {
 	_, err = q.Consume(t.Context(), warren.ConsumerTag("two"))
 	require.NoError(t, err, "the tag is free again")
 	publishN(t, b, q, 1)
-	require.Equal(t, "0", bodies(cfBuffered(t, one)))
+	require.Equal(t, "0", bodies(buffered(t, one)))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -342,30 +269,30 @@ func TestConsumerPriorityHighTakesAll(t *testing.T) {
 	high, err := q.Consume(t.Context(), warren.Prefetch(3), warren.ConsumerPriority(10))
 	require.NoError(t, err)
 
-	cfSendRange(t, b, q, 0, 3)
+	publishRange(t, b, q, 0, 3)
 	require.Equal(t, 0, len(low.Deliveries()), "starved while the higher one has credit")
-	hs := cfBuffered(t, high)
+	hs := buffered(t, high)
 	require.Equal(t, "0 1 2", bodies(hs))
 
-	cfSendRange(t, b, q, 3, 5)
-	ls := cfBuffered(t, low)
+	publishRange(t, b, q, 3, 5)
+	ls := buffered(t, low)
 	require.Equal(t, "3 4", bodies(ls), "the higher one is at its prefetch")
 
-	cfSendRange(t, b, q, 5, 7)
+	publishRange(t, b, q, 5, 7)
 	require.Equal(t, 2, q.Len(), "both are at their prefetch")
 	require.NoError(t, hs[0].Ack())
-	require.Equal(t, "5", bodies(cfBuffered(t, high)), "an ack on the higher one makes it receive")
+	require.Equal(t, "5", bodies(buffered(t, high)), "an ack on the higher one makes it receive")
 	require.Equal(t, 0, len(low.Deliveries()))
 	require.NoError(t, ls[0].Ack())
-	require.Equal(t, "6", bodies(cfBuffered(t, low)))
+	require.Equal(t, "6", bodies(buffered(t, low)))
 
 	require.NoError(t, ls[1].Ack()) // the lower one has credit again
 	require.NoError(t, hs[1].Ack())
-	cfSendRange(t, b, q, 7, 8)
-	require.Equal(t, "7", bodies(cfBuffered(t, high)), "the higher one has credit: it takes it")
+	publishRange(t, b, q, 7, 8)
+	require.Equal(t, "7", bodies(buffered(t, high)), "the higher one has credit: it takes it")
 	require.Equal(t, 0, len(low.Deliveries()))
-	cfSendRange(t, b, q, 8, 9)
-	require.Equal(t, "8", bodies(cfBuffered(t, low)))
+	publishRange(t, b, q, 8, 9)
+	require.Equal(t, "8", bodies(buffered(t, low)))
 	require.Equal(t, 0, len(high.Deliveries()))
 }
 
@@ -380,19 +307,19 @@ func TestConsumerPriorityRoundRobinWithinLevel(t *testing.T) {
 	require.NoError(t, err)
 	y, err := q.Consume(t.Context(), warren.Prefetch(3), warren.ConsumerPriority(5))
 	require.NoError(t, err)
-	cfSendRange(t, b, q, 0, 6)
-	xs, ys := cfBuffered(t, x), cfBuffered(t, y)
+	publishRange(t, b, q, 0, 6)
+	xs, ys := buffered(t, x), buffered(t, y)
 	require.Equal(t, "0 2 4", bodies(xs))
 	require.Equal(t, "1 3 5", bodies(ys))
 	require.Equal(t, 0, len(low.Deliveries()))
-	cfSendRange(t, b, q, 6, 8)
-	require.Equal(t, "6 7", bodies(cfBuffered(t, low)))
+	publishRange(t, b, q, 6, 8)
+	require.Equal(t, "6 7", bodies(buffered(t, low)))
 
-	cfAckAll(t, xs)
-	cfAckAll(t, ys)
-	cfSendRange(t, b, q, 8, 12)
-	require.Equal(t, "8 10", bodies(cfBuffered(t, x)))
-	require.Equal(t, "9 11", bodies(cfBuffered(t, y)))
+	ackAll(t, xs)
+	ackAll(t, ys)
+	publishRange(t, b, q, 8, 12)
+	require.Equal(t, "8 10", bodies(buffered(t, x)))
+	require.Equal(t, "9 11", bodies(buffered(t, y)))
 	require.Equal(t, 0, len(low.Deliveries()))
 }
 
@@ -407,10 +334,10 @@ func TestConsumerPriorityNegative(t *testing.T) {
 	require.NoError(t, err)
 	zero, err := q.Consume(t.Context(), warren.Prefetch(2))
 	require.NoError(t, err)
-	cfSendRange(t, b, q, 0, 7)
-	require.Equal(t, "0 1", bodies(cfBuffered(t, zero)))
-	require.Equal(t, "2 3", bodies(cfBuffered(t, neg)))
-	require.Equal(t, "4 5 6", bodies(cfBuffered(t, lowest)))
+	publishRange(t, b, q, 0, 7)
+	require.Equal(t, "0 1", bodies(buffered(t, zero)))
+	require.Equal(t, "2 3", bodies(buffered(t, neg)))
+	require.Equal(t, "4 5 6", bodies(buffered(t, lowest)))
 }
 
 // TestConsumerPriorityAutoAckAbovePush: an auto-ack consumer (a feeder goroutine) of a
@@ -425,16 +352,16 @@ func TestConsumerPriorityAutoAckAbovePush(t *testing.T) {
 		require.NoError(t, err)
 		synctest.Wait() // the feeder is idle
 		for i := range 4 {
-			cfSend(t, b, q, cfBody(strconv.Itoa(i)))
+			publish(t, b, q.Name(), strconv.Itoa(i))
 			synctest.Wait()
 		}
 		// The feeder holds two: one buffered, one it is handing over.
-		require.Equal(t, "2 3", bodies(cfBuffered(t, push)))
+		require.Equal(t, "2 3", bodies(buffered(t, push)))
 		require.Equal(t, "0", bodies(receive(t, feeder, 1)))
 		synctest.Wait()
 		require.Equal(t, "1", bodies(receive(t, feeder, 1)))
 		synctest.Wait()
-		cfSend(t, b, q, cfBody("4"))
+		publish(t, b, q.Name(), "4")
 		synctest.Wait()
 		require.Equal(t, "4", bodies(receive(t, feeder, 1)), "the feeder has room again: it takes it")
 		require.Equal(t, 0, len(push.Deliveries()))
@@ -453,16 +380,16 @@ func TestConsumerPriorityPushAboveAutoAck(t *testing.T) {
 		require.NoError(t, err)
 		synctest.Wait()
 		for i := range 4 {
-			cfSend(t, b, q, cfBody(strconv.Itoa(i)))
+			publish(t, b, q.Name(), strconv.Itoa(i))
 			synctest.Wait()
 		}
-		ps := cfBuffered(t, push)
+		ps := buffered(t, push)
 		require.Equal(t, "0 1", bodies(ps))
-		require.Equal(t, "2 3", bodies(cfBuffered(t, feeder)))
+		require.Equal(t, "2 3", bodies(buffered(t, feeder)))
 		require.NoError(t, ps[0].Ack())
-		cfSend(t, b, q, cfBody("4"))
+		publish(t, b, q.Name(), "4")
 		synctest.Wait()
-		require.Equal(t, "4", bodies(cfBuffered(t, push)))
+		require.Equal(t, "4", bodies(buffered(t, push)))
 		require.Equal(t, 0, len(feeder.Deliveries()))
 	})
 }
@@ -474,13 +401,13 @@ func TestConsumerPrioritySelectorFallsThrough(t *testing.T) {
 	q := declare(t, b, "q")
 	low, err := q.Consume(t.Context(), warren.Prefetch(10))
 	require.NoError(t, err)
-	high, err := q.Consume(t.Context(), warren.Prefetch(10), warren.ConsumerPriority(5), cfKindIs("a"))
+	high, err := q.Consume(t.Context(), warren.Prefetch(10), warren.ConsumerPriority(5), kindIs("a"))
 	require.NoError(t, err)
 	for i, k := range []string{"a", "b", "a", "c", "a"} {
-		cfSend(t, b, q, cfKind(strconv.Itoa(i), k))
+		publishMsg(t, b, q.Name(), msgOfKind(strconv.Itoa(i), k))
 	}
-	require.Equal(t, "0 2 4", bodies(cfBuffered(t, high)))
-	require.Equal(t, "1 3", bodies(cfBuffered(t, low)))
+	require.Equal(t, "0 2 4", bodies(buffered(t, high)))
+	require.Equal(t, "1 3", bodies(buffered(t, low)))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -491,8 +418,8 @@ func TestConsumerPrioritySelectorFallsThrough(t *testing.T) {
 func TestPriorityQueueOrder(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "pq", warren.MaxPriority(5))
-	for _, m := range []warren.Message{cfBody("none1"), cfPri("p0", 0), cfPri("p5", 5), cfPri("p10", 10), cfBody("none2")} {
-		cfSend(t, b, q, m)
+	for _, m := range []warren.Message{msg("none1"), msgWithPriority("p0", 0), msgWithPriority("p5", 5), msgWithPriority("p10", 10), msg("none2")} {
+		publishMsg(t, b, q.Name(), m)
 	}
 	require.Equal(t, 5, q.Len())
 	require.Equal(t, "p5 p10 none1 p0 none2", bodies(getAll(t, q)))
@@ -506,12 +433,12 @@ func TestPriorityQueueFIFOWithinLevel(t *testing.T) {
 	const want = "1 3 4 7 0 2 5 6"
 	q := declare(t, b, "pq", warren.MaxPriority(3))
 	for i, p := range prios {
-		cfSend(t, b, q, cfPri(strconv.Itoa(i), p))
+		publishMsg(t, b, q.Name(), msgWithPriority(strconv.Itoa(i), p))
 	}
 	require.Equal(t, want, bodies(getAll(t, q)))
 
 	for i, p := range prios {
-		cfSend(t, b, q, cfPri(strconv.Itoa(i), p))
+		publishMsg(t, b, q.Name(), msgWithPriority(strconv.Itoa(i), p))
 	}
 	c, err := q.Consume(t.Context(), warren.Prefetch(1))
 	require.NoError(t, err)
@@ -529,8 +456,8 @@ func TestPriorityQueueFIFOWithinLevel(t *testing.T) {
 func TestPriorityQueueNackKeepsPosition(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "pq", warren.MaxPriority(5))
-	for _, m := range []warren.Message{cfPri("a", 3), cfPri("b", 1), cfPri("c", 3), cfPri("d", 1)} {
-		cfSend(t, b, q, m)
+	for _, m := range []warren.Message{msgWithPriority("a", 3), msgWithPriority("b", 1), msgWithPriority("c", 3), msgWithPriority("d", 1)} {
+		publishMsg(t, b, q.Name(), m)
 	}
 	var got []*warren.Delivery
 	for range 3 {
@@ -542,8 +469,8 @@ func TestPriorityQueueNackKeepsPosition(t *testing.T) {
 	require.NoError(t, got[2].Nack()) // b
 	require.NoError(t, got[1].Nack()) // c
 	require.NoError(t, got[0].Nack()) // a
-	cfSend(t, b, q, cfPri("e", 3))
-	cfSend(t, b, q, cfPri("f", 1))
+	publishMsg(t, b, q.Name(), msgWithPriority("e", 3))
+	publishMsg(t, b, q.Name(), msgWithPriority("f", 1))
 	require.Equal(t, "a* c* e b* d f", picture(getAll(t, q)))
 }
 
@@ -554,15 +481,15 @@ func TestPriorityQueueContextEndKeepsOrder(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "pq", warren.MaxPriority(5))
 		for i, p := range []uint8{0, 2, 1, 2, 0} {
-			cfSend(t, b, q, cfPri(strconv.Itoa(i), p))
+			publishMsg(t, b, q.Name(), msgWithPriority(strconv.Itoa(i), p))
 		}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		c, err := q.Consume(ctx, warren.Prefetch(3))
 		require.NoError(t, err)
 		require.Equal(t, "1 3 2", bodies(receive(t, c, 3)), "highest first")
-		cfSend(t, b, q, cfPri("5", 2))
-		cfSend(t, b, q, cfPri("6", 1))
+		publishMsg(t, b, q.Name(), msgWithPriority("5", 2))
+		publishMsg(t, b, q.Name(), msgWithPriority("6", 1))
 		cancel()
 		synctest.Wait()
 		require.Equal(t, "1* 3* 5 2* 6 0 4", drain(t, q))
@@ -575,14 +502,14 @@ func TestPriorityQueueDropHead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		main, dead := deadTopology(t, b, warren.MaxPriority(5), warren.MaxLength(2))
-		cfSend(t, b, main, cfPri("a", 1))
-		cfSend(t, b, main, cfPri("b", 5))
-		cfSend(t, b, main, cfPri("c", 3))
+		publishMsg(t, b, main.Name(), msgWithPriority("a", 1))
+		publishMsg(t, b, main.Name(), msgWithPriority("b", 5))
+		publishMsg(t, b, main.Name(), msgWithPriority("c", 3))
 		synctest.Wait()
 		ds := getAll(t, dead)
 		require.Equal(t, "b", bodies(ds), "the highest-priority head is dropped")
 		require.Equal(t, "maxlen", xDeath(t, ds[0])[0]["reason"])
-		cfSend(t, b, main, cfPri("d", 0))
+		publishMsg(t, b, main.Name(), msgWithPriority("d", 0))
 		synctest.Wait()
 		require.Equal(t, "c", bodies(getAll(t, dead)))
 		require.Equal(t, "a d", bodies(getAll(t, main)))
@@ -595,10 +522,10 @@ func TestPriorityQueueTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		main, dead := deadTopology(t, b, warren.MaxPriority(5))
-		cfSend(t, b, main, warren.Message{Body: []byte("low"), Priority: 1, Expiration: "1000"})
-		cfSend(t, b, main, warren.Message{Body: []byte("high"), Priority: 5})
-		cfSend(t, b, main, warren.Message{Body: []byte("mid"), Priority: 3, Expiration: "2000"})
-		cfSend(t, b, main, warren.Message{Body: []byte("high2"), Priority: 5, Expiration: "5000"})
+		publishMsg(t, b, main.Name(), warren.Message{Body: []byte("low"), Priority: 1, Expiration: "1000"})
+		publishMsg(t, b, main.Name(), warren.Message{Body: []byte("high"), Priority: 5})
+		publishMsg(t, b, main.Name(), warren.Message{Body: []byte("mid"), Priority: 3, Expiration: "2000"})
+		publishMsg(t, b, main.Name(), warren.Message{Body: []byte("high2"), Priority: 5, Expiration: "5000"})
 		time.Sleep(1500 * time.Millisecond)
 		synctest.Wait()
 		require.Equal(t, 3, main.Len())
@@ -625,7 +552,7 @@ func TestPriorityQueueArguments(t *testing.T) {
 		_, err := b.DeclareQueue("bad", warren.MaxPriority(n))
 		require.ErrorIs(t, err, warren.ErrInvalidArgument, "MaxPriority(%d)", n)
 	}
-	require.False(t, cfExists(t, b, "bad"))
+	require.False(t, queueExists(t, b, "bad"))
 
 	declare(t, b, "p1", warren.MaxPriority(1))
 	declare(t, b, "p255", warren.MaxPriority(255))
@@ -653,7 +580,7 @@ func TestPriorityIgnoredWithoutMaxPriority(t *testing.T) {
 		declare(t, b, "zero", warren.Arguments(warren.Table{"x-max-priority": int32(0)})),
 	} {
 		for i, p := range []uint8{0, 9, 5, 255, 1} {
-			cfSend(t, b, q, cfPri(strconv.Itoa(i), p))
+			publishMsg(t, b, q.Name(), msgWithPriority(strconv.Itoa(i), p))
 		}
 		require.Equal(t, "0 1 2 3 4", bodies(getAll(t, q)), q.Name())
 	}
@@ -670,16 +597,16 @@ func TestSelectorSplitKeepsOrder(t *testing.T) {
 	const kinds = "aabababbbaaab"
 	var wantA, wantB []string
 	for i, k := range kinds {
-		cfSend(t, b, q, cfKind(strconv.Itoa(i), string(k)))
+		publishMsg(t, b, q.Name(), msgOfKind(strconv.Itoa(i), string(k)))
 		if k == 'a' {
 			wantA = append(wantA, strconv.Itoa(i))
 		} else {
 			wantB = append(wantB, strconv.Itoa(i))
 		}
 	}
-	as, err := q.Consume(t.Context(), warren.Prefetch(2), cfKindIs("a"))
+	as, err := q.Consume(t.Context(), warren.Prefetch(2), kindIs("a"))
 	require.NoError(t, err)
-	bs, err := q.Consume(t.Context(), warren.Prefetch(2), cfKindIs("b"))
+	bs, err := q.Consume(t.Context(), warren.Prefetch(2), kindIs("b"))
 	require.NoError(t, err)
 	var gotA, gotB []string
 	for range len(kinds) {
@@ -687,11 +614,11 @@ func TestSelectorSplitKeepsOrder(t *testing.T) {
 			c   *warren.Consumer
 			got *[]string
 		}{{as, &gotA}, {bs, &gotB}} {
-			ds := cfBuffered(t, x.c)
+			ds := buffered(t, x.c)
 			for _, d := range ds {
 				*x.got = append(*x.got, string(d.Message.Body))
 			}
-			cfAckAll(t, ds)
+			ackAll(t, ds)
 		}
 	}
 	require.Equal(t, strings.Join(wantA, " "), strings.Join(gotA, " "))
@@ -704,12 +631,12 @@ func TestSelectorSplitKeepsOrder(t *testing.T) {
 func TestSelectorSkippedMessagesKeepTheirPlace(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
-	s, err := q.Consume(t.Context(), warren.Prefetch(10), cfKindIs("a"))
+	s, err := q.Consume(t.Context(), warren.Prefetch(10), kindIs("a"))
 	require.NoError(t, err)
 	for i, k := range []string{"b", "a", "c", "a", "b"} {
-		cfSend(t, b, q, cfKind(strconv.Itoa(i), k))
+		publishMsg(t, b, q.Name(), msgOfKind(strconv.Itoa(i), k))
 	}
-	require.Equal(t, "1 3", bodies(cfBuffered(t, s)))
+	require.Equal(t, "1 3", bodies(buffered(t, s)))
 	require.Equal(t, 3, q.Len())
 	d, err := q.Get(t.Context(), warren.AutoAck())
 	require.NoError(t, err)
@@ -717,7 +644,7 @@ func TestSelectorSkippedMessagesKeepTheirPlace(t *testing.T) {
 	require.Equal(t, 2, d.MessageCount)
 	plain, err := q.Consume(t.Context(), warren.Prefetch(10))
 	require.NoError(t, err)
-	require.Equal(t, "2 4", bodies(cfBuffered(t, plain)))
+	require.Equal(t, "2 4", bodies(buffered(t, plain)))
 }
 
 // TestSelectorNackReturnsToPlace: a message a selective consumer nacks returns to its place,
@@ -725,20 +652,20 @@ func TestSelectorSkippedMessagesKeepTheirPlace(t *testing.T) {
 func TestSelectorNackReturnsToPlace(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
-	s, err := q.Consume(t.Context(), warren.Prefetch(2), cfKindIs("a"))
+	s, err := q.Consume(t.Context(), warren.Prefetch(2), kindIs("a"))
 	require.NoError(t, err)
 	for i, k := range []string{"a", "b", "a", "a", "a"} {
-		cfSend(t, b, q, cfKind(strconv.Itoa(i), k))
+		publishMsg(t, b, q.Name(), msgOfKind(strconv.Itoa(i), k))
 	}
-	first := cfBuffered(t, s)
+	first := buffered(t, s)
 	require.Equal(t, "0 2", bodies(first))
 	require.NoError(t, first[0].Nack())
-	again := cfBuffered(t, s)
+	again := buffered(t, s)
 	require.Equal(t, "0*", picture(again), "the nacked message, not 3")
 	require.NoError(t, first[1].Ack())
-	require.Equal(t, "3", picture(cfBuffered(t, s)))
+	require.Equal(t, "3", picture(buffered(t, s)))
 	require.NoError(t, again[0].Ack())
-	require.Equal(t, "4", picture(cfBuffered(t, s)))
+	require.Equal(t, "4", picture(buffered(t, s)))
 	require.Equal(t, "1", bodies(getAll(t, q)))
 }
 
@@ -747,12 +674,12 @@ func TestSelectorNackReturnsToPlace(t *testing.T) {
 func TestSelectorNackSeenByOtherConsumer(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
-	s1, err := q.Consume(t.Context(), warren.Prefetch(1), cfKindIs("a"))
+	s1, err := q.Consume(t.Context(), warren.Prefetch(1), kindIs("a"))
 	require.NoError(t, err)
-	s2, err := q.Consume(t.Context(), warren.Prefetch(1), cfKindIs("a"))
+	s2, err := q.Consume(t.Context(), warren.Prefetch(1), kindIs("a"))
 	require.NoError(t, err)
 	for i, k := range []string{"b", "a", "a", "a", "b"} {
-		cfSend(t, b, q, cfKind(strconv.Itoa(i), k))
+		publishMsg(t, b, q.Name(), msgOfKind(strconv.Itoa(i), k))
 	}
 	r1, r2 := receive(t, s1, 1), receive(t, s2, 1)
 	require.Equal(t, "1", bodies(r1))
@@ -764,7 +691,7 @@ func TestSelectorNackSeenByOtherConsumer(t *testing.T) {
 	got := receive(t, s2, 1)
 	require.Equal(t, "1*", picture(got), "the returned message comes before 3")
 	require.NoError(t, got[0].Ack())
-	require.Equal(t, "3", picture(cfBuffered(t, s2)))
+	require.Equal(t, "3", picture(buffered(t, s2)))
 	require.Equal(t, "0 4", bodies(getAll(t, q)))
 }
 
@@ -776,15 +703,15 @@ func TestSelectorBesidePlainConsumer(t *testing.T) {
 	plain, err := q.Consume(t.Context(), warren.Prefetch(2))
 	require.NoError(t, err)
 	for i, k := range []string{"b", "a", "b", "a", "b", "a"} {
-		cfSend(t, b, q, cfKind(strconv.Itoa(i), k))
+		publishMsg(t, b, q.Name(), msgOfKind(strconv.Itoa(i), k))
 	}
-	sel, err := q.Consume(t.Context(), warren.Prefetch(10), cfKindIs("a"))
+	sel, err := q.Consume(t.Context(), warren.Prefetch(10), kindIs("a"))
 	require.NoError(t, err)
-	require.Equal(t, "3 5", bodies(cfBuffered(t, sel)))
-	ps := cfBuffered(t, plain)
+	require.Equal(t, "3 5", bodies(buffered(t, sel)))
+	ps := buffered(t, plain)
 	require.Equal(t, "0 1", bodies(ps))
-	cfAckAll(t, ps)
-	require.Equal(t, "2 4", bodies(cfBuffered(t, plain)), "what the selective consumer skipped")
+	ackAll(t, ps)
+	require.Equal(t, "2 4", bodies(buffered(t, plain)), "what the selective consumer skipped")
 	require.Equal(t, 0, q.Len())
 }
 
@@ -803,16 +730,16 @@ func TestSelectorPanicSkipsMessage(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	for i, k := range []string{"a", "boom", "a"} {
-		cfSend(t, b, q, cfKind(strconv.Itoa(i), k))
+		publishMsg(t, b, q.Name(), msgOfKind(strconv.Itoa(i), k))
 	}
-	require.Equal(t, "0 2", bodies(cfBuffered(t, s)))
+	require.Equal(t, "0 2", bodies(buffered(t, s)))
 	require.Equal(t, 1, q.Len())
 	require.Contains(t, log.String(), "selector bug")
 	d, err := q.Get(t.Context(), warren.AutoAck())
 	require.NoError(t, err)
 	require.Equal(t, "1", string(d.Message.Body))
-	cfSend(t, b, q, cfKind("3", "a"))
-	require.Equal(t, "3", bodies(cfBuffered(t, s)))
+	publishMsg(t, b, q.Name(), msgOfKind("3", "a"))
+	require.Equal(t, "3", bodies(buffered(t, s)))
 }
 
 // TestSelectorNil: a nil selector is refused.
@@ -831,10 +758,10 @@ func TestSelectorOnPriorityQueue(t *testing.T) {
 	q := declare(t, b, "pq", warren.MaxPriority(5))
 	send := func(body, kind string, p uint8) {
 		t.Helper()
-		cfSend(t, b, q, warren.Message{Body: []byte(body), Priority: p, Headers: warren.Table{"kind": kind}})
+		publishMsg(t, b, q.Name(), warren.Message{Body: []byte(body), Priority: p, Headers: warren.Table{"kind": kind}})
 	}
 	send("0", "b", 5)
-	s, err := q.Consume(t.Context(), warren.Prefetch(1), cfKindIs("a"))
+	s, err := q.Consume(t.Context(), warren.Prefetch(1), kindIs("a"))
 	require.NoError(t, err)
 	send("1", "a", 1)
 	send("2", "a", 1)
@@ -843,12 +770,12 @@ func TestSelectorOnPriorityQueue(t *testing.T) {
 	// Each ack gives s credit for one more: it must take the highest-priority "a" each time.
 	var got []*warren.Delivery
 	for range 4 {
-		ds := cfBuffered(t, s)
+		ds := buffered(t, s)
 		if len(ds) == 0 {
 			break
 		}
 		got = append(got, ds...)
-		cfAckAll(t, ds)
+		ackAll(t, ds)
 	}
 	left := bodies(getAll(t, q))
 	require.Equal(t, "1 3 4 2", bodies(got), "left ready: %q", left)
@@ -873,7 +800,7 @@ func TestExclusiveQueueDeletedWithOwner(t *testing.T) {
 			q := declare(t, b, "ex", warren.ExclusiveTo(owner)) // the name is free again each round
 			ctx := owner
 			if i%2 == 1 {
-				ctx = context.WithValue(owner, cfKey{}, i)
+				ctx = context.WithValue(owner, ctxKey{}, i)
 			}
 			c, err := q.Consume(ctx, warren.Prefetch(1))
 			require.NoError(t, err)
@@ -882,8 +809,8 @@ func TestExclusiveQueueDeletedWithOwner(t *testing.T) {
 			ds := receive(t, c, 1)
 			end()
 			synctest.Wait()
-			require.False(t, cfExists(t, b, "ex"))
-			require.True(t, cfDone(c.Done()))
+			require.False(t, queueExists(t, b, "ex"))
+			require.True(t, isClosed(c.Done()))
 			select {
 			case _, ok := <-c.Deliveries():
 				require.False(t, ok, "Deliveries closed")
@@ -910,7 +837,7 @@ func TestExclusiveQueueUseAfterOwnerEnded(t *testing.T) {
 		q := declare(t, b, "ex", warren.ExclusiveTo(owner))
 		end()
 		synctest.Wait()
-		require.False(t, cfExists(t, b, "ex"))
+		require.False(t, queueExists(t, b, "ex"))
 		_, err := q.Consume(t.Context())
 		require.ErrorIs(t, err, warren.ErrNotFound, "Consume")
 		_, err = q.Purge()
@@ -933,12 +860,12 @@ func TestExclusiveQueueDeletedWithOwnerNoConsumer(t *testing.T) {
 		require.NoError(t, err)
 		end()
 		synctest.Wait()
-		require.False(t, cfExists(t, b, "ex"))
+		require.False(t, queueExists(t, b, "ex"))
 		require.NoError(t, d.Ack(), "a no-op")
 	})
 }
 
-type cfKey struct{}
+type ctxKey struct{}
 
 // TestExclusiveQueueOwnerOnly: only the owner, or a context sharing its Done channel, may
 // consume from, get from or redeclare an exclusive queue.
@@ -962,14 +889,14 @@ func TestExclusiveQueueOwnerOnly(t *testing.T) {
 		require.Equal(t, 0, q.ConsumerCount())
 		require.Equal(t, 2, q.Len())
 
-		valued := context.WithValue(owner, cfKey{}, "v")
+		valued := context.WithValue(owner, ctxKey{}, "v")
 		d, err := q.Get(valued)
 		require.NoError(t, err, "a WithValue child shares the owner's Done channel")
 		require.Equal(t, "0", string(d.Message.Body))
 		require.NoError(t, d.Ack())
 		c, err := q.Consume(valued)
 		require.NoError(t, err)
-		require.Equal(t, "1", bodies(cfBuffered(t, c)))
+		require.Equal(t, "1", bodies(buffered(t, c)))
 
 		_, err = b.DeclareQueue("ex")
 		require.ErrorIs(t, err, warren.ErrResourceLocked, "redeclared without an owner")
@@ -988,7 +915,7 @@ func TestExclusiveQueueOwnerOnly(t *testing.T) {
 		cancel()
 		_, err = b.DeclareQueue("ex2", warren.ExclusiveTo(done))
 		require.ErrorIs(t, err, context.Canceled, "an owner already done")
-		require.False(t, cfExists(t, b, "ex2"))
+		require.False(t, queueExists(t, b, "ex2"))
 	})
 }
 
@@ -1009,7 +936,7 @@ func TestAutoDeleteNeedsAConsumerFirst(t *testing.T) {
 		require.NoError(t, err)
 		time.Sleep(time.Hour)
 		synctest.Wait()
-		require.True(t, cfExists(t, b, "tmp"))
+		require.True(t, queueExists(t, b, "tmp"))
 	})
 }
 
@@ -1023,11 +950,11 @@ func TestAutoDeleteOnLastCancel(t *testing.T) {
 	c2, err := q.Consume(t.Context())
 	require.NoError(t, err)
 	require.NoError(t, c1.Cancel())
-	require.True(t, cfExists(t, b, "tmp"), "a consumer remains")
+	require.True(t, queueExists(t, b, "tmp"), "a consumer remains")
 	publishN(t, b, q, 1)
-	require.Equal(t, "0", bodies(cfBuffered(t, c2)))
+	require.Equal(t, "0", bodies(buffered(t, c2)))
 	require.NoError(t, c2.Cancel())
-	require.False(t, cfExists(t, b, "tmp"), "deleted when its last consumer cancels")
+	require.False(t, queueExists(t, b, "tmp"), "deleted when its last consumer cancels")
 	_, err = q.Get(t.Context())
 	require.ErrorIs(t, err, warren.ErrNotFound)
 }
@@ -1048,12 +975,12 @@ func TestAutoDeleteOnLastContextEnd(t *testing.T) {
 		require.NoError(t, err)
 		cancel1()
 		synctest.Wait()
-		require.True(t, cfExists(t, b, "tmp"), "a consumer remains")
+		require.True(t, queueExists(t, b, "tmp"), "a consumer remains")
 		require.Equal(t, 1, q.ConsumerCount())
 		cancel2()
 		synctest.Wait()
-		require.True(t, cfDone(c2.Done()))
-		require.False(t, cfExists(t, b, "tmp"))
+		require.True(t, isClosed(c2.Done()))
+		require.False(t, queueExists(t, b, "tmp"))
 	})
 }
 
@@ -1067,11 +994,11 @@ func TestAutoDeleteSingleActiveWaiting(t *testing.T) {
 	c2, err := q.Consume(t.Context())
 	require.NoError(t, err)
 	require.NoError(t, c1.Cancel())
-	require.True(t, cfExists(t, b, "tmp"))
+	require.True(t, queueExists(t, b, "tmp"))
 	publishN(t, b, q, 1)
-	require.Equal(t, "0", bodies(cfBuffered(t, c2)))
+	require.Equal(t, "0", bodies(buffered(t, c2)))
 	require.NoError(t, c2.Cancel())
-	require.False(t, cfExists(t, b, "tmp"))
+	require.False(t, queueExists(t, b, "tmp"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1094,7 +1021,7 @@ func TestAckTimeoutEndsConsumer(t *testing.T) {
 		time.Sleep(30*time.Second - time.Millisecond)
 		synctest.Wait()
 		require.NoError(t, c.Err(), "not yet")
-		require.False(t, cfDone(c.Done()))
+		require.False(t, isClosed(c.Done()))
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
 		require.ErrorIs(t, c.Err(), warren.ErrAckTimeout)
@@ -1105,7 +1032,7 @@ func TestAckTimeoutEndsConsumer(t *testing.T) {
 		require.Equal(t, 0, q.ConsumerCount())
 		back := getAll(t, q)
 		require.Equal(t, "1* 2 3 4", picture(back))
-		require.Equal(t, []int{1, 0, 0, 0}, cfCounts(back))
+		require.Equal(t, []int{1, 0, 0, 0}, deliveryCounts(back))
 	})
 }
 
@@ -1122,7 +1049,7 @@ func TestAckTimeoutCountsBufferedDeliveries(t *testing.T) {
 		assertStopped(t, c, warren.ErrAckTimeout)
 		back := getAll(t, q)
 		require.Equal(t, "0 1 2", picture(back))
-		require.Equal(t, []int{0, 0, 0}, cfCounts(back))
+		require.Equal(t, []int{0, 0, 0}, deliveryCounts(back))
 	})
 }
 
@@ -1135,7 +1062,7 @@ func TestAckTimeoutNotHitWhenAckedInTime(t *testing.T) {
 		c, err := q.Consume(t.Context(), warren.AckTimeout(30*time.Second), warren.Prefetch(1))
 		require.NoError(t, err)
 		for i := range 10 {
-			cfSend(t, b, q, cfBody(strconv.Itoa(i)))
+			publish(t, b, q.Name(), strconv.Itoa(i))
 			ds := receive(t, c, 1)
 			time.Sleep(20 * time.Second)
 			require.NoError(t, ds[0].Ack(), "delivery %d", i)
@@ -1143,9 +1070,9 @@ func TestAckTimeoutNotHitWhenAckedInTime(t *testing.T) {
 		time.Sleep(time.Hour)
 		synctest.Wait()
 		require.NoError(t, c.Err())
-		require.False(t, cfDone(c.Done()))
-		cfSend(t, b, q, cfBody("10"))
-		require.Equal(t, "10", bodies(cfBuffered(t, c)))
+		require.False(t, isClosed(c.Done()))
+		publish(t, b, q.Name(), "10")
+		require.Equal(t, "10", bodies(buffered(t, c)))
 	})
 }
 
@@ -1181,7 +1108,7 @@ func TestAckTimeoutQueueArgument(t *testing.T) {
 		synctest.Wait()
 		require.NoError(t, none.Err(), "AckTimeout(0): no timeout")
 		require.Equal(t, "0 1", picture(getAll(t, q)))
-		require.Equal(t, "2", bodies(cfBuffered(t, none)))
+		require.Equal(t, "2", bodies(buffered(t, none)))
 
 		feeder, err := q.Consume(t.Context(), warren.AutoAck())
 		require.NoError(t, err, "the queue's default does not apply to auto-ack consumers")
@@ -1238,9 +1165,9 @@ func TestAckTimeoutSingleActiveTakeover(t *testing.T) {
 		synctest.Wait()
 		assertStopped(t, c1, warren.ErrAckTimeout)
 		require.Equal(t, 1, q.ConsumerCount())
-		got := cfBuffered(t, c2)
+		got := buffered(t, c2)
 		require.Equal(t, "0* 1 2 3", picture(got))
-		require.Equal(t, []int{1, 0, 0, 0}, cfCounts(got))
+		require.Equal(t, []int{1, 0, 0, 0}, deliveryCounts(got))
 	})
 }
 
@@ -1252,13 +1179,13 @@ func TestAckTimeoutSingleActiveTakeover(t *testing.T) {
 func TestImmediateWithoutConsumers(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
-	err := b.Publish(t.Context(), "", "q", cfBody("x"), warren.Immediate())
+	err := b.Publish(t.Context(), "", "q", msg("x"), warren.Immediate())
 	require.ErrorIs(t, err, warren.ErrNoConsumers)
 	require.Equal(t, 0, q.Len())
 	_, err = b.DeclareExchange("fan", warren.ExchangeFanout)
 	require.NoError(t, err)
 	require.NoError(t, b.Bind("q", "fan", "", nil))
-	err = b.Publish(t.Context(), "fan", "", cfBody("x"), warren.Immediate())
+	err = b.Publish(t.Context(), "fan", "", msg("x"), warren.Immediate())
 	require.ErrorIs(t, err, warren.ErrNoConsumers)
 	require.Equal(t, 0, q.Len())
 }
@@ -1270,8 +1197,8 @@ func TestImmediateConsumerWithoutCredit(t *testing.T) {
 	q := declare(t, b, "q")
 	c, err := q.Consume(t.Context(), warren.Prefetch(1))
 	require.NoError(t, err)
-	cfSend(t, b, q, cfBody("0"))
-	err = b.Publish(t.Context(), "", "q", cfBody("1"), warren.Immediate())
+	publish(t, b, q.Name(), "0")
+	err = b.Publish(t.Context(), "", "q", msg("1"), warren.Immediate())
 	require.ErrorIs(t, err, warren.ErrNoConsumers)
 	require.Equal(t, 0, q.Len())
 	ds := receive(t, c, 1)
@@ -1286,9 +1213,9 @@ func TestImmediateBehindBacklog(t *testing.T) {
 	q := declare(t, b, "q")
 	c, err := q.Consume(t.Context(), warren.Prefetch(1))
 	require.NoError(t, err)
-	cfSendRange(t, b, q, 0, 2)
+	publishRange(t, b, q, 0, 2)
 	require.Equal(t, 1, q.Len())
-	err = b.Publish(t.Context(), "", "q", cfBody("2"), warren.Immediate())
+	err = b.Publish(t.Context(), "", "q", msg("2"), warren.Immediate())
 	require.ErrorIs(t, err, warren.ErrNoConsumers)
 	require.Equal(t, 1, q.Len())
 	ds := receive(t, c, 1)
@@ -1310,21 +1237,21 @@ func TestImmediateNotForWaitingOrRefusingConsumers(t *testing.T) {
 	require.NoError(t, err)
 	waiting, err := sac.Consume(t.Context(), warren.Prefetch(10))
 	require.NoError(t, err)
-	cfSend(t, b, sac, cfBody("0"))
-	err = b.Publish(t.Context(), "", "sac", cfBody("1"), warren.Immediate())
+	publish(t, b, sac.Name(), "0")
+	err = b.Publish(t.Context(), "", "sac", msg("1"), warren.Immediate())
 	require.ErrorIs(t, err, warren.ErrNoConsumers, "the active consumer is full; the waiting one does not count")
 	require.Equal(t, 0, sac.Len())
 	require.Equal(t, 0, len(waiting.Deliveries()))
-	require.Equal(t, "0", bodies(cfBuffered(t, active)))
+	require.Equal(t, "0", bodies(buffered(t, active)))
 
 	q := declare(t, b, "q")
-	s, err := q.Consume(t.Context(), warren.Prefetch(10), cfKindIs("a"))
+	s, err := q.Consume(t.Context(), warren.Prefetch(10), kindIs("a"))
 	require.NoError(t, err)
-	err = b.Publish(t.Context(), "", "q", cfKind("b", "b"), warren.Immediate())
+	err = b.Publish(t.Context(), "", "q", msgOfKind("b", "b"), warren.Immediate())
 	require.ErrorIs(t, err, warren.ErrNoConsumers, "the selector refuses it")
 	require.Equal(t, 0, q.Len())
-	require.NoError(t, b.Publish(t.Context(), "", "q", cfKind("a", "a"), warren.Immediate()))
-	require.Equal(t, "a", bodies(cfBuffered(t, s)))
+	require.NoError(t, b.Publish(t.Context(), "", "q", msgOfKind("a", "a"), warren.Immediate()))
+	require.Equal(t, "a", bodies(buffered(t, s)))
 }
 
 // TestImmediateTakenByConsumer: a consumer with credit takes an immediate message at once.
@@ -1333,8 +1260,8 @@ func TestImmediateTakenByConsumer(t *testing.T) {
 	q := declare(t, b, "q")
 	c, err := q.Consume(t.Context(), warren.Prefetch(5))
 	require.NoError(t, err)
-	require.NoError(t, b.Publish(t.Context(), "", "q", cfBody("0"), warren.Immediate()))
-	require.Equal(t, "0", bodies(cfBuffered(t, c)))
+	require.NoError(t, b.Publish(t.Context(), "", "q", msg("0"), warren.Immediate()))
+	require.Equal(t, "0", bodies(buffered(t, c)))
 	require.Equal(t, 0, q.Len())
 	require.Equal(t, 1, q.Unacked())
 }
@@ -1353,11 +1280,11 @@ func TestImmediateFanout(t *testing.T) {
 	require.NoError(t, err)
 	uc, err := full.Consume(t.Context(), warren.Prefetch(1))
 	require.NoError(t, err)
-	cfSend(t, b, full, cfBody("x"))
+	publish(t, b, full.Name(), "x")
 
-	require.NoError(t, b.Publish(t.Context(), "fan", "", cfBody("m"), warren.Immediate()))
-	require.Equal(t, "m", bodies(cfBuffered(t, fc)))
-	require.Equal(t, "x", bodies(cfBuffered(t, uc)))
+	require.NoError(t, b.Publish(t.Context(), "fan", "", msg("m"), warren.Immediate()))
+	require.Equal(t, "m", bodies(buffered(t, fc)))
+	require.Equal(t, "x", bodies(buffered(t, uc)))
 	require.Equal(t, 0, full.Len())
 	require.Equal(t, 0, empty.Len())
 }
@@ -1368,7 +1295,7 @@ func TestImmediateWithDelay(t *testing.T) {
 	q := declare(t, b, "q")
 	_, err := q.Consume(t.Context())
 	require.NoError(t, err)
-	err = b.Publish(t.Context(), "", "q", cfBody("x"), warren.Immediate(), warren.DeliverAfter(time.Second))
+	err = b.Publish(t.Context(), "", "q", msg("x"), warren.Immediate(), warren.DeliverAfter(time.Second))
 	require.ErrorIs(t, err, warren.ErrInvalidArgument)
 	require.Equal(t, 0, q.Len())
 	require.Equal(t, 0, q.Unacked())
@@ -1383,14 +1310,14 @@ func TestImmediateAutoAckConsumer(t *testing.T) {
 		c, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(1)) // no buffer: it holds one at a time
 		require.NoError(t, err)
 		synctest.Wait()
-		require.NoError(t, b.Publish(t.Context(), "", "q", cfBody("0"), warren.Immediate()))
+		require.NoError(t, b.Publish(t.Context(), "", "q", msg("0"), warren.Immediate()))
 		synctest.Wait() // the feeder is blocked handing 0 over
-		err = b.Publish(t.Context(), "", "q", cfBody("1"), warren.Immediate())
+		err = b.Publish(t.Context(), "", "q", msg("1"), warren.Immediate())
 		require.ErrorIs(t, err, warren.ErrNoConsumers)
 		require.Equal(t, "0", bodies(receive(t, c, 1)))
 		synctest.Wait()
 		require.Equal(t, 0, q.Len())
-		require.NoError(t, b.Publish(t.Context(), "", "q", cfBody("2"), warren.Immediate()))
+		require.NoError(t, b.Publish(t.Context(), "", "q", msg("2"), warren.Immediate()))
 		synctest.Wait()
 		require.Equal(t, "2", bodies(receive(t, c, 1)))
 	})

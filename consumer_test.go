@@ -12,15 +12,6 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// bodies renders deliveries' bodies space-separated.
-func bodies(ds []*warren.Delivery) string {
-	var s []string
-	for _, d := range ds {
-		s = append(s, string(d.Message.Body))
-	}
-	return strings.Join(s, " ")
-}
-
 func TestPrefetchBoundsOutstandingDeliveries(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")

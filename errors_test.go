@@ -20,27 +20,6 @@ import (
 // call changed nothing. Tests that start consumers run in a synctest bubble, so they also prove
 // that nothing is left running.
 
-var (
-	longName255     = strings.Repeat("n", 255)
-	longName256     = strings.Repeat("n", 256)
-	invalidUTF8Name = "bad\xff\xfename"
-)
-
-// names collects an iterator of named things into their names.
-func namesOf[T interface{ Name() string }](seq func(func(T) bool)) []string {
-	var out []string
-	for x := range seq {
-		out = append(out, x.Name())
-	}
-	return out
-}
-
-// assertNotFound asserts that err wraps ErrNotFound, naming the call.
-func assertNotFound(t *testing.T, call string, err error) {
-	t.Helper()
-	assert.ErrorIs(t, err, warren.ErrNotFound, "%s = %v, want ErrNotFound", call, err)
-}
-
 func TestDeclareQueueErrors(t *testing.T) {
 	cases := []struct {
 		name string
@@ -1166,12 +1145,4 @@ func TestErrorsSayWarrenOnce(t *testing.T) {
 			requireOnePrefix(t, err)
 		}
 	})
-}
-
-// requireOnePrefix fails the test unless err's text says "warren: " once, at the start.
-func requireOnePrefix(t *testing.T, err error) {
-	t.Helper()
-	if text := err.Error(); !strings.HasPrefix(text, "warren: ") || strings.Count(text, "warren:") != 1 {
-		t.Fatalf("error %q: want %q once, at the start", text, "warren: ")
-	}
 }

@@ -1402,7 +1402,7 @@ func (h *fdHarness) check(what string) {
 			held++
 		}
 	}
-	if got := alBrowse(h.q); !slices.Equal(got, ready) {
+	if got := browse(h.q); !slices.Equal(got, ready) {
 		h.failf("%s at %v: ready %v, want %v", what, h.now(), got, ready)
 	}
 	s := h.q.Stats()

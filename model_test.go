@@ -1153,18 +1153,9 @@ func (h *modelHarness) check() {
 			h.fail("consumer %s: Err() = %v, want %v", consName(rc), err, wantErr)
 		}
 		// Done: ended, receiving nothing and holding nothing.
-		if got, want := modelClosed(c.Done()), !rc.active && len(rc.held) == 0; got != want {
+		if got, want := isClosed(c.Done()), !rc.active && len(rc.held) == 0; got != want {
 			h.fail("consumer %s: Done() closed = %v, want %v", consName(rc), got, want)
 		}
-	}
-}
-
-func modelClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -1771,7 +1762,7 @@ func (h *modelHarness) checkEnded() {
 		}
 		h.checkErr(consName(rc)+".Recover() after the queue ended", c.Recover(), want)
 		h.checkErr(consName(rc)+".Cancel() after the queue ended", c.Cancel(), nil)
-		if !modelClosed(c.Done()) {
+		if !isClosed(c.Done()) {
 			h.fail("consumer %s: Done() open after the queue ended", consName(rc))
 		}
 	}
@@ -1841,29 +1832,6 @@ func (h *modelHarness) finish() {
 // TestModel runs random sequences against the reference queue. WARREN_MODEL_SEED sets the seed
 // of the first sequence (sequence i uses seed+i), WARREN_MODEL_SEQS the number of sequences, and
 // WARREN_MODEL_TRACE=1 logs every op as it runs (with -v), for a sequence that deadlocks.
-// modelSeeds returns the first seed and the number of sequences of a model test: random, and
-// seqs (20 under -short), unless the environment variables PREFIX_SEED and PREFIX_SEQS say
-// otherwise. It logs how to reproduce the run.
-func modelSeeds(t *testing.T, prefix string, seqs, nops int) (uint64, int) {
-	t.Helper()
-	seed := rand.Uint64() >> 1
-	if s := os.Getenv(prefix + "_SEED"); s != "" {
-		var err error
-		seed, err = strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, prefix+"_SEED")
-	}
-	if testing.Short() {
-		seqs = 20
-	}
-	if s := os.Getenv(prefix + "_SEQS"); s != "" {
-		var err error
-		seqs, err = strconv.Atoi(s)
-		require.NoError(t, err, prefix+"_SEQS")
-	}
-	t.Logf("seeds %d..%d (%d sequences of %d ops; %s_SEED=%d reproduces)", seed, seed+uint64(seqs)-1, seqs, nops, prefix, seed)
-	return seed, seqs
-}
-
 func TestModel(t *testing.T) {
 	nops := 300
 	seed, seqs := modelSeeds(t, "WARREN_MODEL", 200, nops)

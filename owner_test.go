@@ -76,7 +76,7 @@ func TestExclusiveQueueRefusesOthers(t *testing.T) {
 		n, err = b.DeleteQueue("ex", warren.As(owner))
 		require.NoError(t, err)
 		require.Equal(t, 0, n)
-		require.False(t, cfExists(t, b, "ex"))
+		require.False(t, queueExists(t, b, "ex"))
 	})
 }
 
@@ -98,7 +98,7 @@ func TestOwnerDerivedContexts(t *testing.T) {
 		nested, endNested := warren.NewOwner(cancellable)
 		defer endNested()
 		for name, ctx := range map[string]context.Context{
-			"WithCancel": cancellable, "WithTimeout": timed, "WithValue": context.WithValue(session, cfKey{}, 1), "NewOwner": nested,
+			"WithCancel": cancellable, "WithTimeout": timed, "WithValue": context.WithValue(session, ctxKey{}, 1), "NewOwner": nested,
 		} {
 			c, err := q.Consume(ctx, warren.Prefetch(1))
 			require.NoError(t, err, "Consume with a %s child of the owner", name)
@@ -116,7 +116,7 @@ func TestOwnerDerivedContexts(t *testing.T) {
 		plain, endPlain := context.WithCancel(t.Context())
 		defer endPlain()
 		p := declare(t, b, "plain-ex", warren.ExclusiveTo(plain))
-		_, err = p.Consume(context.WithValue(plain, cfKey{}, 1))
+		_, err = p.Consume(context.WithValue(plain, ctxKey{}, 1))
 		require.NoError(t, err)
 		child, cancelChild := context.WithCancel(plain)
 		defer cancelChild()
@@ -126,7 +126,7 @@ func TestOwnerDerivedContexts(t *testing.T) {
 		// The owner's end deletes its queues, however derived their users were.
 		end()
 		synctest.Wait()
-		require.False(t, cfExists(t, b, "ex"))
+		require.False(t, queueExists(t, b, "ex"))
 	})
 }
 

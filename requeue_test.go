@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,83 +12,6 @@ import (
 
 	"github.com/warrenmq/warren"
 )
-
-// newBroker returns a broker closed when the test ends.
-func newBroker(t *testing.T) *warren.Broker {
-	t.Helper()
-	b := warren.New()
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
-// declare declares a queue and fails the test on error.
-func declare(t *testing.T, b *warren.Broker, name string, opts ...warren.QueueOption) *warren.Queue {
-	t.Helper()
-	q, err := b.DeclareQueue(name, opts...)
-	require.NoError(t, err)
-	return q
-}
-
-// deleteQueue deletes a queue, fails the test on error, and returns how many ready messages went
-// with it.
-func deleteQueue(t testing.TB, b *warren.Broker, name string, opts ...warren.CallOption) int {
-	t.Helper()
-	n, err := b.DeleteQueue(name, opts...)
-	require.NoError(t, err)
-	return n
-}
-
-// publishN publishes bodies "0".."n-1" to q through the default exchange.
-func publishN(t *testing.T, b *warren.Broker, q *warren.Queue, n int) {
-	t.Helper()
-	for i := range n {
-		require.NoError(t, b.Publish(t.Context(), "", q.Name(), warren.Message{Body: fmt.Append(nil, i)}))
-	}
-}
-
-// receive takes n deliveries from c, failing if fewer are buffered.
-func receive(t *testing.T, c *warren.Consumer, n int) []*warren.Delivery {
-	t.Helper()
-	out := make([]*warren.Delivery, 0, n)
-	for range n {
-		select {
-		case d, ok := <-c.Deliveries():
-			require.True(t, ok, "Deliveries closed after %d of %d", len(out), n)
-			out = append(out, d)
-		default:
-			t.Fatalf("only %d of %d deliveries buffered", len(out), n)
-		}
-	}
-	return out
-}
-
-// picture renders deliveries as "0* 1* 2* 3 4": the body, starred when redelivered.
-func picture(ds []*warren.Delivery) string {
-	var s []string
-	for _, d := range ds {
-		p := string(d.Message.Body)
-		if d.Redelivered {
-			p += "*"
-		}
-		s = append(s, p)
-	}
-	return strings.Join(s, " ")
-}
-
-// drain consumes everything ready in q with a fresh consumer and acks it, returning the picture.
-func drain(t *testing.T, q *warren.Queue) string {
-	t.Helper()
-	n := q.Len()
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	c, err := q.Consume(ctx, warren.Prefetch(n+1))
-	require.NoError(t, err)
-	ds := receive(t, c, n)
-	for _, d := range ds {
-		require.NoError(t, d.Ack())
-	}
-	return picture(ds)
-}
 
 // TestReturnedMessagesKeepTheirPlaces: publish 0..4; a consumer takes 0,1,2 without acking;
 // whatever returns them, the queue is 0* 1* 2* 3 4 and a new consumer receives exactly that.

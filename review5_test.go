@@ -19,7 +19,7 @@ import (
 // its queue deleted before its goroutine puts the hand-off back. The queue's end no longer sees
 // the consumer, so the goroutine drops the message itself, evented.
 func TestEventHandOffCancelledThenDeleted(t *testing.T) {
-	evHandOffRounds(t, func(b *warren.Broker, c *warren.Consumer) {
+	handOffRounds(t, func(b *warren.Broker, c *warren.Consumer) {
 		deleted := make(chan error)
 		go func() { _, err := b.DeleteQueue("q"); deleted <- err }() // runs while Cancel waits for the feeder
 		require.NoError(t, c.Cancel())
@@ -32,7 +32,7 @@ func TestEventHandOffCancelledThenDeleted(t *testing.T) {
 // the counter.
 func TestEventUnroutableWhenQueueWentMidPublish(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
+	r := recordEvents(t, b)
 	_, err := b.DeclareExchange("x", warren.ExchangeDirect)
 	require.NoError(t, err)
 	declare(t, b, "q")
@@ -48,7 +48,7 @@ func TestEventUnroutableWhenQueueWentMidPublish(t *testing.T) {
 			}
 		}
 	})
-	err = b.Publish(t.Context(), "x", "k", evMsg("m"), warren.Mandatory())
+	err = b.Publish(t.Context(), "x", "k", msg("m"), warren.Mandatory())
 	stop()
 	require.ErrorIs(t, err, warren.ErrUnroutable)
 	assert.Len(t, r.ofKind(warren.EventUnroutable), 1)
@@ -60,11 +60,11 @@ func TestEventUnroutableWhenQueueWentMidPublish(t *testing.T) {
 // entered the target queue and is delivered from it, not a third one.
 func TestEventDeadLetteredIsTheCopyDelivered(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
+	r := recordEvents(t, b)
 	q := declare(t, b, "q", warren.DeadLetter("", "dlq"))
 	dlq := declare(t, b, "dlq")
-	evPublish(t, b, "q", "m")
-	require.NoError(t, evGetOne(t, q).Reject())
+	publish(t, b, "q", "m")
+	require.NoError(t, getOne(t, q).Reject())
 	dead := r.one(t, "q", "m", warren.EventDeadLettered)
 	entered := r.one(t, "dlq", "m", warren.EventEnqueued)
 	require.Same(t, entered.Message, dead.Message)
@@ -78,7 +78,7 @@ func TestEventDeadLetteredIsTheCopyDelivered(t *testing.T) {
 func TestCycleBytesAlerts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
+		r := recordEvents(t, b)
 		q := declare(t, b, "q", warren.WithAlerts(warren.Alerts{Bytes: 10, Policy: warren.Cycle}))
 		for range 10 {
 			require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("abcd")}))

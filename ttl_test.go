@@ -13,44 +13,6 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// deadTopology declares queue main with opts plus a dead-letter exchange e-dead (fanout) bound
-// to queue dead, as in the seed scenario.
-func deadTopology(t *testing.T, b *warren.Broker, opts ...warren.QueueOption) (main, dead *warren.Queue) {
-	t.Helper()
-	_, err := b.DeclareExchange("e-dead", warren.ExchangeFanout)
-	require.NoError(t, err)
-	dead = declare(t, b, "dead")
-	require.NoError(t, b.Bind("dead", "e-dead", "", nil))
-	main = declare(t, b, "main", append([]warren.QueueOption{warren.DeadLetter("e-dead", "")}, opts...)...)
-	return main, dead
-}
-
-// getAll takes every ready message of q with AutoAck, in order.
-func getAll(t *testing.T, q *warren.Queue) []*warren.Delivery {
-	t.Helper()
-	var out []*warren.Delivery
-	for {
-		d, err := q.Get(t.Context(), warren.AutoAck())
-		if err != nil {
-			require.ErrorIs(t, err, warren.ErrEmpty)
-			return out
-		}
-		out = append(out, d)
-	}
-}
-
-// xDeath returns the x-death entries of a delivery.
-func xDeath(t *testing.T, d *warren.Delivery) []warren.Table {
-	t.Helper()
-	list, ok := d.Message.Headers["x-death"].([]any)
-	require.True(t, ok, "x-death of %s: %#v", d.Message.Body, d.Message.Headers["x-death"])
-	var out []warren.Table
-	for _, e := range list {
-		out = append(out, e.(warren.Table))
-	}
-	return out
-}
-
 // TestExpiryOfReadyAndHeldMessages: five messages with a per-message TTL into main; a consumer
 // takes 0,1,2 and holds them past the TTL; 3 and 4 are dead-lettered at their deadline; then the
 // consumer's context ends; dead holds 3,4,0,1,2, each with one x-death entry.
