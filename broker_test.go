@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,9 +17,11 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// Close semantics. Every test runs in a synctest bubble, and synctest.Test fails if a goroutine
-// is left blocked when the test function returns: ending the bubble proves that Close left
-// nothing behind.
+// Tests of the broker (broker.go): Close — what it ends, that it waits, that it may race with
+// every other call — and what is left to look up after it. Every Close test runs in a synctest
+// bubble, and synctest.Test fails if a goroutine is left blocked when the test function
+// returns: ending the bubble proves that Close left nothing behind. The errors of the broker's
+// calls are in errors_test.go, declaration arguments in arguments_test.go.
 
 func TestClosePushConsumers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -452,21 +454,10 @@ func closeRacingCalls(t *testing.T, rng *rand.Rand) {
 	require.NoError(t, b.Close())
 }
 
-// TestQueueTypeClassicOnly: "x-queue-type" may be absent or "classic", the one kind of queue warren
-// implements; anything else — "quorum" and "stream", which would silently become classic queues,
-// another string, another type (a NaN among them, which FuzzQueueArguments once found could not
-// be redeclared) — is refused with ErrPreconditionFailed, naming the value.
-func TestQueueTypeClassicOnly(t *testing.T) {
-	b := newBroker(t)
-	q := declare(t, b, "q", warren.Arguments(warren.Table{"x-queue-type": "classic"}))
-	again, err := b.DeclareQueue("q", warren.Arguments(warren.Table{"x-queue-type": "classic"}))
-	require.NoError(t, err)
-	require.Same(t, q, again)
-	for _, v := range []any{"quorum", "stream", "weird", "", []byte("classic"), 1, math.NaN()} {
-		_, err := b.DeclareQueue("other", warren.Arguments(warren.Table{"x-queue-type": v}))
-		require.ErrorIs(t, err, warren.ErrPreconditionFailed, "x-queue-type %v (%T)", v, v)
-		require.ErrorContains(t, err, fmt.Sprint(v))
-		require.ErrorContains(t, err, "classic")
-		require.False(t, queueExists(t, b, "other"))
-	}
+func TestLookupsAfterClose(t *testing.T) {
+	b := warren.New()
+	declare(t, b, "q")
+	require.NoError(t, b.Close())
+	require.Empty(t, slices.Collect(b.Queues()))
+	require.Empty(t, slices.Collect(b.Exchanges()))
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// Benchmarks of the consumer features (issue 4): Serve, selectors, priority queues, consumer
-// priorities. The conventions of queue_bench_test.go hold (128-byte bodies allocated once, a
+// Benchmarks of Serve, selectors, priority queues and consumer priorities (serve.go,
+// dispatch.go). The conventions of queue_bench_test.go hold (128-byte bodies allocated once, a
 // channel baseline in the same run, goroutines joined and counted), with one difference: each
 // op is one message and ns/op is measured end to end, from the first publish to the last
 // acknowledgement (the timer stops only after every message is settled), so ns/op and msgs/s

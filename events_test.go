@@ -792,6 +792,15 @@ func TestListenerQueueCreatedBeforeItsEvents(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 3. Focused tests: one per terminal path and per entity event.
 
+// publishAll publishes a message with each of bodies to queue, in order.
+func publishAll(t *testing.T, b *warren.Broker, queue string, bodies ...string) {
+	t.Helper()
+	for _, body := range bodies {
+		publish(t, b, queue, body)
+	}
+}
+
+// getOne gets a delivery from q, failing the test if it cannot.
 func getOne(t *testing.T, q *warren.Queue, opts ...warren.GetOption) *warren.Delivery {
 	t.Helper()
 	d, err := q.Get(t.Context(), opts...)
@@ -1713,4 +1722,87 @@ func TestEventKindTerminal(t *testing.T) {
 	}
 	assert.Equal(t, []string{"acked", "expired", "dead-lettered", "dropped"}, terminal)
 	assert.Equal(t, "unknown", warren.EventKind(0).String())
+}
+
+// A listener that panics is logged, not propagated: the publisher or handler that caused the
+// event carries on.
+func TestPanickingListenerIsContained(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		stop := b.Listen(func(warren.Event) { panic("listener bug") })
+		defer stop()
+		require.NotPanics(t, func() { stop := b.Listen(nil); stop() })
+		q := declare(t, b, "q")
+		publishN(t, b, q, 1)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- q.Serve(ctx, func(context.Context, *warren.Delivery) error { panic("handler bug") },
+				warren.Backoff(time.Hour, time.Hour)) // one attempt, then hidden for an hour
+		}()
+		synctest.Wait()
+		cancel()
+		require.NoError(t, <-done)
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		require.Equal(t, 1, q.Len(), "the failed message is back in the queue")
+	})
+}
+
+// TestEventHandOffCancelledThenDeleted: an AutoAck consumer handed a message is cancelled, and
+// its queue deleted before its goroutine puts the hand-off back. The queue's end no longer sees
+// the consumer, so the goroutine drops the message itself, evented.
+func TestEventHandOffCancelledThenDeleted(t *testing.T) {
+	handOffRounds(t, func(b *warren.Broker, c *warren.Consumer) {
+		deleted := make(chan error)
+		go func() { _, err := b.DeleteQueue("q"); deleted <- err }() // runs while Cancel waits for the feeder
+		require.NoError(t, c.Cancel())
+		require.NoError(t, <-deleted)
+	}, func(st warren.QueueStats) bool { return st.Enqueued == st.Acked+st.Dropped })
+}
+
+// TestEventUnroutableWhenQueueWentMidPublish: a publish whose only queue is deleted between
+// routing and enqueueing is unroutable in every way: the error with Mandatory, the event and
+// the counter.
+func TestEventUnroutableWhenQueueWentMidPublish(t *testing.T) {
+	b := newBroker(t)
+	r := recordEvents(t, b)
+	_, err := b.DeclareExchange("x", warren.ExchangeDirect)
+	require.NoError(t, err)
+	declare(t, b, "q")
+	require.NoError(t, b.Bind("q", "x", "k", nil))
+	stop := b.Listen(func(e warren.Event) {
+		if e.Kind == warren.EventPublished {
+			go func() { _, _ = b.DeleteQueue("q") }() // not from the listener itself: DeleteQueue waits
+			for {
+				if _, err := b.Queue("q"); err != nil {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	})
+	err = b.Publish(t.Context(), "x", "k", msg("m"), warren.Mandatory())
+	stop()
+	require.ErrorIs(t, err, warren.ErrUnroutable)
+	assert.Len(t, r.ofKind(warren.EventUnroutable), 1)
+	assert.Equal(t, "dropped(queue-deleted)", r.trace("q", "m"))
+	assert.Equal(t, uint64(1), b.Stats().Unroutable)
+}
+
+// TestEventDeadLetteredIsTheCopyDelivered: the Message of EventDeadLettered is the copy that
+// entered the target queue and is delivered from it, not a third one.
+func TestEventDeadLetteredIsTheCopyDelivered(t *testing.T) {
+	b := newBroker(t)
+	r := recordEvents(t, b)
+	q := declare(t, b, "q", warren.DeadLetter("", "dlq"))
+	dlq := declare(t, b, "dlq")
+	publish(t, b, "q", "m")
+	require.NoError(t, getOne(t, q).Reject())
+	dead := r.one(t, "q", "m", warren.EventDeadLettered)
+	entered := r.one(t, "dlq", "m", warren.EventEnqueued)
+	require.Same(t, entered.Message, dead.Message)
+	d, err := dlq.Get(t.Context(), warren.AutoAck())
+	require.NoError(t, err)
+	require.Same(t, d.Message, dead.Message)
 }

@@ -2,6 +2,7 @@ package warren_test
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +13,8 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// Routing tests (SEMANTICS R6.1–R6.15), observed through which queues end up with a message.
+// Tests of exchanges and routing (exchange.go, with topic.go and headers.go behind it; SEMANTICS
+// R6.1–R6.15), observed through which queues end up with a message.
 
 // declareExchange declares an exchange and fails the test on error.
 func declareExchange(t *testing.T, b *warren.Broker, name, kind string, opts ...warren.ExchangeOption) *warren.Exchange {
@@ -1281,4 +1283,21 @@ func TestRoutingIterationSorted(t *testing.T) {
 	for x := range b.Exchanges() {
 		require.NotEqual(t, "xm", x.Name())
 	}
+}
+
+// TestBindNaNArgumentUnbind: a headers binding whose arguments hold a NaN is removed by Unbind
+// with the same arguments (Unbind's doc: "the key and arguments must be equal"), and binding it
+// twice is a no-op. Found by FuzzHeadersMatch: bindings were told apart with fieldEqual, under
+// which NaN equals nothing, so such a binding could be added twice and never removed.
+func TestBindNaNArgumentUnbind(t *testing.T) {
+	b := newBroker(t)
+	_, err := b.DeclareExchange("hx", warren.ExchangeHeaders)
+	require.NoError(t, err)
+	q := declare(t, b, "q")
+	args := warren.Table{"x-match": "any", "a": math.NaN(), "b": 1}
+	require.NoError(t, b.Bind("q", "hx", "", args))
+	require.NoError(t, b.Unbind("q", "hx", "", args))
+	err = b.Publish(t.Context(), "hx", "", warren.Message{Headers: warren.Table{"b": 1}}, warren.Mandatory())
+	require.ErrorIs(t, err, warren.ErrUnroutable, "publish after the only binding was unbound with its own arguments")
+	require.Zero(t, q.Len())
 }

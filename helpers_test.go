@@ -80,43 +80,11 @@ func deadTopology(t *testing.T, b *warren.Broker, opts ...warren.QueueOption) (m
 	return main, dead
 }
 
-// Names at and past the 255-byte limit, and one that is not UTF-8.
-var (
-	longName255     = strings.Repeat("n", 255)
-	longName256     = strings.Repeat("n", 256)
-	invalidUTF8Name = "bad\xff\xfename"
-)
-
-// namesOf collects an iterator of named things into their names.
-func namesOf[T interface{ Name() string }](seq func(func(T) bool)) []string {
-	var out []string
-	for x := range seq {
-		out = append(out, x.Name())
-	}
-	return out
-}
-
-// assertNotFound asserts that err wraps ErrNotFound, naming the call.
-func assertNotFound(t *testing.T, call string, err error) {
-	t.Helper()
-	assert.ErrorIs(t, err, warren.ErrNotFound, "%s = %v, want ErrNotFound", call, err)
-}
-
 // ---------------------------------------------------------------------------------------------
 // Messages and publishing.
 
 // msg is a message with body.
 func msg(body string) warren.Message { return warren.Message{Body: []byte(body)} }
-
-// msgWithPriority is a message with a priority.
-func msgWithPriority(s string, p uint8) warren.Message {
-	return warren.Message{Body: []byte(s), Priority: p}
-}
-
-// msgOfKind is a message with a "kind" header, for selectors.
-func msgOfKind(s, kind string) warren.Message {
-	return warren.Message{Body: []byte(s), Headers: warren.Table{"kind": kind}}
-}
 
 // kindIs selects the messages whose "kind" header is kind.
 func kindIs(kind string) warren.ConsumerOption {
@@ -134,14 +102,6 @@ func publish(t *testing.T, b *warren.Broker, queue, body string, opts ...warren.
 func publishMsg(t *testing.T, b *warren.Broker, queue string, m warren.Message, opts ...warren.PublishOption) {
 	t.Helper()
 	require.NoError(t, b.Publish(t.Context(), "", queue, m, opts...))
-}
-
-// publishAll publishes a message with each of bodies to queue, in order.
-func publishAll(t *testing.T, b *warren.Broker, queue string, bodies ...string) {
-	t.Helper()
-	for _, body := range bodies {
-		publish(t, b, queue, body)
-	}
 }
 
 // publishN publishes bodies "0".."n-1" to q through the default exchange.
@@ -215,9 +175,7 @@ func drain(t *testing.T, q *warren.Queue) string {
 	c, err := q.Consume(ctx, warren.Prefetch(n+1))
 	require.NoError(t, err)
 	ds := receive(t, c, n)
-	for _, d := range ds {
-		require.NoError(t, d.Ack())
-	}
+	ackAll(t, ds)
 	return picture(ds)
 }
 
@@ -294,7 +252,7 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// assertStopped asserts that c has stopped with ErrClosed and that its Deliveries channel is
+// assertStopped asserts that c has stopped with want and that its Deliveries channel is
 // closed and empty now, without waiting: the call that stopped it (Close, DeleteQueue) must have
 // finished with it by the time it returned.
 func assertStopped(t *testing.T, c *warren.Consumer, want error) {
@@ -344,12 +302,14 @@ func recordEvents(t *testing.T, b *warren.Broker) *eventLog {
 	return r
 }
 
+// all returns the events recorded so far, in order.
 func (r *eventLog) all() []warren.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.evs)
 }
 
+// where returns the events recorded so far that keep keeps.
 func (r *eventLog) where(keep func(warren.Event) bool) []warren.Event {
 	var evs []warren.Event
 	for _, e := range r.all() {
@@ -360,9 +320,8 @@ func (r *eventLog) where(keep func(warren.Event) bool) []warren.Event {
 	return evs
 }
 
-func (r *eventLog) ofKind(kind warren.EventKind) []warren.Event {
-	return r.where(func(e warren.Event) bool { return e.Kind == kind })
-}
+// ofKind returns the events of kind.
+func (r *eventLog) ofKind(kind warren.EventKind) []warren.Event { return r.of(kind, "") }
 
 // about returns the message events of queue about the message with body (or its copies).
 func (r *eventLog) about(queue, body string) []warren.Event {

@@ -7,6 +7,8 @@ import (
 	"github.com/warrenmq/warren"
 )
 
+// Benchmarks of observability (events.go, stats.go): what listeners and Stats snapshots cost.
+
 // BenchmarkListeners is publish+consume+ack with no listener, and with two: what the event
 // stream costs. With none, each event site is one atomic load; with two, every message makes
 // four events (published, enqueued, delivered, acked), each built, queued through the queue's

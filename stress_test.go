@@ -16,8 +16,9 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// The stress test runs real producers and consumers concurrently, so it cannot live in a
-// synctest bubble; goleak checks instead that Close left no goroutine behind.
+// Stress test of the core paths: real producers and consumers run concurrently, so it cannot
+// live in a synctest bubble; goleak checks instead that Close left no goroutine behind. What the
+// stress tests share is in stress_consumer_test.go and helpers_test.go.
 
 // stressLedger follows every message of one queue: how often it was received and acked. Its
 // checks run as deliveries arrive, from many goroutines.
