@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
-	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,30 +17,11 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// Close semantics. Every test runs in a synctest bubble, and synctest.Test fails if a goroutine
-// is left blocked when the test function returns: ending the bubble proves that Close left
-// nothing behind.
-
-// assertStopped asserts that c has stopped with ErrClosed and that its Deliveries channel is
-// closed and empty now, without waiting: the call that stopped it (Close, DeleteQueue) must have
-// finished with it by the time it returned.
-func assertStopped(t *testing.T, c *warren.Consumer, want error) {
-	t.Helper()
-	assert.True(t, errors.Is(c.Err(), want), "consumer %s: Err() = %v, want %v", c.Tag(), c.Err(), want)
-	select {
-	case d, ok := <-c.Deliveries():
-		if ok {
-			t.Errorf("consumer %s: Deliveries() yielded %q, want closed", c.Tag(), d.Message.Body)
-		}
-	default:
-		t.Errorf("consumer %s: Deliveries() not closed", c.Tag())
-	}
-	select {
-	case <-c.Done():
-	default:
-		t.Errorf("consumer %s: Done() not closed", c.Tag())
-	}
-}
+// Tests of the broker (broker.go): Close — what it ends, that it waits, that it may race with
+// every other call — and what is left to look up after it. Every Close test runs in a synctest
+// bubble, and synctest.Test fails if a goroutine is left blocked when the test function
+// returns: ending the bubble proves that Close left nothing behind. The errors of the broker's
+// calls are in errors_test.go, declaration arguments in arguments_test.go.
 
 func TestClosePushConsumers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -326,12 +306,7 @@ func closeRacingConsume(t *testing.T, closers int) {
 // goroutine runs until the broker refuses it with ErrClosed. Nothing may panic, and when the
 // bubble ends no goroutine may be left.
 func TestCloseRacingCalls(t *testing.T) {
-	seed := uint64(rand.Int64())
-	if s := os.Getenv("WARREN_CLOSE_SEED"); s != "" {
-		_, err := fmt.Sscan(s, &seed)
-		require.NoError(t, err, "WARREN_CLOSE_SEED")
-	}
-	t.Logf("seed %d (rerun with WARREN_CLOSE_SEED=%d)", seed, seed)
+	seed := testSeed(t, "WARREN_CLOSE_SEED")
 	rounds := 40
 	if testing.Short() {
 		rounds = 10
@@ -479,21 +454,10 @@ func closeRacingCalls(t *testing.T, rng *rand.Rand) {
 	require.NoError(t, b.Close())
 }
 
-// TestQueueTypeClassicOnly: "x-queue-type" may be absent or "classic", the one kind of queue warren
-// implements; anything else — "quorum" and "stream", which would silently become classic queues,
-// another string, another type (a NaN among them, which FuzzQueueArguments once found could not
-// be redeclared) — is refused with ErrPreconditionFailed, naming the value.
-func TestQueueTypeClassicOnly(t *testing.T) {
-	b := newBroker(t)
-	q := declare(t, b, "q", warren.Arguments(warren.Table{"x-queue-type": "classic"}))
-	again, err := b.DeclareQueue("q", warren.Arguments(warren.Table{"x-queue-type": "classic"}))
-	require.NoError(t, err)
-	require.Same(t, q, again)
-	for _, v := range []any{"quorum", "stream", "weird", "", []byte("classic"), 1, math.NaN()} {
-		_, err := b.DeclareQueue("other", warren.Arguments(warren.Table{"x-queue-type": v}))
-		require.ErrorIs(t, err, warren.ErrPreconditionFailed, "x-queue-type %v (%T)", v, v)
-		require.ErrorContains(t, err, fmt.Sprint(v))
-		require.ErrorContains(t, err, "classic")
-		require.False(t, cfExists(t, b, "other"))
-	}
+func TestLookupsAfterClose(t *testing.T) {
+	b := warren.New()
+	declare(t, b, "q")
+	require.NoError(t, b.Close())
+	require.Empty(t, slices.Collect(b.Queues()))
+	require.Empty(t, slices.Collect(b.Exchanges()))
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -16,8 +15,8 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// Benchmarks of the consumer features (issue 4): Serve, selectors, priority queues, consumer
-// priorities. The conventions of queue_bench_test.go hold (128-byte bodies allocated once, a
+// Benchmarks of Serve, selectors, priority queues and consumer priorities (serve.go,
+// dispatch.go). The conventions of queue_bench_test.go hold (128-byte bodies allocated once, a
 // channel baseline in the same run, goroutines joined and counted), with one difference: each
 // op is one message and ns/op is measured end to end, from the first publish to the last
 // acknowledgement (the timer stops only after every message is settled), so ns/op and msgs/s
@@ -134,8 +133,8 @@ func BenchmarkServe(b *testing.B) {
 
 func benchServe(b *testing.B, workers int, opts ...warren.ServeOption) {
 	before := runtime.NumGoroutine()
-	br := newBenchBroker(b)
-	q := declareBench(b, br, "serve")
+	br := newBroker(b)
+	q := declare(b, br, "serve")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	win := newAckWindow(pcaWindow)
@@ -191,7 +190,7 @@ type flowConsumer struct {
 // setup, if not nil, runs on the queue before the consumers start (untimed).
 func benchFlow(b *testing.B, qopts []warren.QueueOption, consumers []flowConsumer, msgs []warren.Message, setup func(*warren.Broker, *warren.Queue)) []int64 {
 	before := runtime.NumGoroutine()
-	br := newBenchBroker(b)
+	br := newBroker(b)
 	q, err := br.DeclareQueue("flow", qopts...)
 	if err != nil {
 		b.Fatal(err)
@@ -361,23 +360,10 @@ func benchSelector(b *testing.B, pct int) {
 	}
 }
 
-// benchSeed seeds the random priorities of BenchmarkPriorityQueue: fixed, so that runs compare;
-// $WARREN_BENCH_SEED overrides it.
-func benchSeed(b *testing.B) uint64 {
-	if s := os.Getenv("WARREN_BENCH_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			b.Fatalf("WARREN_BENCH_SEED: %v", err)
-		}
-		b.Logf("seed %d (WARREN_BENCH_SEED)", seed)
-		return seed
-	}
-	return 1
-}
-
-// priorityMsgs returns 1024 messages with priorities drawn uniformly from 0..10.
+// priorityMsgs returns 1024 messages with priorities drawn uniformly from 0..10. The seed is
+// fixed, so that runs compare; $WARREN_BENCH_SEED overrides it.
 func priorityMsgs(b *testing.B) []warren.Message {
-	rng := rand.New(rand.NewPCG(benchSeed(b), 0))
+	rng := rand.New(rand.NewPCG(envSeed(b, "WARREN_BENCH_SEED", 1), 0))
 	msgs := make([]warren.Message, 1024)
 	for i := range msgs {
 		msgs[i] = warren.Message{Body: benchBody, Priority: uint8(rng.IntN(11))}
@@ -416,7 +402,7 @@ func checkPriorityOrder(b *testing.B, br *warren.Broker, q *warren.Queue, msgs [
 }
 
 // BenchmarkPriorityQueue: publish + consume + ack, one consumer (prefetch 256) acking each
-// delivery, messages with priorities drawn from 0..10 (1024 precomputed, seed benchSeed, in a
+// delivery, messages with priorities drawn from 0..10 (1024 precomputed by priorityMsgs, in a
 // cycle). ready-depth is the mean number of ready messages, sampled: the ordering has something
 // to do only when messages wait.
 //

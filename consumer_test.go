@@ -2,6 +2,8 @@ package warren_test
 
 import (
 	"context"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -12,14 +14,10 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// bodies renders deliveries' bodies space-separated.
-func bodies(ds []*warren.Delivery) string {
-	var s []string
-	for _, d := range ds {
-		s = append(s, string(d.Message.Body))
-	}
-	return strings.Join(s, " ")
-}
+// Tests of consumers (consumer.go): Consume and Prefetch, consumer tags, Cancel, Close, Done and
+// Err, the end of a consumer's context, exclusive consumers and ack timeouts. Which consumer
+// receives which message is in dispatch_test.go, settling deliveries in delivery_test.go,
+// AutoAck consumers in feeder_test.go.
 
 func TestPrefetchBoundsOutstandingDeliveries(t *testing.T) {
 	b := newBroker(t)
@@ -38,163 +36,6 @@ func TestPrefetchBoundsOutstandingDeliveries(t *testing.T) {
 	require.Equal(t, "2", bodies(receive(t, c, 1)))
 	require.NoError(t, ds[1].Nack())
 	require.Equal(t, "1", bodies(receive(t, c, 1)), "the nacked message comes back first")
-}
-
-func TestRoundRobinAmongConsumers(t *testing.T) {
-	b := newBroker(t)
-	q := declare(t, b, "q")
-	var cs []*warren.Consumer
-	for range 3 {
-		c, err := q.Consume(t.Context(), warren.Prefetch(10))
-		require.NoError(t, err)
-		cs = append(cs, c)
-	}
-	publishN(t, b, q, 9)
-	require.Equal(t, "0 3 6", bodies(receive(t, cs[0], 3)))
-	require.Equal(t, "1 4 7", bodies(receive(t, cs[1], 3)))
-	require.Equal(t, "2 5 8", bodies(receive(t, cs[2], 3)))
-}
-
-func TestRoundRobinSkipsConsumersWithoutCredit(t *testing.T) {
-	b := newBroker(t)
-	q := declare(t, b, "q")
-	full, err := q.Consume(t.Context(), warren.Prefetch(1))
-	require.NoError(t, err)
-	free, err := q.Consume(t.Context(), warren.Prefetch(10))
-	require.NoError(t, err)
-	publishN(t, b, q, 4)
-	require.Equal(t, "0", bodies(receive(t, full, 1)))
-	require.Equal(t, "1 2 3", bodies(receive(t, free, 3)))
-}
-
-func TestDeliveryFields(t *testing.T) {
-	b := newBroker(t)
-	_, err := b.DeclareExchange("fan", warren.ExchangeFanout)
-	require.NoError(t, err)
-	q1, q2 := declare(t, b, "q1"), declare(t, b, "q2")
-	require.NoError(t, b.Bind("q1", "fan", "", nil))
-	require.NoError(t, b.Bind("q2", "fan", "", nil))
-	body := []byte("shared")
-	msg := warren.Message{Body: body, ContentType: "text/plain", MessageID: "m-1", Headers: warren.Table{"h": int32(1)}}
-	require.NoError(t, b.Publish(t.Context(), "fan", "rk", msg))
-
-	c, err := q1.Consume(t.Context(), warren.ConsumerTag("ctag"))
-	require.NoError(t, err)
-	d1 := receive(t, c, 1)[0]
-	d2, err := q2.Get(t.Context())
-	require.NoError(t, err)
-
-	require.Equal(t, "fan", d1.Exchange)
-	require.Equal(t, "rk", d1.RoutingKey)
-	require.Equal(t, "ctag", d1.ConsumerTag)
-	require.Equal(t, uint64(1), d1.DeliveryTag)
-	require.False(t, d1.Redelivered)
-	require.Equal(t, 0, d1.DeliveryCount)
-	require.Equal(t, msg.ContentType, d1.Message.ContentType)
-	require.Equal(t, msg.MessageID, d1.Message.MessageID)
-	require.Same(t, d1.Message, d2.Message, "one message shared by every queue it reached")
-	require.Same(t, &body[0], &d1.Message.Body[0], "the body is not copied")
-	require.Empty(t, d2.ConsumerTag)
-	require.Equal(t, uint64(1), d2.DeliveryTag)
-}
-
-func TestDeliveryTagsGrowPerConsumer(t *testing.T) {
-	b := newBroker(t)
-	q := declare(t, b, "q")
-	c, err := q.Consume(t.Context(), warren.Prefetch(3))
-	require.NoError(t, err)
-	publishN(t, b, q, 2)
-	ds := receive(t, c, 2)
-	require.NoError(t, ds[0].Nack()) // redelivered with a fresh tag
-	again := receive(t, c, 1)[0]
-	require.Equal(t, []uint64{1, 2, 3}, []uint64{ds[0].DeliveryTag, ds[1].DeliveryTag, again.DeliveryTag})
-	require.Equal(t, "0", string(again.Message.Body))
-	require.True(t, again.Redelivered)
-	require.Equal(t, 1, again.DeliveryCount)
-}
-
-func TestGetReportsMessageCountAndOwnsDelivery(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		q := declare(t, b, "q")
-		publishN(t, b, q, 3)
-		ctx, cancel := context.WithCancel(t.Context())
-		d, err := q.Get(ctx)
-		require.NoError(t, err)
-		require.Equal(t, "0", string(d.Message.Body))
-		require.Equal(t, 2, d.MessageCount, "ready messages left after this one")
-		require.Equal(t, 1, q.Unacked())
-
-		cancel() // the Get's owner ends: the delivery goes back, redelivered
-		synctest.Wait()
-		require.ErrorIs(t, d.Ack(), warren.ErrAlreadySettled)
-		require.Equal(t, 0, q.Unacked())
-		require.Equal(t, "0* 1 2", drain(t, q))
-
-		_, err = q.Get(t.Context())
-		require.ErrorIs(t, err, warren.ErrEmpty)
-	})
-}
-
-func TestRejectDropsTheMessage(t *testing.T) {
-	b := newBroker(t)
-	q := declare(t, b, "q")
-	publishN(t, b, q, 2)
-	d, err := q.Get(t.Context())
-	require.NoError(t, err)
-	require.NoError(t, d.Reject())
-	require.Equal(t, 1, q.Len())
-	require.Equal(t, 0, q.Unacked())
-	require.Equal(t, "1", drain(t, q))
-}
-
-func TestPurgeRemovesOnlyReadyMessages(t *testing.T) {
-	b := newBroker(t)
-	q := declare(t, b, "q")
-	publishN(t, b, q, 4)
-	d, err := q.Get(t.Context())
-	require.NoError(t, err)
-	n, err := b.Purge("q")
-	require.NoError(t, err)
-	require.Equal(t, 3, n)
-	require.Equal(t, 0, q.Len())
-	require.NoError(t, d.Nack(), "an unacked delivery survives a purge and can come back")
-	require.Equal(t, "0*", drain(t, q))
-}
-
-func TestAutoAckConsumer(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		q := declare(t, b, "q")
-		c, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(3))
-		require.NoError(t, err)
-		publishN(t, b, q, 5)
-		synctest.Wait() // the feeder goroutine fills the channel (2) and holds one more
-		require.Equal(t, 2, q.Len(), "an AutoAck consumer takes at most its prefetch")
-		ds := receive(t, c, 2)
-		require.Equal(t, "0 1", bodies(ds))
-		require.ErrorIs(t, ds[0].Ack(), warren.ErrUnknownDelivery, "auto-acked: nothing to settle")
-		require.Equal(t, 0, q.Unacked())
-		synctest.Wait()
-		require.Equal(t, 2, len(c.Deliveries()), "the feeder refilled the buffer")
-
-		// Cancel: what is buffered and what the feeder holds go back unchanged.
-		require.NoError(t, c.Cancel())
-		_, open := <-c.Deliveries()
-		require.False(t, open)
-		require.Equal(t, "2 3 4", drain(t, q))
-	})
-}
-
-func TestAutoAckGet(t *testing.T) {
-	b := newBroker(t)
-	q := declare(t, b, "q")
-	publishN(t, b, q, 1)
-	d, err := q.Get(t.Context(), warren.AutoAck())
-	require.NoError(t, err)
-	require.Equal(t, 0, q.Unacked())
-	require.Equal(t, 0, q.Len())
-	require.ErrorIs(t, d.Nack(), warren.ErrUnknownDelivery)
 }
 
 func TestConsumerTags(t *testing.T) {
@@ -248,70 +89,6 @@ func TestConsumerContextEndReportsCause(t *testing.T) {
 		_, open := <-c.Deliveries()
 		require.False(t, open)
 		require.Equal(t, 0, q.ConsumerCount())
-	})
-}
-
-func TestAutoDeleteQueue(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		q := declare(t, b, "tmp", warren.AutoDelete())
-		publishN(t, b, q, 1)
-		d, err := q.Get(t.Context())
-		require.NoError(t, err)
-		require.NoError(t, d.Ack())
-		_, err = b.Queue("tmp")
-		require.NoError(t, err, "a queue that never had a consumer is not auto-deleted")
-
-		c1, err := q.Consume(t.Context())
-		require.NoError(t, err)
-		ctx, cancel := context.WithCancel(t.Context())
-		c2, err := q.Consume(ctx)
-		require.NoError(t, err)
-		require.NoError(t, c1.Cancel())
-		_, err = b.Queue("tmp")
-		require.NoError(t, err, "one consumer left")
-		cancel()
-		<-c2.Done()
-		synctest.Wait()
-		_, err = b.Queue("tmp")
-		require.ErrorIs(t, err, warren.ErrNotFound, "deleted with its last consumer")
-		_, err = q.Get(t.Context())
-		require.ErrorIs(t, err, warren.ErrNotFound)
-	})
-}
-
-// TestSettleAfterQueueDeleted: RabbitMQ accepts an ack, nack or reject of a delivery whose queue
-// was deleted, as a no-op; so does warren, once per delivery, for consumer and Get deliveries and
-// for the UpTo forms, while the consumer's Err says why it ended. Once the broker has closed,
-// settling fails with ErrClosed.
-func TestSettleAfterQueueDeleted(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		q := declare(t, b, "q")
-		publishN(t, b, q, 5)
-		c, err := q.Consume(t.Context(), warren.Prefetch(3))
-		require.NoError(t, err)
-		ds := receive(t, c, 3)
-		g, err := q.Get(t.Context())
-		require.NoError(t, err)
-		require.Equal(t, 1, deleteQueue(t, b, "q"), "one message was still ready")
-
-		require.NoError(t, ds[0].Ack(), "the handler did its work: no failure")
-		require.ErrorIs(t, ds[0].Ack(), warren.ErrAlreadySettled, "but only once")
-		require.NoError(t, ds[1].Reject())
-		require.NoError(t, c.NackUpTo(ds[2].DeliveryTag))
-		require.ErrorIs(t, ds[2].Nack(), warren.ErrAlreadySettled)
-		require.NoError(t, g.NackWithDelay(time.Minute))
-		require.ErrorIs(t, c.Err(), warren.ErrQueueDeleted)
-		st := q.Stats()
-		require.Equal(t, uint64(0), st.Acked+st.Nacked+st.Rejected, "nothing was settled in a queue that is gone")
-
-		q2 := declare(t, b, "q2")
-		publishN(t, b, q2, 1)
-		d, err := q2.Get(t.Context())
-		require.NoError(t, err)
-		require.NoError(t, b.Close())
-		require.ErrorIs(t, d.Ack(), warren.ErrClosed)
 	})
 }
 
@@ -423,5 +200,328 @@ func TestDoneAfterCancel(t *testing.T) {
 		cancel()
 		<-c2.Done()
 		require.Equal(t, 2, q.Len(), "the held delivery is back when Done closes")
+	})
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exclusive consumers (R2.5).
+
+// TestExclusiveConsumerRefusesOthers: while an exclusive consumer is active every other
+// consume fails with ErrAccessRefused; Get is not a consume and still works; once it cancels,
+// others may consume and nothing takes over by itself.
+func TestExclusiveConsumerRefusesOthers(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q")
+	c, err := q.Consume(t.Context(), warren.Exclusive(), warren.Prefetch(1))
+	require.NoError(t, err)
+	_, err = q.Consume(t.Context())
+	require.ErrorIs(t, err, warren.ErrAccessRefused, "a plain consume beside an exclusive consumer")
+	_, err = q.Consume(t.Context(), warren.Exclusive())
+	require.ErrorIs(t, err, warren.ErrAccessRefused, "a second exclusive consume")
+	_, err = q.Consume(t.Context(), warren.AutoAck())
+	require.ErrorIs(t, err, warren.ErrAccessRefused, "an auto-ack consume")
+	_, err = q.Consume(t.Context(), warren.ConsumerPriority(100))
+	require.ErrorIs(t, err, warren.ErrAccessRefused, "a higher-priority consume")
+	require.Equal(t, 1, q.ConsumerCount(), "refused consumers leave no trace")
+
+	publishN(t, b, q, 2)
+	require.Equal(t, "0", bodies(receive(t, c, 1)))
+	d, err := q.Get(t.Context())
+	require.NoError(t, err, "Get is not a consume")
+	require.Equal(t, "1", string(d.Message.Body))
+	require.NoError(t, d.Ack())
+
+	require.NoError(t, c.Cancel())
+	require.Equal(t, 0, q.ConsumerCount())
+	c2, err := q.Consume(t.Context(), warren.Prefetch(5))
+	require.NoError(t, err, "exclusivity ends with the consumer")
+	c3, err := q.Consume(t.Context(), warren.Prefetch(5))
+	require.NoError(t, err)
+	publishRange(t, b, q, 2, 4)
+	require.Equal(t, "2", bodies(buffered(t, c2)))
+	require.Equal(t, "3", bodies(buffered(t, c3)))
+}
+
+// TestExclusiveConsumerEndsWithContext: exclusivity also ends when the exclusive consumer's
+// context ends.
+func TestExclusiveConsumerEndsWithContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		c, err := q.Consume(ctx, warren.Exclusive())
+		require.NoError(t, err)
+		_, err = q.Consume(t.Context())
+		require.ErrorIs(t, err, warren.ErrAccessRefused)
+		cancel()
+		synctest.Wait()
+		require.True(t, isClosed(c.Done()))
+		c2, err := q.Consume(t.Context(), warren.Exclusive())
+		require.NoError(t, err, "a new exclusive consumer once the old one's context ended")
+		publishN(t, b, q, 1)
+		require.Equal(t, "0", bodies(buffered(t, c2)))
+	})
+}
+
+// TestExclusiveConsumerNeedsIdleQueue: an exclusive consume fails on a queue with consumers
+// (push or auto-ack) and on a single-active-consumer queue, even one without consumers.
+func TestExclusiveConsumerNeedsIdleQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		c, err := q.Consume(t.Context())
+		require.NoError(t, err)
+		_, err = q.Consume(t.Context(), warren.Exclusive())
+		require.ErrorIs(t, err, warren.ErrAccessRefused, "the queue has a consumer")
+		require.Equal(t, 1, q.ConsumerCount())
+		require.NoError(t, c.Cancel())
+
+		feeder, err := q.Consume(t.Context(), warren.AutoAck())
+		require.NoError(t, err)
+		_, err = q.Consume(t.Context(), warren.Exclusive())
+		require.ErrorIs(t, err, warren.ErrAccessRefused, "the queue has an auto-ack consumer")
+		require.NoError(t, feeder.Cancel())
+
+		_, err = q.Consume(t.Context(), warren.Exclusive())
+		require.NoError(t, err, "no consumers left")
+
+		sac := declare(t, b, "sac", warren.SingleActiveConsumer())
+		_, err = sac.Consume(t.Context(), warren.Exclusive())
+		require.ErrorIs(t, err, warren.ErrAccessRefused, "exclusive on a single active consumer queue")
+		require.Equal(t, 0, sac.ConsumerCount())
+		_, err = sac.Consume(t.Context())
+		require.NoError(t, err)
+		_, err = sac.Consume(t.Context(), warren.Exclusive())
+		require.ErrorIs(t, err, warren.ErrAccessRefused)
+	})
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ack timeouts (R2.8).
+
+// TestAckTimeoutEndsConsumer: a delivery unsettled for the ack timeout ends its consumer;
+// received deliveries come back redelivered, buffered unread ones unchanged, in place.
+func TestAckTimeoutEndsConsumer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		c, err := q.Consume(t.Context(), warren.AckTimeout(30*time.Second), warren.Prefetch(3))
+		require.NoError(t, err)
+		publishN(t, b, q, 5)
+		ds := receive(t, c, 2)
+		require.Equal(t, "0 1", picture(ds))
+		require.NoError(t, ds[0].Ack())
+		require.Equal(t, 2, len(c.Deliveries()), "2 and 3 buffered, unread")
+
+		time.Sleep(30*time.Second - time.Millisecond)
+		synctest.Wait()
+		require.NoError(t, c.Err(), "not yet")
+		require.False(t, isClosed(c.Done()))
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.ErrorIs(t, c.Err(), warren.ErrAckTimeout)
+		require.ErrorIs(t, c.Err(), warren.ErrPreconditionFailed)
+		assertStopped(t, c, warren.ErrAckTimeout)
+		require.ErrorIs(t, ds[1].Ack(), warren.ErrAlreadySettled, "a late ack")
+		require.Equal(t, 0, q.Unacked())
+		require.Equal(t, 0, q.ConsumerCount())
+		back := getAll(t, q)
+		require.Equal(t, "1* 2 3 4", picture(back))
+		require.Equal(t, []int{1, 0, 0, 0}, deliveryCounts(back))
+	})
+}
+
+// TestAckTimeoutCountsBufferedDeliveries: deliveries never received count too.
+func TestAckTimeoutCountsBufferedDeliveries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		c, err := q.Consume(t.Context(), warren.AckTimeout(10*time.Second), warren.Prefetch(2))
+		require.NoError(t, err)
+		publishN(t, b, q, 3)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		assertStopped(t, c, warren.ErrAckTimeout)
+		back := getAll(t, q)
+		require.Equal(t, "0 1 2", picture(back))
+		require.Equal(t, []int{0, 0, 0}, deliveryCounts(back))
+	})
+}
+
+// TestAckTimeoutNotHitWhenAckedInTime: a consumer that settles each delivery within the
+// timeout is never ended, however long it runs.
+func TestAckTimeoutNotHitWhenAckedInTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		c, err := q.Consume(t.Context(), warren.AckTimeout(30*time.Second), warren.Prefetch(1))
+		require.NoError(t, err)
+		for i := range 10 {
+			publish(t, b, q.Name(), strconv.Itoa(i))
+			ds := receive(t, c, 1)
+			time.Sleep(20 * time.Second)
+			require.NoError(t, ds[0].Ack(), "delivery %d", i)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		require.NoError(t, c.Err())
+		require.False(t, isClosed(c.Done()))
+		publish(t, b, q.Name(), "10")
+		require.Equal(t, "10", bodies(buffered(t, c)))
+	})
+}
+
+// TestAckTimeoutQueueArgument: "x-consumer-timeout" is the default ack timeout of the
+// queue's manual-ack consumers; AckTimeout overrides it, and AckTimeout(0) turns it off.
+func TestAckTimeoutQueueArgument(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		for _, v := range []any{int32(0), int32(-1), "10000", 1.5} {
+			_, err := b.DeclareQueue("bad", warren.Arguments(warren.Table{"x-consumer-timeout": v}))
+			require.ErrorIs(t, err, warren.ErrPreconditionFailed, "x-consumer-timeout %v (%T)", v, v)
+		}
+		q := declare(t, b, "q", warren.Arguments(warren.Table{"x-consumer-timeout": int32(10000)}))
+		dflt, err := q.Consume(t.Context(), warren.Prefetch(1))
+		require.NoError(t, err)
+		longer, err := q.Consume(t.Context(), warren.Prefetch(1), warren.AckTimeout(20*time.Second))
+		require.NoError(t, err)
+		none, err := q.Consume(t.Context(), warren.Prefetch(1), warren.AckTimeout(0))
+		require.NoError(t, err)
+		publishN(t, b, q, 3) // one each, round-robin, left unread
+
+		time.Sleep(10*time.Second - time.Millisecond)
+		synctest.Wait()
+		require.NoError(t, dflt.Err())
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		assertStopped(t, dflt, warren.ErrAckTimeout)
+		require.NoError(t, longer.Err())
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		assertStopped(t, longer, warren.ErrAckTimeout)
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		require.NoError(t, none.Err(), "AckTimeout(0): no timeout")
+		require.Equal(t, "0 1", picture(getAll(t, q)))
+		require.Equal(t, "2", bodies(buffered(t, none)))
+
+		feeder, err := q.Consume(t.Context(), warren.AutoAck())
+		require.NoError(t, err, "the queue's default does not apply to auto-ack consumers")
+		require.NoError(t, feeder.Cancel())
+	})
+}
+
+// TestConsumerTimeoutAppliesToGet: the queue's "x-consumer-timeout" applies to Get deliveries
+// too, as RabbitMQ (up to 4.2) applies it to basic.get: one held past it goes back to its place,
+// redelivered, and settling it afterwards fails with ErrAlreadySettled; one settled in time, an
+// auto-acked one, and one from a queue without the argument are left alone.
+func TestConsumerTimeoutAppliesToGet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q", warren.Arguments(warren.Table{"x-consumer-timeout": int32(10_000)}))
+		plain := declare(t, b, "plain")
+		publishN(t, b, q, 4)
+		publishN(t, b, plain, 1)
+		held, err := q.Get(t.Context())
+		require.NoError(t, err)
+		inTime, err := q.Get(t.Context())
+		require.NoError(t, err)
+		_, err = q.Get(t.Context(), warren.AutoAck())
+		require.NoError(t, err)
+		other, err := plain.Get(t.Context())
+		require.NoError(t, err)
+
+		time.Sleep(9 * time.Second)
+		require.NoError(t, inTime.Ack())
+		time.Sleep(time.Second - time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, 1, q.Unacked(), "not yet")
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, [2]int{2, 0}, [2]int{q.Len(), q.Unacked()}, "back at 10 s")
+		require.ErrorIs(t, held.Ack(), warren.ErrAlreadySettled)
+		again, err := q.Get(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, "0", string(again.Message.Body), "in its place")
+		require.True(t, again.Redelivered)
+		require.Equal(t, 1, again.DeliveryCount)
+		require.NoError(t, again.Ack())
+
+		time.Sleep(time.Hour)
+		require.NoError(t, other.Ack(), "no consumer timeout on that queue")
+	})
+}
+
+// TestAckTimeoutDeliveryLimit: each ack timeout counts as a return, so the delivery limit
+// bounds a message that hangs every consumer.
+func TestAckTimeoutDeliveryLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		main, dead := deadTopology(t, b, warren.DeliveryLimit(1))
+		publishN(t, b, main, 1)
+		for round := range 2 {
+			c, err := main.Consume(t.Context(), warren.AckTimeout(10*time.Second))
+			require.NoError(t, err)
+			ds := receive(t, c, 1)
+			require.Equal(t, round, ds[0].DeliveryCount)
+			time.Sleep(10 * time.Second)
+			synctest.Wait()
+			assertStopped(t, c, warren.ErrAckTimeout)
+		}
+		require.Equal(t, 0, main.Len())
+		ds := getAll(t, dead)
+		require.Equal(t, "0", bodies(ds))
+		require.Equal(t, "delivery_limit", xDeath(t, ds[0])[0]["reason"])
+	})
+}
+
+// TestAckTimeoutAutoAckInvalid: an ack timeout needs manual acknowledgement.
+func TestAckTimeoutAutoAckInvalid(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q")
+	_, err := q.Consume(t.Context(), warren.AutoAck(), warren.AckTimeout(time.Second))
+	require.ErrorIs(t, err, warren.ErrInvalidArgument)
+	require.Equal(t, 0, q.ConsumerCount())
+}
+
+// TestAckTimeoutSingleActiveTakeover: on a single-active-consumer queue the next consumer
+// takes over when the active one times out, and receives in queue order.
+func TestAckTimeoutSingleActiveTakeover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q", warren.SingleActiveConsumer())
+		c1, err := q.Consume(t.Context(), warren.Prefetch(2), warren.AckTimeout(10*time.Second))
+		require.NoError(t, err)
+		c2, err := q.Consume(t.Context(), warren.Prefetch(10))
+		require.NoError(t, err)
+		publishN(t, b, q, 4)
+		require.Equal(t, "0", picture(receive(t, c1, 1)))
+		require.Equal(t, 0, len(c2.Deliveries()))
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		assertStopped(t, c1, warren.ErrAckTimeout)
+		require.Equal(t, 1, q.ConsumerCount())
+		got := buffered(t, c2)
+		require.Equal(t, "0* 1 2 3", picture(got))
+		require.Equal(t, []int{1, 0, 0, 0}, deliveryCounts(got))
+	})
+}
+
+// A huge ack timeout means "practically never": it must not overflow the delivery's deadline and
+// so disarm the queue's timer for everything else.
+func TestHugeAckTimeoutKeepsTimerWorking(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		c, err := q.Consume(t.Context(), warren.Prefetch(1), warren.AckTimeout(time.Duration(math.MaxInt64)))
+		require.NoError(t, err)
+		publishN(t, b, q, 1)
+		receive(t, c, 1)
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("ttl"), Expiration: "1000"}))
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		require.Equal(t, 0, q.Len(), "a message with a 1 s TTL did not expire")
+		require.NoError(t, c.Err())
 	})
 }

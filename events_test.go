@@ -1,17 +1,14 @@
 package warren_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,428 +22,12 @@ import (
 )
 
 // Tests of the events (events.go): the span invariant — every message that enters a queue
-// leaves it with exactly one terminal event — checked by a listener over randomized runs, the
-// ordering and reentrancy promises of Listen, and one focused test per terminal path and entity
-// event.
-
-// ---------------------------------------------------------------------------------------------
-// The span checker.
-
-// evKey names one message in one queue: the queue and the *Message its events there carry.
-type evKey struct {
-	queue string
-	msg   *warren.Message
-}
-
-// evQID names a message by the id it was published with, in one queue: dead-letter outcomes
-// carry a copy of the message, found again by its id.
-type evQID struct{ queue, id string }
-
-// evSpan is an open span: a message that entered a queue and has not left it.
-type evSpan struct {
-	id    string
-	depth int64 // deaths in its history: tells copies of one message in one queue apart
-	out   bool  // delivered, not yet settled or back
-	trail []string
-}
-
-// evCounts counts the events of one incarnation of a queue, to compare with its Stats.
-type evCounts struct {
-	kinds         map[warren.EventKind]int
-	requeued      map[warren.Reason]int // by reason
-	lone          int                   // terminal events with no Enqueued before: refusals on arrival
-	expiredCopies int                   // dead-letter outcomes of expired messages
-}
-
-func newEvCounts() *evCounts {
-	return &evCounts{kinds: map[warren.EventKind]int{}, requeued: map[warren.Reason]int{}}
-}
-
-// evChecker is a listener that checks, event by event, that the events of every message in
-// every queue form spans (events.go):
-//
-//	Enqueued → (Delivered → Requeued)* → [Delivered] → exactly one terminal
-//
-// Delivered only when the message is in the queue; Requeued, Acked and a rejection only when it
-// is out; expiry, a length limit, a purge or the delivery limit only when it is in the queue (a
-// delivery comes back first, with Requeued); a lone terminal only for a refusal on arrival; an
-// Enqueued with Reason "returned" only after an Acked of the same message in the same queue; no
-// message left in a queue when its deletion is evented. Dead-letter outcomes (DeadLettered, and
-// Dropped for a dead-letter exchange missing, routing nowhere or cycling) carry the
-// dead-lettered copy: they are matched to the original's span by the id it was published with
-// and its death count. It also counts events per queue incarnation, for comparison with Stats.
-type evChecker struct {
-	mu sync.Mutex
-	// refuseDLX are the queues with RejectPublishDLX, which dead-letter what they refuse: a
-	// dead-letter outcome with reason maxlen and no span is a refusal there.
-	refuseDLX map[string]bool
-
-	open    map[evKey]*evSpan
-	byID    map[evQID][]evKey
-	lastEnd map[evKey]warren.EventKind // how the last span of a key ended
-	cur     map[string]*evCounts       // per queue name: the incarnation that exists
-	ended   map[string][]*evCounts     // per queue name: incarnations ended, in order
-	gone    map[string]bool            // queues whose deletion was the last event of theirs
-
-	published, unroutable, events int
-	errs                          []string
-	seen                          map[string]int // message events by kind(reason), lone ones marked
-}
-
-func newEvChecker(refuseDLX ...string) *evChecker {
-	c := &evChecker{
-		refuseDLX: map[string]bool{},
-		open:      map[evKey]*evSpan{},
-		byID:      map[evQID][]evKey{},
-		lastEnd:   map[evKey]warren.EventKind{},
-		cur:       map[string]*evCounts{},
-		ended:     map[string][]*evCounts{},
-		gone:      map[string]bool{},
-		seen:      map[string]int{},
-	}
-	for _, q := range refuseDLX {
-		c.refuseDLX[q] = true
-	}
-	return c
-}
-
-// evCheck registers a checker with b and, when the test ends, asserts that it saw no broken
-// span (spans still open are not checked: the broker may not be closed yet).
-func evCheck(t *testing.T, b *warren.Broker, refuseDLX ...string) *evChecker {
-	t.Helper()
-	c := newEvChecker(refuseDLX...)
-	stop := b.Listen(c.handle)
-	t.Cleanup(func() {
-		stop()
-		assert.Empty(t, c.errors(), "events that break the span invariant")
-	})
-	return c
-}
-
-// evID is the id a message was published with: its "id" header, else its body.
-func evID(m *warren.Message) string {
-	if id, ok := m.Headers["id"].(int64); ok {
-		return "m" + strconv.FormatInt(id, 10)
-	}
-	return string(m.Body)
-}
-
-// evDepth is how many times the message was dead-lettered.
-func evDepth(m *warren.Message) (n int64) {
-	for _, d := range m.Deaths() {
-		n += d.Count
-	}
-	return n
-}
-
-func evLastDeath(m *warren.Message) (queue string, reason warren.Reason) {
-	queue, _ = m.Headers["x-last-death-queue"].(string)
-	r, _ := m.Headers["x-last-death-reason"].(string)
-	reason = warren.Reason(r)
-	return queue, reason
-}
-
-func evName(e warren.Event) string {
-	if e.Reason != "" {
-		return e.Kind.String() + "(" + string(e.Reason) + ")"
-	}
-	return e.Kind.String()
-}
-
-func evDesc(e warren.Event) string {
-	s := fmt.Sprintf("queue %q: %s", e.Queue, evName(e))
-	if e.Message != nil {
-		s += fmt.Sprintf(" of %s (depth %d)", evID(e.Message), evDepth(e.Message))
-	}
-	if e.Consumer != "" {
-		s += fmt.Sprintf(" consumer %q", e.Consumer)
-	}
-	return s
-}
-
-func (c *evChecker) errorf(format string, args ...any) {
-	if len(c.errs) < 50 {
-		c.errs = append(c.errs, fmt.Sprintf(format, args...))
-	}
-}
-
-func (c *evChecker) errors() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.errs)
-}
-
-func (c *evChecker) counts(queue string) *evCounts {
-	n := c.cur[queue]
-	if n == nil {
-		n = newEvCounts()
-		c.cur[queue] = n
-	}
-	return n
-}
-
-// openSpans describes the spans still open.
-func (c *evChecker) openSpans() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var s []string
-	for k, sp := range c.open {
-		s = append(s, fmt.Sprintf("queue %q: %s: %s", k.queue, sp.id, strings.Join(sp.trail, " ")))
-	}
-	slices.Sort(s)
-	return s
-}
-
-func (c *evChecker) handle(e warren.Event) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.events++
-	switch e.Kind {
-	case warren.EventPublished:
-		c.published++
-		return
-	case warren.EventUnroutable:
-		c.unroutable++
-		return
-	case warren.EventQueueCreated:
-		if n := c.cur[e.Queue]; n != nil && len(n.kinds) > 0 {
-			c.errorf("queue %q created while it had events and no deletion", e.Queue)
-		}
-		c.cur[e.Queue] = newEvCounts()
-		delete(c.gone, e.Queue)
-		return
-	case warren.EventQueueDeleted:
-		// Its messages were all evented as gone before: the deletion comes last through the
-		// queue's outbox.
-		for k, sp := range c.open {
-			if k.queue == e.Queue {
-				c.errorf("queue %q deleted (%s) with %s still in it: %s", e.Queue, e.Reason, sp.id, strings.Join(sp.trail, " "))
-				c.closeSpan(k, e.Kind)
-			}
-		}
-		c.ended[e.Queue] = append(c.ended[e.Queue], c.counts(e.Queue))
-		delete(c.cur, e.Queue)
-		c.gone[e.Queue] = true
-		return
-	case warren.EventEnqueued, warren.EventDelivered, warren.EventRequeued,
-		warren.EventAcked, warren.EventExpired, warren.EventDeadLettered, warren.EventDropped:
-	default:
-		return
-	}
-	if e.Queue == "" || e.Message == nil {
-		c.errorf("%s without a queue or message", evDesc(e))
-		return
-	}
-	var n *evCounts
-	if ended := c.ended[e.Queue]; c.gone[e.Queue] && e.Kind == warren.EventDropped {
-		// A publisher routed the message here before the queue was deleted, and it arrived
-		// after: the deleted incarnation refuses it, after its deletion event.
-		n = ended[len(ended)-1]
-	} else {
-		n = c.counts(e.Queue)
-	}
-	n.kinds[e.Kind]++
-	lone := n.lone
-	defer func() {
-		if n.lone > lone {
-			c.seen["lone "+evName(e)]++
-		} else {
-			c.seen[evName(e)]++
-		}
-	}()
-	k := evKey{e.Queue, e.Message}
-	sp := c.open[k]
-	if sp != nil {
-		sp.trail = append(sp.trail, evName(e))
-	}
-	switch e.Kind {
-	case warren.EventEnqueued:
-		if sp != nil {
-			c.errorf("%s: entered again with its span open: %s", evDesc(e), strings.Join(sp.trail, " "))
-			return
-		}
-		_, lastReason := evLastDeath(e.Message)
-		switch e.Reason {
-		case warren.ReasonReturned:
-			if c.lastEnd[k] != warren.EventAcked {
-				c.errorf("%s: returned without having been acked there (last end %v)", evDesc(e), c.lastEnd[k])
-			}
-		case "":
-			if lastReason != "" {
-				c.errorf("%s: a dead letter entered without its reason (x-death says %q)", evDesc(e), lastReason)
-			}
-		default:
-			if lastReason != e.Reason {
-				c.errorf("%s: reason is not the x-death reason %q", evDesc(e), lastReason)
-			}
-		}
-		sp = &evSpan{id: evID(e.Message), depth: evDepth(e.Message), trail: []string{evName(e)}}
-		c.open[k] = sp
-		qid := evQID{e.Queue, sp.id}
-		c.byID[qid] = append(c.byID[qid], k)
-	case warren.EventDelivered:
-		switch {
-		case sp == nil:
-			c.errorf("%s: delivered outside a span", evDesc(e))
-		case sp.out:
-			c.errorf("%s: delivered while out: %s", evDesc(e), strings.Join(sp.trail, " "))
-		default:
-			sp.out = true
-		}
-	case warren.EventRequeued:
-		n.requeued[e.Reason]++
-		switch e.Reason {
-		case warren.ReasonNack, warren.ReasonRecover, warren.ReasonCancel, warren.ReasonOwnerEnded, warren.ReasonAckTimeout:
-		default:
-			c.errorf("%s: unknown requeue reason", evDesc(e))
-		}
-		switch {
-		case sp == nil:
-			c.errorf("%s: requeued outside a span", evDesc(e))
-		case !sp.out:
-			c.errorf("%s: requeued while not out: %s", evDesc(e), strings.Join(sp.trail, " "))
-		default:
-			sp.out = false
-		}
-	case warren.EventAcked:
-		switch {
-		case sp == nil:
-			c.errorf("%s: acked outside a span", evDesc(e))
-		case !sp.out:
-			c.errorf("%s: acked while not out: %s", evDesc(e), strings.Join(sp.trail, " "))
-			c.closeSpan(k, e.Kind)
-		default:
-			c.closeSpan(k, e.Kind)
-		}
-	case warren.EventExpired:
-		if sp == nil {
-			c.errorf("%s: expired outside a span", evDesc(e))
-			return
-		}
-		c.checkOut(e, sp, warren.ReasonExpired)
-		c.closeSpan(k, e.Kind)
-	case warren.EventDeadLettered:
-		c.deadLetterOutcome(e, n)
-	case warren.EventDropped:
-		switch e.Reason {
-		case warren.ReasonQueueFull, warren.ReasonNoConsumers:
-			if sp != nil {
-				c.errorf("%s: refused on arrival, yet it had entered: %s", evDesc(e), strings.Join(sp.trail, " "))
-				c.closeSpan(k, e.Kind)
-				return
-			}
-			n.lone++
-		case warren.ReasonDLXNotFound, warren.ReasonDLXNoRoute, warren.ReasonDeadLetterCycle:
-			c.deadLetterOutcome(e, n)
-		case warren.ReasonClosed, warren.ReasonQueueDeleted:
-			switch src, _ := evLastDeath(e.Message); {
-			case sp != nil:
-				c.closeSpan(k, e.Kind)
-			case src == e.Queue:
-				// The dead-lettered copy of a message of this queue, dropped because the
-				// broker closed before it could be published. (A copy dead-lettered back into
-				// its own queue and refused there because that queue went meanwhile would
-				// look the same; the tests never delete such a queue, nor close the broker
-				// while a dead letter is on its way.)
-				c.deadLetterOutcome(e, n)
-			default:
-				n.lone++ // routed here, and the queue went before the message arrived
-			}
-		case warren.ReasonRejected, warren.ReasonMaxLen, warren.ReasonDeliveryLimit, warren.ReasonPurged:
-			if sp == nil {
-				c.errorf("%s: dropped outside a span", evDesc(e))
-				return
-			}
-			c.checkOut(e, sp, e.Reason)
-			c.closeSpan(k, e.Kind)
-		default:
-			c.errorf("%s: unknown drop reason", evDesc(e))
-		}
-	}
-}
-
-// deadLetterOutcome matches an event carrying a dead-lettered copy to the span of the original
-// in e.Queue, and closes it.
-func (c *evChecker) deadLetterOutcome(e warren.Event, n *evCounts) {
-	src, reason := evLastDeath(e.Message)
-	if src != e.Queue {
-		c.errorf("%s: the copy's last death is from %q", evDesc(e), src)
-	}
-	if e.Kind == warren.EventDeadLettered && reason != e.Reason {
-		c.errorf("%s: the copy's last death reason is %q", evDesc(e), reason)
-	}
-	if reason == warren.ReasonExpired {
-		n.expiredCopies++
-	}
-	if c.open[evKey{e.Queue, e.Message}] != nil {
-		c.errorf("%s: carries the original message, not a copy", evDesc(e))
-	}
-	id, depth := evID(e.Message), evDepth(e.Message)-1
-	var match []evKey
-	for _, k := range c.byID[evQID{e.Queue, id}] {
-		if c.open[k].depth == depth {
-			match = append(match, k)
-		}
-	}
-	switch len(match) {
-	case 1:
-		sp := c.open[match[0]]
-		sp.trail = append(sp.trail, evName(e))
-		c.checkOut(e, sp, reason)
-		c.closeSpan(match[0], e.Kind)
-	case 0:
-		if c.refuseDLX[e.Queue] && reason == warren.ReasonMaxLen {
-			n.lone++ // refused on arrival and dead-lettered (RejectPublishDLX)
-			return
-		}
-		c.errorf("%s: no open span of the original", evDesc(e))
-	default:
-		c.errorf("%s: %d open spans could be the original", evDesc(e), len(match))
-	}
-}
-
-// checkOut checks where a message was when it left for cause: a rejection takes a delivery
-// (out); expiry, a length limit, a purge and the delivery limit take a message in the queue —
-// one that was out comes back first (Requeued), then leaves.
-func (c *evChecker) checkOut(e warren.Event, sp *evSpan, cause warren.Reason) {
-	switch cause {
-	case warren.ReasonRejected:
-		if !sp.out {
-			c.errorf("%s: rejected while not delivered: %s", evDesc(e), strings.Join(sp.trail, " "))
-		}
-	case warren.ReasonExpired, warren.ReasonMaxLen, warren.ReasonPurged, warren.ReasonDeliveryLimit:
-		if sp.out {
-			c.errorf("%s: left for %s while delivered: %s", evDesc(e), cause, strings.Join(sp.trail, " "))
-		}
-	}
-}
-
-func (c *evChecker) closeSpan(k evKey, how warren.EventKind) {
-	sp := c.open[k]
-	delete(c.open, k)
-	c.lastEnd[k] = how
-	qid := evQID{k.queue, sp.id}
-	ks := slices.DeleteFunc(c.byID[qid], func(x evKey) bool { return x == k })
-	if len(ks) == 0 {
-		delete(c.byID, qid)
-	} else {
-		c.byID[qid] = ks
-	}
-}
+// leaves it with exactly one terminal event — checked by a listener (the span checker,
+// checkSpans in helpers_test.go) over randomized runs, the ordering and reentrancy promises of
+// Listen, and one focused test per terminal path and entity event.
 
 // ---------------------------------------------------------------------------------------------
 // 1. The invariant over randomized runs.
-
-// evSeed is the seed of the randomized tests: WARREN_EVENTS_SEED, or the clock.
-func evSeed(t *testing.T) uint64 {
-	t.Helper()
-	if s := os.Getenv("WARREN_EVENTS_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "WARREN_EVENTS_SEED")
-		return seed
-	}
-	return uint64(time.Now().UnixNano())
-}
 
 // TestEventsBalanceRandomized runs random operations over a topology that has every way for a
 // message to enter and leave a queue — default and fanout publishes, TTLs, dead-lettering that
@@ -456,14 +37,13 @@ func evSeed(t *testing.T) uint64 {
 // Close — in virtual time, with the span checker listening. At the end every span is closed
 // exactly once, every publish was evented once, and each queue's Stats agree with its events.
 func TestEventsBalanceRandomized(t *testing.T) {
-	seed := evSeed(t)
-	t.Logf("seed %d (replay with WARREN_EVENTS_SEED=%d)", seed, seed)
+	seed := testSeed(t, "WARREN_EVENTS_SEED")
 	seen := map[string]int{}
 	for i := range uint64(4) {
 		s := seed + i
 		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				for k, n := range evRandomRun(t, s, 5000) {
+				for k, n := range runRandom(t, s, 5000) {
 					seen[k] += n
 				}
 			})
@@ -486,14 +66,14 @@ func TestEventsBalanceRandomized(t *testing.T) {
 	}
 }
 
-type evSpec struct {
+type runQueueSpec struct {
 	name string
 	opts []warren.QueueOption
 	dlx  bool // has a dead-letter exchange
 	fan  bool // bound to the fanout exchange
 }
 
-type evCons struct {
+type runConsumer struct {
 	q       *warren.Queue
 	c       *warren.Consumer
 	cancel  context.CancelFunc
@@ -501,24 +81,24 @@ type evCons struct {
 	held    []*warren.Delivery // received, not settled by the test
 }
 
-type evGet struct {
+type runGet struct {
 	q      *warren.Queue
 	d      *warren.Delivery
 	cancel context.CancelFunc // nil: a context that never ends
 }
 
-type evRun struct {
+type randomRun struct {
 	t       *testing.T
 	rng     *rand.Rand
 	b       *warren.Broker
-	chk     *evChecker
-	specs   []evSpec
+	chk     *spanChecker
+	specs   []runQueueSpec
 	queues  map[string]*warren.Queue   // the incarnation that exists
 	incarn  map[string][]*warren.Queue // every incarnation, in order
 	nacks   map[*warren.Queue]int      // settlements that succeeded, per incarnation
 	rejects map[*warren.Queue]int
-	cons    []*evCons
-	gets    []*evGet
+	cons    []*runConsumer
+	gets    []*runGet
 	cancels []context.CancelFunc
 
 	nextID     atomic.Int64
@@ -527,13 +107,13 @@ type evRun struct {
 	ops        map[string]int
 }
 
-// evRandomRun runs steps random operations, checks, and returns how often each kind of message
+// runRandom runs steps random operations, checks, and returns how often each kind of message
 // event (with its reason) was seen.
-func evRandomRun(t *testing.T, seed uint64, steps int) map[string]int {
+func runRandom(t *testing.T, seed uint64, steps int) map[string]int {
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
-	r := &evRun{
-		t: t, rng: rng, b: warren.New(), chk: newEvChecker("rejdlx"),
+	r := &randomRun{
+		t: t, rng: rng, b: warren.New(), chk: newSpanChecker("rejdlx"),
 		queues: map[string]*warren.Queue{}, incarn: map[string][]*warren.Queue{},
 		nacks: map[*warren.Queue]int{}, rejects: map[*warren.Queue]int{}, ops: map[string]int{},
 	}
@@ -541,7 +121,7 @@ func evRandomRun(t *testing.T, seed uint64, steps int) map[string]int {
 	defer stop()
 	defer r.b.Close()
 
-	r.specs = []evSpec{
+	r.specs = []runQueueSpec{
 		{name: "plain", fan: true},
 		{name: "ttl", opts: []warren.QueueOption{warren.MessageTTL(ms(1000, 4000))}, fan: true},
 		{name: "ttl-dlx", opts: []warren.QueueOption{warren.MessageTTL(ms(1000, 4000)), warren.DeadLetter("dlx", "dead")}, dlx: true, fan: true},
@@ -608,7 +188,7 @@ func evRandomRun(t *testing.T, seed uint64, steps int) map[string]int {
 			return nil
 		}
 	}
-	synctest.Wait() // nothing runs while the broker closes: see evChecker.handle
+	synctest.Wait() // nothing runs while the broker closes: see spanChecker.handle
 	require.NoError(t, r.b.Close())
 	for _, cancel := range r.cancels {
 		cancel()
@@ -630,14 +210,14 @@ func evRandomRun(t *testing.T, seed uint64, steps int) map[string]int {
 		qs, ended := r.incarn[s.name], r.chk.ended[s.name]
 		require.Len(t, ended, len(qs), "queue %q: one deletion event per incarnation", s.name)
 		for i, q := range qs {
-			evCompareStats(t, fmt.Sprintf("%s#%d", s.name, i), q.Stats(), ended[i], s.dlx, r.nacks[q], r.rejects[q])
+			compareStats(t, fmt.Sprintf("%s#%d", s.name, i), q.Stats(), ended[i], s.dlx, r.nacks[q], r.rejects[q])
 		}
 	}
 	return r.chk.seen
 }
 
-// evCompareStats checks a queue's counters against its events.
-func evCompareStats(t *testing.T, name string, st warren.QueueStats, n *evCounts, dlx bool, nacks, rejects int) {
+// compareStats checks a queue's counters against its events.
+func compareStats(t *testing.T, name string, st warren.QueueStats, n *eventCounts, dlx bool, nacks, rejects int) {
 	t.Helper()
 	k := n.kinds
 	assert.Equal(t, k[warren.EventEnqueued], int(st.Enqueued), "%s: Stats.Enqueued vs EventEnqueued", name)
@@ -664,12 +244,12 @@ func evCompareStats(t *testing.T, name string, st warren.QueueStats, n *evCounts
 	assert.Zero(t, st.Ready+st.Unacked+st.Delayed, "%s: messages left after Close", name)
 }
 
-func (r *evRun) do(op string, f func()) {
+func (r *randomRun) do(op string, f func()) {
 	r.ops[op]++
 	f()
 }
 
-func (r *evRun) declare(s evSpec) {
+func (r *randomRun) declare(s runQueueSpec) {
 	q, err := r.b.DeclareQueue(s.name, s.opts...)
 	require.NoError(r.t, err)
 	r.queues[s.name] = q
@@ -681,7 +261,7 @@ func (r *evRun) declare(s evSpec) {
 
 // alive reports whether q is a queue of the broker's: not deleted. (Not with Broker.Queue,
 // which counts as a use of the queue and postpones its expiry.)
-func (r *evRun) alive(q *warren.Queue) bool {
+func (r *randomRun) alive(q *warren.Queue) bool {
 	for x := range r.b.Queues() {
 		if x == q {
 			return true
@@ -691,20 +271,20 @@ func (r *evRun) alive(q *warren.Queue) bool {
 }
 
 // anyQueue returns a random queue: the current incarnation, or now and then a deleted one.
-func (r *evRun) anyQueue() *warren.Queue {
+func (r *randomRun) anyQueue() *warren.Queue {
 	name := r.specs[r.rng.IntN(len(r.specs))].name
 	qs := r.incarn[name]
 	return qs[r.rng.IntN(len(qs))]
 }
 
-func (r *evRun) ctx() (context.Context, context.CancelFunc) {
+func (r *randomRun) ctx() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancels = append(r.cancels, cancel)
 	return ctx, cancel
 }
 
 // countPublish counts a publish that got past argument validation (and so was evented).
-func (r *evRun) countPublish(err error) {
+func (r *randomRun) countPublish(err error) {
 	switch {
 	case err == nil, errors.Is(err, warren.ErrQueueFull), errors.Is(err, warren.ErrNoConsumers),
 		errors.Is(err, warren.ErrUnroutable):
@@ -714,7 +294,7 @@ func (r *evRun) countPublish(err error) {
 	}
 }
 
-func (r *evRun) message() warren.Message {
+func (r *randomRun) message() warren.Message {
 	id := r.nextID.Add(1)
 	m := warren.Message{Body: fmt.Appendf(nil, "m%d", id), Priority: uint8(r.rng.IntN(8))}
 	if r.rng.IntN(5) > 0 {
@@ -726,7 +306,7 @@ func (r *evRun) message() warren.Message {
 	return m
 }
 
-func (r *evRun) publish() {
+func (r *randomRun) publish() {
 	m := r.message()
 	var opts []warren.PublishOption
 	switch r.rng.IntN(12) {
@@ -747,7 +327,7 @@ func (r *evRun) publish() {
 	r.countPublish(r.b.Publish(context.Background(), exchange, key, m, opts...))
 }
 
-func (r *evRun) consume() {
+func (r *randomRun) consume() {
 	if len(r.cons) >= 8 {
 		return
 	}
@@ -771,10 +351,10 @@ func (r *evRun) consume() {
 		require.ErrorIs(r.t, err, warren.ErrNotFound, "consume") // a deleted incarnation
 		return
 	}
-	r.cons = append(r.cons, &evCons{q: q, c: c, cancel: cancel, autoAck: autoAck})
+	r.cons = append(r.cons, &runConsumer{q: q, c: c, cancel: cancel, autoAck: autoAck})
 }
 
-func (r *evRun) receive() {
+func (r *randomRun) receive() {
 	if len(r.cons) == 0 {
 		return
 	}
@@ -796,13 +376,13 @@ func (r *evRun) receive() {
 
 // settleErr accepts the errors a settlement may meet in this run: its owner ended and it came
 // back, or its queue was deleted.
-func (r *evRun) settleErr(what string, err error) {
+func (r *randomRun) settleErr(what string, err error) {
 	if err != nil && !errors.Is(err, warren.ErrAlreadySettled) && !errors.Is(err, warren.ErrNotFound) {
 		r.t.Errorf("%s: %v", what, err)
 	}
 }
 
-func (r *evRun) settle() {
+func (r *randomRun) settle() {
 	var held []*warren.Delivery
 	for _, c := range r.cons {
 		held = append(held, c.held...)
@@ -820,7 +400,7 @@ func (r *evRun) settle() {
 	if len(held) == 0 {
 		return
 	}
-	var c *evCons
+	var c *runConsumer
 	d := held[r.rng.IntN(len(held))]
 	for _, x := range r.cons {
 		if slices.Contains(x.held, d) {
@@ -835,7 +415,7 @@ func (r *evRun) settle() {
 	r.settleOne(c.q, d)
 }
 
-func (r *evRun) settleOne(q *warren.Queue, d *warren.Delivery) {
+func (r *randomRun) settleOne(q *warren.Queue, d *warren.Delivery) {
 	var err error
 	alive := r.alive(q) // a deleted queue's settlements succeed and count nothing
 	switch x := r.rng.IntN(20); {
@@ -859,7 +439,7 @@ func (r *evRun) settleOne(q *warren.Queue, d *warren.Delivery) {
 
 // settleUpTo settles every delivery c holds up to d's tag; if it succeeds, the deliveries the
 // test held with those tags are exactly the ones it settled.
-func (r *evRun) settleUpTo(c *evCons, d *warren.Delivery) {
+func (r *randomRun) settleUpTo(c *runConsumer, d *warren.Delivery) {
 	var covered []*warren.Delivery
 	for _, x := range c.held {
 		if x.DeliveryTag <= d.DeliveryTag {
@@ -896,7 +476,7 @@ func (r *evRun) settleUpTo(c *evCons, d *warren.Delivery) {
 	}
 }
 
-func (r *evRun) get() {
+func (r *randomRun) get() {
 	q := r.anyQueue()
 	ctx, cancel := context.Background(), context.CancelFunc(nil)
 	if r.rng.IntN(2) == 0 {
@@ -913,12 +493,12 @@ func (r *evRun) get() {
 	case err != nil:
 		r.t.Errorf("get: %v", err)
 	case !autoAck:
-		r.gets = append(r.gets, &evGet{q: q, d: d, cancel: cancel})
+		r.gets = append(r.gets, &runGet{q: q, d: d, cancel: cancel})
 	}
 }
 
 // endGet ends the context of a Get delivery: it comes back.
-func (r *evRun) endGet() {
+func (r *randomRun) endGet() {
 	for i, g := range r.gets {
 		if g.cancel != nil {
 			g.cancel()
@@ -928,7 +508,7 @@ func (r *evRun) endGet() {
 	}
 }
 
-func (r *evRun) recover() {
+func (r *randomRun) recover() {
 	if len(r.cons) == 0 {
 		return
 	}
@@ -937,7 +517,7 @@ func (r *evRun) recover() {
 	c.held = nil // back in the queue: settling them now fails
 }
 
-func (r *evRun) cancelConsumer() {
+func (r *randomRun) cancelConsumer() {
 	if len(r.cons) == 0 {
 		return
 	}
@@ -945,7 +525,7 @@ func (r *evRun) cancelConsumer() {
 	require.NoError(r.t, c.c.Cancel()) // received deliveries stay settle-able
 }
 
-func (r *evRun) endConsumer() {
+func (r *randomRun) endConsumer() {
 	if len(r.cons) == 0 {
 		return
 	}
@@ -954,7 +534,7 @@ func (r *evRun) endConsumer() {
 	r.cons = slices.Delete(r.cons, i, i+1)
 }
 
-func (r *evRun) purge() {
+func (r *randomRun) purge() {
 	_, err := r.anyQueue().Purge()
 	if err != nil {
 		require.ErrorIs(r.t, err, warren.ErrNotFound, "purge")
@@ -963,7 +543,7 @@ func (r *evRun) purge() {
 
 // deleteVictim deletes a queue bound to the fanout exchange while publishers route to it, so
 // that some of their messages find it gone on arrival.
-func (r *evRun) deleteVictim() {
+func (r *randomRun) deleteVictim() {
 	var wg sync.WaitGroup
 	msgs := make([]warren.Message, 40)
 	for i := range msgs {
@@ -1006,7 +586,7 @@ func TestListenerPublishesBackNoDeadlock(t *testing.T) {
 	require.NoError(t, err)
 	queues := map[string]*warren.Queue{"echo": echo, "echo-dlq": dlq, "side": side}
 
-	chk := newEvChecker()
+	chk := newSpanChecker()
 	var (
 		nextID, published          atomic.Int64
 		settled, sideGot, rejected atomic.Int64 // echo messages acked or rejected; side messages received
@@ -1036,7 +616,7 @@ func TestListenerPublishesBackNoDeadlock(t *testing.T) {
 		if e.Queue != "" && e.Kind != warren.EventHandlerPanicked {
 			n, _ := inside.LoadOrStore(e.Queue, new(atomic.Int32))
 			if n.(*atomic.Int32).Add(1) != 1 {
-				fail("%s: the listener was called for queue %q while a call for it was in progress", evDesc(e), e.Queue)
+				fail("%s: the listener was called for queue %q while a call for it was in progress", describeEvent(e), e.Queue)
 			}
 			defer n.(*atomic.Int32).Add(-1)
 		}
@@ -1195,16 +775,16 @@ func TestListenerQueueCreatedBeforeItsEvents(t *testing.T) {
 	b := newBroker(t)
 	b.Listen(func(e warren.Event) {
 		if e.Kind == warren.EventQueueCreated {
-			if err := b.Publish(context.Background(), "", e.Queue, evMsg("welcome")); err != nil {
+			if err := b.Publish(context.Background(), "", e.Queue, msg("welcome")); err != nil {
 				t.Errorf("publish from a listener: %v", err)
 			}
 		}
 	})
-	r := evRecord(t, b)
+	r := recordEvents(t, b)
 	declare(t, b, "x")
 	var got []string
 	for _, e := range r.where(func(e warren.Event) bool { return e.Queue == "x" }) {
-		got = append(got, evName(e))
+		got = append(got, eventName(e))
 	}
 	assert.Equal(t, []string{"queue-created", "enqueued"}, got, "the events of queue x, as the second listener heard them")
 }
@@ -1212,105 +792,16 @@ func TestListenerQueueCreatedBeforeItsEvents(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 3. Focused tests: one per terminal path and per entity event.
 
-// evRec records every event of a broker.
-type evRec struct {
-	mu  sync.Mutex
-	evs []warren.Event
-}
-
-func evRecord(t *testing.T, b *warren.Broker) *evRec {
-	t.Helper()
-	r := &evRec{}
-	t.Cleanup(b.Listen(func(e warren.Event) {
-		r.mu.Lock()
-		r.evs = append(r.evs, e)
-		r.mu.Unlock()
-	}))
-	return r
-}
-
-func (r *evRec) all() []warren.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.evs)
-}
-
-func (r *evRec) where(keep func(warren.Event) bool) []warren.Event {
-	var evs []warren.Event
-	for _, e := range r.all() {
-		if keep(e) {
-			evs = append(evs, e)
-		}
-	}
-	return evs
-}
-
-func (r *evRec) ofKind(kind warren.EventKind) []warren.Event {
-	return r.where(func(e warren.Event) bool { return e.Kind == kind })
-}
-
-// about returns the message events of queue about the message with body (or its copies).
-func (r *evRec) about(queue, body string) []warren.Event {
-	return r.where(func(e warren.Event) bool {
-		return e.Queue == queue && e.Message != nil && string(e.Message.Body) == body &&
-			(e.Kind == warren.EventEnqueued || e.Kind == warren.EventDelivered || e.Kind == warren.EventRequeued || e.Kind.Terminal())
-	})
-}
-
-// trace renders the message events of queue about body, in order: "enqueued delivered acked".
-func (r *evRec) trace(queue, body string) string {
-	var s []string
-	for _, e := range r.about(queue, body) {
-		s = append(s, evName(e))
-	}
-	return strings.Join(s, " ")
-}
-
-// one returns the only event of kind in queue about body.
-func (r *evRec) one(t *testing.T, queue, body string, kind warren.EventKind) warren.Event {
-	t.Helper()
-	var evs []warren.Event
-	for _, e := range r.about(queue, body) {
-		if e.Kind == kind {
-			evs = append(evs, e)
-		}
-	}
-	require.Len(t, evs, 1, "%s events of %q in %q", kind, body, queue)
-	return evs[0]
-}
-
-// topology renders the entity events, in order.
-func (r *evRec) topology() []string {
-	var s []string
-	for _, e := range r.all() {
-		switch e.Kind {
-		case warren.EventExchangeCreated, warren.EventExchangeDeleted:
-			s = append(s, fmt.Sprintf("%s %s", evName(e), e.Exchange))
-		case warren.EventQueueCreated, warren.EventQueueDeleted:
-			s = append(s, fmt.Sprintf("%s %s", evName(e), e.Queue))
-		case warren.EventBindingCreated, warren.EventBindingDeleted:
-			dst := e.Queue
-			if e.DestinationExchange != "" {
-				dst = "exchange " + e.DestinationExchange
-			}
-			s = append(s, fmt.Sprintf("%s %s->%s key %q", evName(e), e.Exchange, dst, e.RoutingKey))
-		case warren.EventConsumerCreated, warren.EventConsumerDeleted:
-			s = append(s, fmt.Sprintf("%s %s/%s", evName(e), e.Queue, e.Consumer))
-		}
-	}
-	return s
-}
-
-func evMsg(body string) warren.Message { return warren.Message{Body: []byte(body)} }
-
-func evPublish(t *testing.T, b *warren.Broker, queue string, bodies ...string) {
+// publishAll publishes a message with each of bodies to queue, in order.
+func publishAll(t *testing.T, b *warren.Broker, queue string, bodies ...string) {
 	t.Helper()
 	for _, body := range bodies {
-		require.NoError(t, b.Publish(t.Context(), "", queue, evMsg(body)))
+		publish(t, b, queue, body)
 	}
 }
 
-func evGetOne(t *testing.T, q *warren.Queue, opts ...warren.GetOption) *warren.Delivery {
+// getOne gets a delivery from q, failing the test if it cannot.
+func getOne(t *testing.T, q *warren.Queue, opts ...warren.GetOption) *warren.Delivery {
 	t.Helper()
 	d, err := q.Get(t.Context(), opts...)
 	require.NoError(t, err)
@@ -1321,12 +812,12 @@ func evGetOne(t *testing.T, q *warren.Queue, opts ...warren.GetOption) *warren.D
 // publish evented before the message enters, and the counters.
 func TestEventAck(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b)
+	r := recordEvents(t, b)
+	checkSpans(t, b)
 	q := declare(t, b, "q")
 	c, err := q.Consume(t.Context(), warren.ConsumerTag("c1"), warren.Prefetch(1))
 	require.NoError(t, err)
-	evPublish(t, b, "q", "a")
+	publish(t, b, "q", "a")
 	d := receive(t, c, 1)[0]
 	require.Equal(t, "enqueued delivered", r.trace("q", "a"))
 	require.NoError(t, d.Ack())
@@ -1358,12 +849,12 @@ func TestEventAck(t *testing.T) {
 func TestEventAutoAck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
-		evCheck(t, b)
+		r := recordEvents(t, b)
+		checkSpans(t, b)
 		q := declare(t, b, "q")
 		c, err := q.Consume(t.Context(), warren.AutoAck(), warren.ConsumerTag("auto"))
 		require.NoError(t, err)
-		evPublish(t, b, "q", "a")
+		publish(t, b, "q", "a")
 		synctest.Wait()
 		require.Equal(t, "enqueued delivered acked", r.trace("q", "a"))
 		assert.Equal(t, "auto", r.one(t, "q", "a", warren.EventAcked).Consumer)
@@ -1371,8 +862,8 @@ func TestEventAutoAck(t *testing.T) {
 		require.ErrorIs(t, d.Ack(), warren.ErrUnknownDelivery)
 		require.NoError(t, c.Cancel())
 
-		evPublish(t, b, "q", "b")
-		d = evGetOne(t, q, warren.AutoAck())
+		publish(t, b, "q", "b")
+		d = getOne(t, q, warren.AutoAck())
 		require.Equal(t, "b", string(d.Message.Body))
 		require.Equal(t, "enqueued delivered acked", r.trace("q", "b"))
 		assert.Empty(t, r.one(t, "q", "b", warren.EventDelivered).Consumer, "a Get")
@@ -1385,12 +876,12 @@ func TestEventAutoAck(t *testing.T) {
 // again and acked, all in one span.
 func TestEventNackRequeued(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b)
+	r := recordEvents(t, b)
+	checkSpans(t, b)
 	q := declare(t, b, "q")
 	c, err := q.Consume(t.Context(), warren.ConsumerTag("c1"), warren.Prefetch(1))
 	require.NoError(t, err)
-	evPublish(t, b, "q", "a")
+	publish(t, b, "q", "a")
 	require.NoError(t, receive(t, c, 1)[0].Nack())
 	require.Equal(t, "enqueued delivered requeued(nack) delivered", r.trace("q", "a"), "back, and at once to the consumer with credit again")
 	assert.Equal(t, "c1", r.one(t, "q", "a", warren.EventRequeued).Consumer)
@@ -1405,11 +896,11 @@ func TestEventNackRequeued(t *testing.T) {
 // TestEventRejectWithoutDLX: a rejected message without a dead-letter exchange is dropped.
 func TestEventRejectWithoutDLX(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b)
+	r := recordEvents(t, b)
+	checkSpans(t, b)
 	q := declare(t, b, "q")
-	evPublish(t, b, "q", "a")
-	require.NoError(t, evGetOne(t, q).Reject())
+	publish(t, b, "q", "a")
+	require.NoError(t, getOne(t, q).Reject())
 	require.Equal(t, "enqueued delivered dropped(rejected)", r.trace("q", "a"))
 	st := q.Stats()
 	assert.Equal(t, [3]uint64{1, 1, 0}, [3]uint64{st.Rejected, st.Dropped, st.DeadLettered})
@@ -1419,15 +910,15 @@ func TestEventRejectWithoutDLX(t *testing.T) {
 // the copy, Enqueued with the death reason in the target.
 func TestEventRejectWithDLX(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b)
+	r := recordEvents(t, b)
+	checkSpans(t, b)
 	_, err := b.DeclareExchange("dlx", warren.ExchangeDirect)
 	require.NoError(t, err)
 	src := declare(t, b, "src", warren.DeadLetter("dlx", "dead"))
 	dlq := declare(t, b, "dlq")
 	require.NoError(t, b.Bind("dlq", "dlx", "dead", nil))
-	evPublish(t, b, "src", "a")
-	d := evGetOne(t, src)
+	publish(t, b, "src", "a")
+	d := getOne(t, src)
 	require.NoError(t, d.Reject())
 
 	require.Equal(t, "enqueued delivered dead-lettered(rejected)", r.trace("src", "a"))
@@ -1451,12 +942,12 @@ func TestEventRejectWithDLX(t *testing.T) {
 // cycle) leaves with DeadLettered and comes back as a copy with a span of its own.
 func TestEventRejectIntoItself(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b)
+	r := recordEvents(t, b)
+	checkSpans(t, b)
 	q := declare(t, b, "q", warren.DeadLetter("", "q"))
-	evPublish(t, b, "q", "a")
-	require.NoError(t, evGetOne(t, q).Reject())
-	require.NoError(t, evGetOne(t, q).Ack())
+	publish(t, b, "q", "a")
+	require.NoError(t, getOne(t, q).Reject())
+	require.NoError(t, getOne(t, q).Ack())
 	evs := r.about("q", "a")
 	require.Len(t, evs, 6)
 	orig, cp := evs[0].Message, evs[len(evs)-1].Message
@@ -1465,11 +956,11 @@ func TestEventRejectIntoItself(t *testing.T) {
 	for _, e := range evs {
 		switch {
 		case e.Message == orig:
-			first = append(first, evName(e))
+			first = append(first, eventName(e))
 		case e.Kind == warren.EventDeadLettered:
-			first = append(first, evName(e)) // the outcome of the original, with a copy
+			first = append(first, eventName(e)) // the outcome of the original, with a copy
 		default:
-			second = append(second, evName(e))
+			second = append(second, eventName(e))
 		}
 	}
 	assert.Equal(t, []string{"enqueued", "delivered", "dead-lettered(rejected)"}, first)
@@ -1480,10 +971,10 @@ func TestEventRejectIntoItself(t *testing.T) {
 func TestEventExpired(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
-		evCheck(t, b)
+		r := recordEvents(t, b)
+		checkSpans(t, b)
 		q := declare(t, b, "q", warren.MessageTTL(time.Second))
-		evPublish(t, b, "q", "a")
+		publish(t, b, "q", "a")
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		require.Equal(t, "enqueued expired", r.trace("q", "a"))
@@ -1498,11 +989,11 @@ func TestEventExpired(t *testing.T) {
 func TestEventExpiredWhileOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
-		evCheck(t, b)
+		r := recordEvents(t, b)
+		checkSpans(t, b)
 		q := declare(t, b, "q", warren.MessageTTL(time.Second))
-		evPublish(t, b, "q", "a")
-		d := evGetOne(t, q)
+		publish(t, b, "q", "a")
+		d := getOne(t, q)
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		require.Equal(t, "enqueued delivered", r.trace("q", "a"), "nothing happens to a delivered message")
@@ -1518,11 +1009,11 @@ func TestEventExpiredWhileOut(t *testing.T) {
 func TestEventExpiredDeadLettered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
-		evCheck(t, b)
+		r := recordEvents(t, b)
+		checkSpans(t, b)
 		q := declare(t, b, "q", warren.MessageTTL(time.Second), warren.DeadLetter("", "dlq"))
 		dlq := declare(t, b, "dlq")
-		evPublish(t, b, "q", "a")
+		publish(t, b, "q", "a")
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		require.Equal(t, "enqueued dead-lettered(expired)", r.trace("q", "a"))
@@ -1537,8 +1028,8 @@ func TestEventExpiredDeadLettered(t *testing.T) {
 // routing nowhere, cycling — each a Dropped with the copy.
 func TestEventDeadLetterDropped(t *testing.T) {
 	reject := func(t *testing.T, b *warren.Broker, q *warren.Queue) {
-		evPublish(t, b, q.Name(), "a")
-		require.NoError(t, evGetOne(t, q).Reject())
+		publish(t, b, q.Name(), "a")
+		require.NoError(t, getOne(t, q).Reject())
 	}
 	cases := []struct {
 		name, want string
@@ -1552,7 +1043,7 @@ func TestEventDeadLetterDropped(t *testing.T) {
 		{"dead-letter-cycle", "enqueued dropped(dead-letter-cycle)",
 			[]warren.QueueOption{warren.MessageTTL(time.Second), warren.DeadLetter("", "q")},
 			func(t *testing.T, b *warren.Broker, q *warren.Queue) {
-				evPublish(t, b, "q", "a")
+				publish(t, b, "q", "a")
 				time.Sleep(2 * time.Second)
 				synctest.Wait()
 			}},
@@ -1561,8 +1052,8 @@ func TestEventDeadLetterDropped(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newBroker(t)
-				r := evRecord(t, b)
-				evCheck(t, b)
+				r := recordEvents(t, b)
+				checkSpans(t, b)
 				q := declare(t, b, "q", tc.opts...)
 				tc.leave(t, b, q)
 				require.Equal(t, tc.want, r.trace("q", "a"))
@@ -1581,17 +1072,17 @@ func TestEventDeadLetterDropped(t *testing.T) {
 // cannot stay: it is dropped (or dead-lettered) at once.
 func TestEventDeliveryLimit(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b)
+	r := recordEvents(t, b)
+	checkSpans(t, b)
 	q := declare(t, b, "q", warren.DeliveryLimit(0))
-	evPublish(t, b, "q", "a")
-	require.NoError(t, evGetOne(t, q).Nack())
+	publish(t, b, "q", "a")
+	require.NoError(t, getOne(t, q).Nack())
 	require.Equal(t, "enqueued delivered requeued(nack) dropped(delivery_limit)", r.trace("q", "a"))
 
 	q2 := declare(t, b, "q2", warren.DeliveryLimit(0), warren.DeadLetter("", "dlq"))
 	declare(t, b, "dlq")
-	evPublish(t, b, "q2", "b")
-	require.NoError(t, evGetOne(t, q2).Nack())
+	publish(t, b, "q2", "b")
+	require.NoError(t, getOne(t, q2).Nack())
 	require.Equal(t, "enqueued delivered requeued(nack) dead-lettered(delivery_limit)", r.trace("q2", "b"))
 	require.Equal(t, "enqueued(delivery_limit)", r.trace("dlq", "b"))
 	assert.Equal(t, [2]uint64{1, 1}, [2]uint64{q.Stats().Nacked, q.Stats().Dropped})
@@ -1601,17 +1092,17 @@ func TestEventDeliveryLimit(t *testing.T) {
 // reason maxlen.
 func TestEventDropHead(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b)
+	r := recordEvents(t, b)
+	checkSpans(t, b)
 	q := declare(t, b, "q", warren.MaxLength(1))
-	evPublish(t, b, "q", "a", "b")
+	publishAll(t, b, "q", "a", "b")
 	require.Equal(t, "enqueued dropped(maxlen)", r.trace("q", "a"))
 	require.Equal(t, "enqueued", r.trace("q", "b"))
 	assert.Equal(t, [2]uint64{2, 1}, [2]uint64{q.Stats().Enqueued, q.Stats().Dropped})
 
 	q2 := declare(t, b, "q2", warren.MaxLength(1), warren.DeadLetter("", "dlq"))
 	declare(t, b, "dlq")
-	evPublish(t, b, "q2", "c", "d")
+	publishAll(t, b, "q2", "c", "d")
 	require.Equal(t, "enqueued dead-lettered(maxlen)", r.trace("q2", "c"))
 	require.Equal(t, "enqueued(maxlen)", r.trace("dlq", "c"))
 	assert.Equal(t, uint64(1), q2.Stats().DeadLettered)
@@ -1621,11 +1112,11 @@ func TestEventDropHead(t *testing.T) {
 // queue-full with no Enqueued; reject-publish-dlx dead-letters it, also with no Enqueued.
 func TestEventRejectPublish(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b, "q2")
+	r := recordEvents(t, b)
+	checkSpans(t, b, "q2")
 	q := declare(t, b, "q", warren.MaxLength(1), warren.Overflow(warren.RejectPublish))
-	evPublish(t, b, "q", "a")
-	require.ErrorIs(t, b.Publish(t.Context(), "", "q", evMsg("b")), warren.ErrQueueFull)
+	publish(t, b, "q", "a")
+	require.ErrorIs(t, b.Publish(t.Context(), "", "q", msg("b")), warren.ErrQueueFull)
 	require.Equal(t, "dropped(queue-full)", r.trace("q", "b"))
 	assert.Len(t, r.where(func(e warren.Event) bool {
 		return e.Kind == warren.EventPublished && string(e.Message.Body) == "b"
@@ -1634,16 +1125,16 @@ func TestEventRejectPublish(t *testing.T) {
 
 	q2 := declare(t, b, "q2", warren.MaxLength(1), warren.Overflow(warren.RejectPublishDLX), warren.DeadLetter("", "dlq"))
 	declare(t, b, "dlq")
-	evPublish(t, b, "q2", "c")
-	require.ErrorIs(t, b.Publish(t.Context(), "", "q2", evMsg("d")), warren.ErrQueueFull)
+	publish(t, b, "q2", "c")
+	require.ErrorIs(t, b.Publish(t.Context(), "", "q2", msg("d")), warren.ErrQueueFull)
 	require.Equal(t, "dead-lettered(maxlen)", r.trace("q2", "d"))
 	require.Equal(t, "enqueued(maxlen)", r.trace("dlq", "d"))
 	assert.Equal(t, [2]uint64{1, 1}, [2]uint64{q2.Stats().Enqueued, q2.Stats().DeadLettered})
 
 	// Without a dead-letter exchange, reject-publish-dlx refuses as reject-publish does.
 	q3 := declare(t, b, "q3", warren.MaxLength(1), warren.Overflow(warren.RejectPublishDLX))
-	evPublish(t, b, "q3", "e")
-	require.ErrorIs(t, b.Publish(t.Context(), "", "q3", evMsg("f")), warren.ErrQueueFull)
+	publish(t, b, "q3", "e")
+	require.ErrorIs(t, b.Publish(t.Context(), "", "q3", msg("f")), warren.ErrQueueFull)
 	require.Equal(t, "dropped(queue-full)", r.trace("q3", "f"))
 	assert.Equal(t, [3]uint64{1, 1, 0}, [3]uint64{q3.Stats().Enqueued, q3.Stats().Dropped, q3.Stats().DeadLettered})
 }
@@ -1652,16 +1143,16 @@ func TestEventRejectPublish(t *testing.T) {
 // Enqueued; one a consumer takes enters and is delivered.
 func TestEventImmediate(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b)
+	r := recordEvents(t, b)
+	checkSpans(t, b)
 	q := declare(t, b, "q")
-	require.ErrorIs(t, b.Publish(t.Context(), "", "q", evMsg("a"), warren.Immediate()), warren.ErrNoConsumers)
+	require.ErrorIs(t, b.Publish(t.Context(), "", "q", msg("a"), warren.Immediate()), warren.ErrNoConsumers)
 	require.Equal(t, "dropped(no-consumers)", r.trace("q", "a"))
 	assert.Equal(t, [2]uint64{0, 1}, [2]uint64{q.Stats().Enqueued, q.Stats().Dropped})
 
 	_, err := q.Consume(t.Context(), warren.Prefetch(1))
 	require.NoError(t, err)
-	require.NoError(t, b.Publish(t.Context(), "", "q", evMsg("b"), warren.Immediate()))
+	require.NoError(t, b.Publish(t.Context(), "", "q", msg("b"), warren.Immediate()))
 	require.Equal(t, "enqueued delivered", r.trace("q", "b"))
 
 	// Through a fanout exchange: the queue with a consumer takes it, the other refuses it.
@@ -1673,7 +1164,7 @@ func TestEventImmediate(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Bind("idle", "fan", "", nil))
 	require.NoError(t, b.Bind("q3", "fan", "", nil))
-	require.NoError(t, b.Publish(t.Context(), "fan", "", evMsg("c"), warren.Immediate()))
+	require.NoError(t, b.Publish(t.Context(), "fan", "", msg("c"), warren.Immediate()))
 	require.Equal(t, "dropped(no-consumers)", r.trace("idle", "c"))
 	require.Equal(t, "enqueued delivered", r.trace("q3", "c"))
 }
@@ -1682,11 +1173,11 @@ func TestEventImmediate(t *testing.T) {
 // touched.
 func TestEventPurge(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b)
+	r := recordEvents(t, b)
+	checkSpans(t, b)
 	q := declare(t, b, "q")
-	evPublish(t, b, "q", "out", "a", "b", "c")
-	d := evGetOne(t, q)
+	publishAll(t, b, "q", "out", "a", "b", "c")
+	d := getOne(t, q)
 	n, err := q.Purge()
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
@@ -1704,20 +1195,20 @@ func TestEventPurge(t *testing.T) {
 func TestEventDeleteQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
-		evCheck(t, b)
+		r := recordEvents(t, b)
+		checkSpans(t, b)
 		_, err := b.DeclareExchange("x", warren.ExchangeDirect)
 		require.NoError(t, err)
 		q := declare(t, b, "q")
 		require.NoError(t, b.Bind("q", "x", "k", nil))
 		c, err := q.Consume(t.Context(), warren.ConsumerTag("c"), warren.Prefetch(2))
 		require.NoError(t, err)
-		evPublish(t, b, "q", "received", "buffered")
+		publishAll(t, b, "q", "received", "buffered")
 		receive(t, c, 1)
-		evPublish(t, b, "q", "got", "retried", "ready")
-		evGetOne(t, q)
-		require.NoError(t, evGetOne(t, q).NackWithDelay(time.Hour))
-		require.NoError(t, b.Publish(t.Context(), "x", "k", evMsg("delayed"), warren.DeliverAfter(time.Hour)))
+		publishAll(t, b, "q", "got", "retried", "ready")
+		getOne(t, q)
+		require.NoError(t, getOne(t, q).NackWithDelay(time.Hour))
+		require.NoError(t, b.Publish(t.Context(), "x", "k", msg("delayed"), warren.DeliverAfter(time.Hour)))
 		assert.Equal(t, 2, q.Stats().Delayed)
 
 		deleteQueue(t, b, "q")
@@ -1755,13 +1246,13 @@ func TestEventDeleteQueueGetForever(t *testing.T) {
 	for _, end := range []string{"delete", "close"} {
 		t.Run(end, func(t *testing.T) {
 			b := newBroker(t)
-			r := evRecord(t, b)
-			chk := evCheck(t, b)
+			r := recordEvents(t, b)
+			chk := checkSpans(t, b)
 			q := declare(t, b, "q")
-			evPublish(t, b, "q", "forever", "owned")
+			publishAll(t, b, "q", "forever", "owned")
 			_, err := q.Get(context.Background())
 			require.NoError(t, err)
-			evGetOne(t, q)
+			getOne(t, q)
 			want := "dropped(queue-deleted)"
 			if end == "delete" {
 				deleteQueue(t, b, "q")
@@ -1783,14 +1274,14 @@ func TestEventDeleteQueueGetForever(t *testing.T) {
 func TestEventClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
-		chk := evCheck(t, b)
+		r := recordEvents(t, b)
+		chk := checkSpans(t, b)
 		q := declare(t, b, "q")
 		_, err := q.Consume(t.Context(), warren.ConsumerTag("c"), warren.Prefetch(1))
 		require.NoError(t, err)
-		evPublish(t, b, "q", "buffered", "got", "ready")
-		evGetOne(t, q)
-		require.NoError(t, b.Publish(t.Context(), "", "q", evMsg("delayed"), warren.DeliverAfter(time.Minute)))
+		publishAll(t, b, "q", "buffered", "got", "ready")
+		getOne(t, q)
+		require.NoError(t, b.Publish(t.Context(), "", "q", msg("delayed"), warren.DeliverAfter(time.Minute)))
 		require.NoError(t, b.Close())
 		synctest.Wait()
 		for _, body := range []string{"buffered", "got"} {
@@ -1816,13 +1307,13 @@ func TestEventClose(t *testing.T) {
 func TestEventConsumerContextEnded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
-		evCheck(t, b)
+		r := recordEvents(t, b)
+		checkSpans(t, b)
 		q := declare(t, b, "q")
 		ctx, cancel := context.WithCancel(t.Context())
 		c, err := q.Consume(ctx, warren.ConsumerTag("c"), warren.Prefetch(2))
 		require.NoError(t, err)
-		evPublish(t, b, "q", "received", "buffered")
+		publishAll(t, b, "q", "received", "buffered")
 		d := receive(t, c, 1)[0]
 		cancel()
 		synctest.Wait()
@@ -1849,12 +1340,12 @@ func TestEventConsumerContextEnded(t *testing.T) {
 // received (Requeued, cancel), unchanged; what it received stays out and can still be acked.
 func TestEventCancelRequeuesBuffered(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b)
+	r := recordEvents(t, b)
+	checkSpans(t, b)
 	q := declare(t, b, "q")
 	c, err := q.Consume(t.Context(), warren.ConsumerTag("c"), warren.Prefetch(2))
 	require.NoError(t, err)
-	evPublish(t, b, "q", "received", "buffered")
+	publishAll(t, b, "q", "received", "buffered")
 	d := receive(t, c, 1)[0]
 	require.NoError(t, c.Cancel())
 	require.Equal(t, "enqueued delivered requeued(cancel)", r.trace("q", "buffered"))
@@ -1864,7 +1355,7 @@ func TestEventCancelRequeuesBuffered(t *testing.T) {
 	assert.ErrorIs(t, cd[0].Err, warren.ErrCancelled)
 	require.NoError(t, d.Ack())
 	require.Equal(t, "enqueued delivered acked", r.trace("q", "received"))
-	g := evGetOne(t, q)
+	g := getOne(t, q)
 	assert.False(t, g.Redelivered, "back unchanged")
 	require.NoError(t, g.Ack())
 }
@@ -1873,12 +1364,12 @@ func TestEventCancelRequeuesBuffered(t *testing.T) {
 // dispatched again.
 func TestEventRecover(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
-	evCheck(t, b)
+	r := recordEvents(t, b)
+	checkSpans(t, b)
 	q := declare(t, b, "q")
 	c, err := q.Consume(t.Context(), warren.Prefetch(1))
 	require.NoError(t, err)
-	evPublish(t, b, "q", "a")
+	publish(t, b, "q", "a")
 	receive(t, c, 1)
 	require.NoError(t, c.Recover())
 	require.Equal(t, "enqueued delivered requeued(recover) delivered", r.trace("q", "a"))
@@ -1890,12 +1381,12 @@ func TestEventRecover(t *testing.T) {
 func TestEventAckTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
-		evCheck(t, b)
+		r := recordEvents(t, b)
+		checkSpans(t, b)
 		q := declare(t, b, "q")
 		c, err := q.Consume(t.Context(), warren.ConsumerTag("slow"), warren.Prefetch(2), warren.AckTimeout(time.Second))
 		require.NoError(t, err)
-		evPublish(t, b, "q", "received", "buffered")
+		publishAll(t, b, "q", "received", "buffered")
 		d := receive(t, c, 1)[0]
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
@@ -1916,15 +1407,15 @@ func TestEventAckTimeout(t *testing.T) {
 func TestEventNackWithDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
-		evCheck(t, b)
+		r := recordEvents(t, b)
+		checkSpans(t, b)
 		q := declare(t, b, "q")
-		evPublish(t, b, "q", "a")
-		require.NoError(t, evGetOne(t, q).NackWithDelay(time.Minute))
+		publish(t, b, "q", "a")
+		require.NoError(t, getOne(t, q).NackWithDelay(time.Minute))
 		require.Equal(t, "enqueued delivered requeued(nack)", r.trace("q", "a"))
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		require.NoError(t, evGetOne(t, q).Ack())
+		require.NoError(t, getOne(t, q).Ack())
 		require.Equal(t, "enqueued delivered requeued(nack) delivered acked", r.trace("q", "a"))
 	})
 }
@@ -1935,12 +1426,12 @@ func TestEventNackWithDelay(t *testing.T) {
 func TestEventAutoAckReturnedUnread(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
-		evCheck(t, b)
+		r := recordEvents(t, b)
+		checkSpans(t, b)
 		q := declare(t, b, "q")
 		c, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(3))
 		require.NoError(t, err)
-		evPublish(t, b, "q", "a", "b", "c", "d")
+		publishAll(t, b, "q", "a", "b", "c", "d")
 		synctest.Wait() // a and b buffered, c held by the feeder, d ready
 		for _, body := range []string{"a", "b", "c"} {
 			require.Equal(t, "enqueued delivered acked", r.trace("q", body), body)
@@ -1959,7 +1450,7 @@ func TestEventAutoAckReturnedUnread(t *testing.T) {
 		q2 := declare(t, b, "q2")
 		_, err = q2.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(3))
 		require.NoError(t, err)
-		evPublish(t, b, "q2", "a", "b", "c", "d")
+		publishAll(t, b, "q2", "a", "b", "c", "d")
 		synctest.Wait()
 		deleteQueue(t, b, "q2")
 		synctest.Wait()
@@ -1972,11 +1463,11 @@ func TestEventAutoAckReturnedUnread(t *testing.T) {
 	})
 }
 
-// evHandOff starts, on q, an idle AutoAck consumer to which dispatch hands the next message
+// handOff starts, on q, an idle AutoAck consumer to which dispatch hands the next message
 // published (a second consumer priority makes dispatch take the general path; a prefetch of 1
 // leaves the channel no room, so the message is handed to the consumer's goroutine). With a
 // single P, what the caller does right after that publish runs before the goroutine takes it.
-func evHandOff(t *testing.T, b *warren.Broker, q *warren.Queue) *warren.Consumer {
+func handOff(t *testing.T, b *warren.Broker, q *warren.Queue) *warren.Consumer {
 	t.Helper()
 	c, err := q.Consume(t.Context(), warren.AutoAck(), warren.Prefetch(1), warren.ConsumerPriority(1))
 	require.NoError(t, err)
@@ -1989,22 +1480,22 @@ func evHandOff(t *testing.T, b *warren.Broker, q *warren.Queue) *warren.Consumer
 	return c
 }
 
-// evHandOffRounds runs rounds in which dispatch hands a message to an idle AutoAck consumer
+// handOffRounds runs rounds in which dispatch hands a message to an idle AutoAck consumer
 // and end (which stops the consumer or deletes the queue) runs before the consumer's goroutine
 // takes it; it checks the events and counters of each round with check, and that the hand-off
 // was still pending in at least one round (so the test tests what it says).
-func evHandOffRounds(t *testing.T, end func(b *warren.Broker, c *warren.Consumer), check func(st warren.QueueStats) bool) {
+func handOffRounds(t *testing.T, end func(b *warren.Broker, c *warren.Consumer), check func(st warren.QueueStats) bool) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	pending := 0
 	for i := range 20 {
 		b := warren.New()
-		chk := newEvChecker()
-		r := evRecord(t, b)
+		chk := newSpanChecker()
+		r := recordEvents(t, b)
 		b.Listen(chk.handle)
 		q, err := b.DeclareQueue("q")
 		require.NoError(t, err)
-		c := evHandOff(t, b, q)
-		require.NoError(t, b.Publish(t.Context(), "", "q", evMsg("a")))
+		c := handOff(t, b, q)
+		require.NoError(t, b.Publish(t.Context(), "", "q", msg("a")))
 		if r.trace("q", "a") == "enqueued" {
 			pending++
 		}
@@ -2022,7 +1513,7 @@ func evHandOffRounds(t *testing.T, end func(b *warren.Broker, c *warren.Consumer
 // message and before its goroutine took it. The message was never delivered, so it goes back
 // within its span: no second Enqueued (and Stats.Enqueued counts it once).
 func TestEventHandOffCancelledBeforeTaken(t *testing.T) {
-	evHandOffRounds(t, func(b *warren.Broker, c *warren.Consumer) { require.NoError(t, c.Cancel()) },
+	handOffRounds(t, func(b *warren.Broker, c *warren.Consumer) { require.NoError(t, c.Cancel()) },
 		func(st warren.QueueStats) bool { return st.Enqueued == 1 })
 }
 
@@ -2030,7 +1521,7 @@ func TestEventHandOffCancelledBeforeTaken(t *testing.T) {
 // AutoAck consumer and before its goroutine took it: the message is evented as dropped like
 // everything else the queue held.
 func TestEventHandOffDeletedBeforeTaken(t *testing.T) {
-	evHandOffRounds(t, func(b *warren.Broker, c *warren.Consumer) { deleteQueue(t, b, "q") },
+	handOffRounds(t, func(b *warren.Broker, c *warren.Consumer) { deleteQueue(t, b, "q") },
 		func(st warren.QueueStats) bool { return st.Enqueued == st.Acked+st.Dropped })
 }
 
@@ -2039,12 +1530,12 @@ func TestEventHandOffDeletedBeforeTaken(t *testing.T) {
 func TestEventRequeuedNamesConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		r := evRecord(t, b)
+		r := recordEvents(t, b)
 		q := declare(t, b, "q")
 		ctx, cancel := context.WithCancel(t.Context())
 		c, err := q.Consume(ctx, warren.ConsumerTag("c"), warren.Prefetch(2))
 		require.NoError(t, err)
-		evPublish(t, b, "q", "a", "b")
+		publishAll(t, b, "q", "a", "b")
 		ds := receive(t, c, 2)
 		require.NoError(t, c.NackUpTo(ds[1].DeliveryTag)) // back, and to c again
 		receive(t, c, 2)
@@ -2055,7 +1546,7 @@ func TestEventRequeuedNamesConsumer(t *testing.T) {
 		requeued := r.ofKind(warren.EventRequeued)
 		require.Len(t, requeued, 6)
 		for _, e := range requeued {
-			assert.Equal(t, "c", e.Consumer, "%s", evDesc(e))
+			assert.Equal(t, "c", e.Consumer, "%s", describeEvent(e))
 		}
 	})
 }
@@ -2064,7 +1555,7 @@ func TestEventRequeuedNamesConsumer(t *testing.T) {
 // consumers — created and deleted, and nothing for a redeclaration or a binding made twice.
 func TestEventTopology(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
+	r := recordEvents(t, b)
 	for range 2 {
 		_, err := b.DeclareExchange("x", warren.ExchangeFanout)
 		require.NoError(t, err)
@@ -2107,7 +1598,7 @@ func TestEventTopology(t *testing.T) {
 // deleted with Reason auto-delete.
 func TestEventAutoDeleteCascade(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
+	r := recordEvents(t, b)
 	for _, x := range []string{"ad1", "ad2"} {
 		_, err := b.DeclareExchange(x, warren.ExchangeFanout, warren.AutoDelete())
 		require.NoError(t, err)
@@ -2139,19 +1630,19 @@ func TestEventAutoDeleteCascade(t *testing.T) {
 // same message; with Mandatory too; BrokerStats counts them.
 func TestEventUnroutable(t *testing.T) {
 	b := newBroker(t)
-	r := evRecord(t, b)
+	r := recordEvents(t, b)
 	_, err := b.DeclareExchange("lonely", warren.ExchangeFanout)
 	require.NoError(t, err)
-	require.NoError(t, b.Publish(t.Context(), "", "ghost", evMsg("a")))
-	require.ErrorIs(t, b.Publish(t.Context(), "", "ghost", evMsg("b"), warren.Mandatory()), warren.ErrUnroutable)
-	require.NoError(t, b.Publish(t.Context(), "lonely", "k", evMsg("c")))
+	require.NoError(t, b.Publish(t.Context(), "", "ghost", msg("a")))
+	require.ErrorIs(t, b.Publish(t.Context(), "", "ghost", msg("b"), warren.Mandatory()), warren.ErrUnroutable)
+	require.NoError(t, b.Publish(t.Context(), "lonely", "k", msg("c")))
 	var got []string
 	for _, e := range r.all() {
 		switch e.Kind {
 		case warren.EventPublished, warren.EventUnroutable:
 			got = append(got, fmt.Sprintf("%s %q %s %s", e.Kind, e.Exchange, e.RoutingKey, e.Message.Body))
 		case warren.EventEnqueued:
-			t.Errorf("unexpected %s", evDesc(e))
+			t.Errorf("unexpected %s", describeEvent(e))
 		}
 	}
 	assert.Equal(t, []string{
@@ -2167,44 +1658,26 @@ func TestEventUnroutable(t *testing.T) {
 	assert.Equal(t, uint64(3), b.Stats().Unroutable)
 }
 
-// evLogBuf is a log destination safe for concurrent writes.
-type evLogBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *evLogBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *evLogBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // TestEventListenerPanicContained: a listener that panics on every event is logged, and nothing
 // else notices: calls succeed, other listeners hear every event, the broker works and closes.
 func TestEventListenerPanicContained(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var log evLogBuf
+		var log logBuffer
 		b := warren.New(warren.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 		defer b.Close()
 		b.Listen(func(e warren.Event) { panic("listener bug: " + e.Kind.String()) })
-		r := evRecord(t, b)
-		evCheck(t, b)
+		r := recordEvents(t, b)
+		checkSpans(t, b)
 		q, err := b.DeclareQueue("q", warren.MessageTTL(time.Second))
 		require.NoError(t, err)
 		c, err := q.Consume(t.Context(), warren.Prefetch(1))
 		require.NoError(t, err)
-		evPublish(t, b, "q", "a", "b")
+		publishAll(t, b, "q", "a", "b")
 		d := receive(t, c, 1)[0]
 		require.NoError(t, d.Ack())
 		require.NoError(t, receive(t, c, 1)[0].Ack())
 		require.NoError(t, c.Cancel())
-		evPublish(t, b, "q", "c")
+		publish(t, b, "q", "c")
 		time.Sleep(2 * time.Second) // expires on the queue's timer goroutine: contained there too
 		synctest.Wait()
 		require.Equal(t, "enqueued delivered acked", r.trace("q", "a"))
@@ -2249,4 +1722,87 @@ func TestEventKindTerminal(t *testing.T) {
 	}
 	assert.Equal(t, []string{"acked", "expired", "dead-lettered", "dropped"}, terminal)
 	assert.Equal(t, "unknown", warren.EventKind(0).String())
+}
+
+// A listener that panics is logged, not propagated: the publisher or handler that caused the
+// event carries on.
+func TestPanickingListenerIsContained(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		stop := b.Listen(func(warren.Event) { panic("listener bug") })
+		defer stop()
+		require.NotPanics(t, func() { stop := b.Listen(nil); stop() })
+		q := declare(t, b, "q")
+		publishN(t, b, q, 1)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- q.Serve(ctx, func(context.Context, *warren.Delivery) error { panic("handler bug") },
+				warren.Backoff(time.Hour, time.Hour)) // one attempt, then hidden for an hour
+		}()
+		synctest.Wait()
+		cancel()
+		require.NoError(t, <-done)
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		require.Equal(t, 1, q.Len(), "the failed message is back in the queue")
+	})
+}
+
+// TestEventHandOffCancelledThenDeleted: an AutoAck consumer handed a message is cancelled, and
+// its queue deleted before its goroutine puts the hand-off back. The queue's end no longer sees
+// the consumer, so the goroutine drops the message itself, evented.
+func TestEventHandOffCancelledThenDeleted(t *testing.T) {
+	handOffRounds(t, func(b *warren.Broker, c *warren.Consumer) {
+		deleted := make(chan error)
+		go func() { _, err := b.DeleteQueue("q"); deleted <- err }() // runs while Cancel waits for the feeder
+		require.NoError(t, c.Cancel())
+		require.NoError(t, <-deleted)
+	}, func(st warren.QueueStats) bool { return st.Enqueued == st.Acked+st.Dropped })
+}
+
+// TestEventUnroutableWhenQueueWentMidPublish: a publish whose only queue is deleted between
+// routing and enqueueing is unroutable in every way: the error with Mandatory, the event and
+// the counter.
+func TestEventUnroutableWhenQueueWentMidPublish(t *testing.T) {
+	b := newBroker(t)
+	r := recordEvents(t, b)
+	_, err := b.DeclareExchange("x", warren.ExchangeDirect)
+	require.NoError(t, err)
+	declare(t, b, "q")
+	require.NoError(t, b.Bind("q", "x", "k", nil))
+	stop := b.Listen(func(e warren.Event) {
+		if e.Kind == warren.EventPublished {
+			go func() { _, _ = b.DeleteQueue("q") }() // not from the listener itself: DeleteQueue waits
+			for {
+				if _, err := b.Queue("q"); err != nil {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	})
+	err = b.Publish(t.Context(), "x", "k", msg("m"), warren.Mandatory())
+	stop()
+	require.ErrorIs(t, err, warren.ErrUnroutable)
+	assert.Len(t, r.ofKind(warren.EventUnroutable), 1)
+	assert.Equal(t, "dropped(queue-deleted)", r.trace("q", "m"))
+	assert.Equal(t, uint64(1), b.Stats().Unroutable)
+}
+
+// TestEventDeadLetteredIsTheCopyDelivered: the Message of EventDeadLettered is the copy that
+// entered the target queue and is delivered from it, not a third one.
+func TestEventDeadLetteredIsTheCopyDelivered(t *testing.T) {
+	b := newBroker(t)
+	r := recordEvents(t, b)
+	q := declare(t, b, "q", warren.DeadLetter("", "dlq"))
+	dlq := declare(t, b, "dlq")
+	publish(t, b, "q", "m")
+	require.NoError(t, getOne(t, q).Reject())
+	dead := r.one(t, "q", "m", warren.EventDeadLettered)
+	entered := r.one(t, "dlq", "m", warren.EventEnqueued)
+	require.Same(t, entered.Message, dead.Message)
+	d, err := dlq.Get(t.Context(), warren.AutoAck())
+	require.NoError(t, err)
+	require.Same(t, d.Message, dead.Message)
 }

@@ -23,7 +23,10 @@ package warren_test
 //
 // The topic matcher has its own target (FuzzTopicMatch, topic_test.go, against refTopicMatch),
 // and the model-based operation sequences theirs (FuzzModel, model_test.go; FuzzModelTime,
-// model_ttl_test.go, with virtual time). scripts/fuzz runs every target in turn.
+// model_ttl_test.go, with virtual time). scripts/fuzz runs every target in turn. This file holds
+// only the fuzz targets and what they use; the regression tests they found are filed with what
+// they specify (TestBindNaNArgumentUnbind in exchange_test.go, TestBlockPublishWaitsForBytes in
+// limits_test.go).
 //
 // The inputs are bytes decoded by fzBytes: every byte string is a valid input, read one byte per
 // choice, zeros once exhausted, so the fuzzer's mutations move through choices. Seeds are a few
@@ -39,7 +42,6 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"reflect"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -628,23 +630,6 @@ func FuzzHeadersMatch(f *testing.F) {
 	})
 }
 
-// TestBindNaNArgumentUnbind: a headers binding whose arguments hold a NaN is removed by Unbind
-// with the same arguments (Unbind's doc: "the key and arguments must be equal"), and binding it
-// twice is a no-op. Found by FuzzHeadersMatch: bindings were told apart with fieldEqual, under
-// which NaN equals nothing, so such a binding could be added twice and never removed.
-func TestBindNaNArgumentUnbind(t *testing.T) {
-	b := newBroker(t)
-	_, err := b.DeclareExchange("hx", warren.ExchangeHeaders)
-	require.NoError(t, err)
-	q := declare(t, b, "q")
-	args := warren.Table{"x-match": "any", "a": math.NaN(), "b": 1}
-	require.NoError(t, b.Bind("q", "hx", "", args))
-	require.NoError(t, b.Unbind("q", "hx", "", args))
-	err = b.Publish(t.Context(), "hx", "", warren.Message{Headers: warren.Table{"b": 1}}, warren.Mandatory())
-	require.ErrorIs(t, err, warren.ErrUnroutable, "publish after the only binding was unbound with its own arguments")
-	require.Zero(t, q.Len())
-}
-
 // ---------------------------------------------------------------------------------------------
 // FuzzQueueArguments.
 
@@ -1037,49 +1022,6 @@ func FuzzQueueArguments(f *testing.F) {
 	})
 }
 
-// TestBlockPublishWaitsForBytes: a publisher waiting for room in a Block queue that is full by
-// its byte limit (MaxLengthBytes) but not by its length waits, and goes in once its body fits.
-// Found by FuzzQueueArguments: Queue.unlock woke the first blocked publisher whenever there was
-// room for an empty message, so the publisher's own unlock woke it at once, it found no room for
-// its body and waited again, allocating a channel each time, until its context ended — burning a
-// core meanwhile, forever with a context that never ends, and in a synctest bubble stopping
-// virtual time. Here a 2-byte message waits for 20 ms of real time behind 3 ready bytes of a
-// 4-byte queue: it must return the context's error having allocated next to nothing (a spinning
-// publisher allocates hundreds of thousands of channels); then, in virtual time, one waits until
-// the 3 bytes are taken, and goes in.
-func TestBlockPublishWaitsForBytes(t *testing.T) {
-	b := newBroker(t)
-	q := declare(t, b, "q", warren.MaxLengthBytes(4), warren.Overflow(warren.Block))
-	require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("abc")}))
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
-	defer cancel()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	err := b.Publish(ctx, "", "q", warren.Message{Body: []byte("xy")})
-	runtime.ReadMemStats(&after)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Equal(t, 1, q.Len())
-	require.Less(t, after.Mallocs-before.Mallocs, uint64(10_000), "allocations while one publisher waited 20 ms for room")
-
-	synctest.Test(t, func(t *testing.T) {
-		b := warren.New()
-		defer b.Close()
-		q := declare(t, b, "q", warren.MaxLengthBytes(4), warren.Overflow(warren.Block))
-		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("abc")}))
-		published := make(chan error, 1)
-		go func() { published <- b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("xy")}) }()
-		time.Sleep(time.Hour)
-		synctest.Wait()
-		require.Empty(t, published, "a publisher went in without room")
-		d, err := q.Get(t.Context())
-		require.NoError(t, err)
-		require.NoError(t, d.Ack())
-		synctest.Wait()
-		require.NoError(t, <-published)
-		require.Equal(t, 1, q.Len())
-	})
-}
-
 // ---------------------------------------------------------------------------------------------
 // FuzzExpiration.
 
@@ -1402,7 +1344,7 @@ func (h *fdHarness) check(what string) {
 			held++
 		}
 	}
-	if got := alBrowse(h.q); !slices.Equal(got, ready) {
+	if got := browse(h.q); !slices.Equal(got, ready) {
 		h.failf("%s at %v: ready %v, want %v", what, h.now(), got, ready)
 	}
 	s := h.q.Stats()

@@ -3,6 +3,7 @@ package warren_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/warrenmq/warren"
 )
+
+// Tests of length limits (x-max-length, x-max-length-bytes; queue.go) and the overflow policies
+// drop-head, reject-publish, reject-publish-dlx and block.
 
 // TestDropHead: max-length 3, drop-head with a DLX: the DLQ gets the oldest first, reason maxlen
 // (R5.2, R4.9).
@@ -163,128 +167,6 @@ func TestBlockedPublisherSeesDeletion(t *testing.T) {
 	})
 }
 
-// TestDeliveryLimit: with limit 2 a message is delivered at most 3 times; its third return
-// dead-letters it with reason delivery_limit (R1.10: the count after the return must exceed the
-// limit). Every return counts: nack, context end.
-func TestDeliveryLimit(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		main, dead := deadTopology(t, b, warren.DeliveryLimit(2))
-		publishN(t, b, main, 1)
-
-		d, err := main.Get(t.Context())
-		require.NoError(t, err)
-		require.Equal(t, 0, d.DeliveryCount)
-		require.NoError(t, d.Nack()) // return 1
-
-		ctx, cancel := context.WithCancel(t.Context())
-		d, err = main.Get(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 1, d.DeliveryCount)
-		cancel() // return 2
-		synctest.Wait()
-
-		d, err = main.Get(t.Context())
-		require.NoError(t, err)
-		require.Equal(t, 2, d.DeliveryCount)
-		require.NoError(t, d.Nack()) // return 3: over the limit
-		require.Equal(t, 0, main.Len())
-		ds := getAll(t, dead)
-		require.Equal(t, "0", bodies(ds))
-		require.Equal(t, "delivery_limit", xDeath(t, ds[0])[0]["reason"])
-	})
-}
-
-// TestQueueExpires: a queue unused for its expiry is deleted with its messages, which are not
-// dead-lettered; publishing is not a use; a Get, a declaration and a consumer are (R3.8).
-func TestQueueExpires(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		_, dead := deadTopology(t, b)
-		q := declare(t, b, "tmp", warren.Expires(10*time.Second), warren.DeadLetter("e-dead", ""))
-		for range 3 {
-			time.Sleep(9 * time.Second)
-			publishN(t, b, q, 1) // not a use
-		}
-		synctest.Wait()
-		_, err := b.Queue("tmp")
-		require.ErrorIs(t, err, warren.ErrNotFound, "expired 10 s after its declaration")
-		require.Equal(t, 0, dead.Len(), "an expired queue's messages are not dead-lettered")
-
-		q = declare(t, b, "tmp", warren.Expires(10*time.Second))
-		time.Sleep(9 * time.Second)
-		_, err = q.Get(t.Context())
-		require.ErrorIs(t, err, warren.ErrEmpty) // a use
-		time.Sleep(9 * time.Second)
-		_, err = b.DeclareQueue("tmp", warren.Expires(10*time.Second)) // a use
-		require.NoError(t, err)
-		time.Sleep(9 * time.Second)
-		c, err := q.Consume(t.Context())
-		require.NoError(t, err)
-		time.Sleep(time.Hour) // a queue with a consumer does not expire
-		synctest.Wait()
-		_, err = b.Queue("tmp") // a use too
-		require.NoError(t, err)
-		require.NoError(t, c.Cancel()) // the clock restarts when the last consumer goes
-		time.Sleep(9 * time.Second)
-		synctest.Wait()
-		_, err = b.Queue("tmp")
-		require.NoError(t, err)
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
-		_, err = b.Queue("tmp")
-		require.ErrorIs(t, err, warren.ErrNotFound)
-	})
-}
-
-func TestLimitArguments(t *testing.T) {
-	b := newBroker(t)
-	bad := []warren.Table{
-		{"x-max-length": int64(-1)}, {"x-max-length": "3"}, {"x-max-length-bytes": 1.5},
-		{"x-overflow": "drop-tail"}, {"x-overflow": 1}, {"x-delivery-limit": int64(-2)},
-		{"x-expires": int64(0)}, {"x-expires": int64(-5)}, {"x-expires": int64(1 << 32)},
-	}
-	for _, args := range bad {
-		_, err := b.DeclareQueue("q", warren.Arguments(args))
-		require.ErrorIs(t, err, warren.ErrPreconditionFailed, "%v", args)
-	}
-	for _, opt := range []warren.QueueOption{warren.MaxLength(-1), warren.MaxLengthBytes(-1), warren.DeliveryLimit(-1)} {
-		_, err := b.DeclareQueue("q", opt)
-		require.ErrorIs(t, err, warren.ErrInvalidArgument)
-	}
-	q, err := b.DeclareQueue("q", warren.MaxLength(3), warren.Overflow(warren.RejectPublish))
-	require.NoError(t, err)
-	same, err := b.DeclareQueue("q", warren.Arguments(warren.Table{"x-max-length": int16(3), "x-overflow": "reject-publish"}))
-	require.NoError(t, err)
-	require.Same(t, q, same)
-	_, err = b.DeclareQueue("q", warren.MaxLength(4), warren.Overflow(warren.RejectPublish))
-	require.ErrorIs(t, err, warren.ErrPreconditionFailed)
-	_, err = b.DeclareQueue("d", warren.Arguments(warren.Table{"x-delivery-limit": int64(-1)}))
-	require.NoError(t, err, "-1 means no limit, as in RabbitMQ 4")
-}
-
-// TestDeadLetterIntoFullBlockQueue: a dead letter never waits for room: into a full Block queue
-// it is dropped, and the Reject that caused it returns.
-func TestDeadLetterIntoFullBlockQueue(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		_, err := b.DeclareExchange("e-dead", warren.ExchangeFanout)
-		require.NoError(t, err)
-		dead := declare(t, b, "dead", warren.MaxLength(1), warren.Overflow(warren.Block))
-		require.NoError(t, b.Bind("dead", "e-dead", "", nil))
-		main := declare(t, b, "main", warren.DeadLetter("e-dead", ""))
-		publishN(t, b, dead, 1)
-		publishN(t, b, main, 2)
-		for range 2 {
-			d, err := main.Get(t.Context())
-			require.NoError(t, err)
-			require.NoError(t, d.Reject())
-		}
-		require.Equal(t, 1, dead.Len())
-		require.Equal(t, 0, main.Len())
-	})
-}
-
 // TestBlockRefusesBodyOverByteLimit: a body larger than a Block queue's byte limit can never
 // fit, so it is refused at once (ErrQueueFull) rather than waiting for the publisher's context.
 func TestBlockRefusesBodyOverByteLimit(t *testing.T) {
@@ -294,4 +176,47 @@ func TestBlockRefusesBodyOverByteLimit(t *testing.T) {
 	require.ErrorIs(t, err, warren.ErrQueueFull)
 	require.Zero(t, q.Len())
 	require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("1234")}), "one that fits")
+}
+
+// TestBlockPublishWaitsForBytes: a publisher waiting for room in a Block queue that is full by
+// its byte limit (MaxLengthBytes) but not by its length waits, and goes in once its body fits.
+// Found by FuzzQueueArguments: Queue.unlock woke the first blocked publisher whenever there was
+// room for an empty message, so the publisher's own unlock woke it at once, it found no room for
+// its body and waited again, allocating a channel each time, until its context ended — burning a
+// core meanwhile, forever with a context that never ends, and in a synctest bubble stopping
+// virtual time. Here a 2-byte message waits for 20 ms of real time behind 3 ready bytes of a
+// 4-byte queue: it must return the context's error having allocated next to nothing (a spinning
+// publisher allocates hundreds of thousands of channels); then, in virtual time, one waits until
+// the 3 bytes are taken, and goes in.
+func TestBlockPublishWaitsForBytes(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q", warren.MaxLengthBytes(4), warren.Overflow(warren.Block))
+	require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("abc")}))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := b.Publish(ctx, "", "q", warren.Message{Body: []byte("xy")})
+	runtime.ReadMemStats(&after)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, 1, q.Len())
+	require.Less(t, after.Mallocs-before.Mallocs, uint64(10_000), "allocations while one publisher waited 20 ms for room")
+
+	synctest.Test(t, func(t *testing.T) {
+		b := warren.New()
+		defer b.Close()
+		q := declare(t, b, "q", warren.MaxLengthBytes(4), warren.Overflow(warren.Block))
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("abc")}))
+		published := make(chan error, 1)
+		go func() { published <- b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("xy")}) }()
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		require.Empty(t, published, "a publisher went in without room")
+		d, err := q.Get(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, d.Ack())
+		synctest.Wait()
+		require.NoError(t, <-published)
+		require.Equal(t, 1, q.Len())
+	})
 }

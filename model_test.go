@@ -46,6 +46,9 @@ package warren_test
 // sequence go on) or Broker.Close, followed by more operations: every later call must fail with
 // the queue's end error (ErrQueueDeleted, which wraps ErrNotFound, or ErrClosed), consumers
 // stop with it, and Deliveries channels close.
+//
+// The regression tests the model found are filed with what they specify, in delivery_test.go,
+// feeder_test.go, priority_test.go and requeue_test.go.
 
 import (
 	"context"
@@ -59,8 +62,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
 )
@@ -1153,18 +1154,9 @@ func (h *modelHarness) check() {
 			h.fail("consumer %s: Err() = %v, want %v", consName(rc), err, wantErr)
 		}
 		// Done: ended, receiving nothing and holding nothing.
-		if got, want := modelClosed(c.Done()), !rc.active && len(rc.held) == 0; got != want {
+		if got, want := isClosed(c.Done()), !rc.active && len(rc.held) == 0; got != want {
 			h.fail("consumer %s: Done() closed = %v, want %v", consName(rc), got, want)
 		}
-	}
-}
-
-func modelClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -1771,7 +1763,7 @@ func (h *modelHarness) checkEnded() {
 		}
 		h.checkErr(consName(rc)+".Recover() after the queue ended", c.Recover(), want)
 		h.checkErr(consName(rc)+".Cancel() after the queue ended", c.Cancel(), nil)
-		if !modelClosed(c.Done()) {
+		if !isClosed(c.Done()) {
 			h.fail("consumer %s: Done() open after the queue ended", consName(rc))
 		}
 	}
@@ -1841,29 +1833,6 @@ func (h *modelHarness) finish() {
 // TestModel runs random sequences against the reference queue. WARREN_MODEL_SEED sets the seed
 // of the first sequence (sequence i uses seed+i), WARREN_MODEL_SEQS the number of sequences, and
 // WARREN_MODEL_TRACE=1 logs every op as it runs (with -v), for a sequence that deadlocks.
-// modelSeeds returns the first seed and the number of sequences of a model test: random, and
-// seqs (20 under -short), unless the environment variables PREFIX_SEED and PREFIX_SEQS say
-// otherwise. It logs how to reproduce the run.
-func modelSeeds(t *testing.T, prefix string, seqs, nops int) (uint64, int) {
-	t.Helper()
-	seed := rand.Uint64() >> 1
-	if s := os.Getenv(prefix + "_SEED"); s != "" {
-		var err error
-		seed, err = strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, prefix+"_SEED")
-	}
-	if testing.Short() {
-		seqs = 20
-	}
-	if s := os.Getenv(prefix + "_SEQS"); s != "" {
-		var err error
-		seqs, err = strconv.Atoi(s)
-		require.NoError(t, err, prefix+"_SEQS")
-	}
-	t.Logf("seeds %d..%d (%d sequences of %d ops; %s_SEED=%d reproduces)", seed, seed+uint64(seqs)-1, seqs, nops, prefix, seed)
-	return seed, seqs
-}
-
 func TestModel(t *testing.T) {
 	nops := 300
 	seed, seqs := modelSeeds(t, "WARREN_MODEL", 200, nops)
@@ -1946,191 +1915,5 @@ func FuzzModel(f *testing.F) {
 		synctest.Test(t, func(t *testing.T) {
 			newModelHarness(t, "fuzz input", cfg, nil).run(ops)
 		})
-	})
-}
-
-// ---------------------------------------------------------------------------------------------
-// Bugs found by the model.
-
-// TestUpToLeavesBufferedDeliveries: the UpTo methods cover only deliveries the application has
-// received. Deliveries still buffered in the channel are not settled by tag 0 and cannot be
-// named by their tag; they keep counting against prefetch, so the channel never overfills.
-// (A regression test: UpTo once settled unread deliveries, which Cancel then put back and which
-// let dispatch block on a full channel while holding the queue lock.)
-func TestUpToLeavesBufferedDeliveries(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		settle   func(c *warren.Consumer) error
-		wantRest string // what the consumer then receives: a nacked 0 comes back to it, last
-	}{
-		{"AckUpTo(0)", func(c *warren.Consumer) error { return c.AckUpTo(0) }, "1 2"},
-		{"NackUpTo(0)", func(c *warren.Consumer) error { return c.NackUpTo(0) }, "1 2 0*"},
-		{"RejectUpTo(0)", func(c *warren.Consumer) error { return c.RejectUpTo(0) }, "1 2"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				q := declare(t, b, "q")
-				ctx, cancel := context.WithCancel(t.Context())
-				defer cancel()
-				c, err := q.Consume(ctx, warren.Prefetch(3))
-				require.NoError(t, err)
-				publishN(t, b, q, 3)
-				got := receive(t, c, 1) // 0 received; 1 and 2 buffered
-				require.NoError(t, tc.settle(c))
-				n := strings.Count(tc.wantRest, " ") + 1
-				require.Equal(t, n, q.Unacked(), "%s settled buffered deliveries", tc.name)
-				require.Equal(t, n, len(c.Deliveries()))
-				require.ErrorIs(t, got[0].Ack(), warren.ErrAlreadySettled)
-				// The buffered tags are unknown to UpTo until received.
-				require.ErrorIs(t, c.AckUpTo(3), warren.ErrUnknownDelivery)
-				require.Equal(t, n, q.Unacked(), "a failed AckUpTo settled something")
-				rest := receive(t, c, n)
-				require.Equal(t, tc.wantRest, picture(rest))
-				require.NoError(t, c.AckUpTo(0))
-				require.Equal(t, 0, q.Unacked())
-			})
-		})
-	}
-	t.Run("publish does not block after AckUpTo(0) with a full channel", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			b := newBroker(t)
-			q := declare(t, b, "q")
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			c, err := q.Consume(ctx, warren.Prefetch(1))
-			require.NoError(t, err)
-			publishN(t, b, q, 1) // buffered, unread: the channel (capacity 1) is full
-			require.NoError(t, c.AckUpTo(0))
-			require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("1")}))
-			require.Equal(t, 1, q.Len(), "the second message waits: the consumer has no credit")
-		})
-	})
-}
-
-// TestGetContextEndOrder: when a context that owns several Get deliveries ends, all of them go
-// back before anything is dispatched, so a consumer with credit receives the head of the queue
-// (0*) and 1* stays ready. (A regression test: each delivery used to return and dispatch through
-// its own AfterFunc goroutine, so the consumer got whichever the scheduler ran first, about 7
-// runs in 8 1*; hence the repetition.)
-func TestGetContextEndOrder(t *testing.T) {
-	for i := range 20 {
-		synctest.Test(t, func(t *testing.T) {
-			b := newBroker(t)
-			q := declare(t, b, "q")
-			publishN(t, b, q, 2)
-			gctx, gcancel := context.WithCancel(t.Context())
-			for range 2 {
-				_, err := q.Get(gctx)
-				require.NoError(t, err)
-			}
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			c, err := q.Consume(ctx, warren.Prefetch(1))
-			require.NoError(t, err)
-			gcancel() // both Gets return; the consumer has credit for one
-			synctest.Wait()
-			require.Equal(t, "0*", picture(receive(t, c, 1)), "run %d: the consumer's delivery after the Get context ended", i)
-			require.Equal(t, "1*", drain(t, q), "run %d: ready after", i)
-		})
-	}
-}
-
-// TestAutoAckDoneAfterReturn: when the context of an AutoAck consumer ends, everything it held
-// — the delivery waiting unread in its channel and the message its feeder took for the next
-// send — is back in the queue by the time Done is closed. (A regression test: Done used to close
-// before the feeder put them back, so Len right after <-Done could be 1 instead of 3; with -race
-// on about the first run, hence the repetition.)
-func TestAutoAckDoneAfterReturn(t *testing.T) {
-	for i := 0; i < 500 && !t.Failed(); i++ {
-		synctest.Test(t, func(t *testing.T) {
-			b := newBroker(t)
-			q := declare(t, b, "q")
-			publishN(t, b, q, 3)
-			ctx, cancel := context.WithCancel(t.Context())
-			c, err := q.Consume(ctx, warren.Prefetch(2), warren.AutoAck())
-			require.NoError(t, err)
-			synctest.Wait() // "0" buffered in the channel, "1" held by the feeder, "2" ready
-			require.Equal(t, 1, q.Len())
-			cancel()
-			<-c.Done()
-			require.Equal(t, 3, q.Len(), "run %d: ready right after Done closed", i)
-		})
-	}
-}
-
-// TestSelectorSeesFreshTopPriority: on a priority queue, a consumer with a selector that has
-// looked at a ready message of a lower priority receives a message it accepts published
-// afterwards at the top priority. (A regression test, found by TestModel: with one cursor per
-// consumer, the cursor was then past the top level's keys, and readySet.push lowered
-// readySet.floor, which moves cursors back, only for a fresh message of rank 1 and up, not for
-// rank 0, whose key is its bare sequence id; "x" stayed ready although the consumer had credit,
-// and beside other consumers it went to the wrong one.)
-func TestSelectorSeesFreshTopPriority(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		q := declare(t, b, "q", warren.MaxPriority(1))
-		pub := func(body string, p uint8) {
-			t.Helper()
-			require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte(body), Priority: p}))
-		}
-		pub("a", 0) // rank 1: the selector rejects it, and its cursor moves past rank 0
-		c, err := q.Consume(t.Context(), warren.Selector(func(m *warren.Message) bool { return string(m.Body) == "x" }))
-		require.NoError(t, err)
-		pub("x", 1) // rank 0, ahead of "a"
-		require.Equal(t, 1, len(c.Deliveries()), "the consumer accepts x and has credit; Len %d", q.Len())
-		require.Equal(t, "x", picture(receive(t, c, 1)))
-		require.Equal(t, 1, q.Len())
-	})
-}
-
-// TestSingleActiveAutoAckContextEnd: on a single-active-consumer queue whose active consumer
-// is an AutoAck one, when its context ends, everything it held — the message its feeder holds
-// and those buffered in its channel — is back in its place before the next consumer receives
-// (SingleActiveConsumer's doc). (A regression test, found while deciding what the model can
-// cover: orphanLocked only told the feeder to stop, and the feeder put its messages back later,
-// on its own goroutine, while reap had already dispatched to the consumer removeConsumerLocked
-// activated, which received "2 3 0 1".)
-func TestSingleActiveAutoAckContextEnd(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		q := declare(t, b, "q", warren.SingleActiveConsumer())
-		publishN(t, b, q, 4)
-		ctx, cancel := context.WithCancel(t.Context())
-		auto, err := q.Consume(ctx, warren.AutoAck(), warren.Prefetch(2))
-		require.NoError(t, err)
-		synctest.Wait() // "0" buffered in the channel, "1" held by the feeder, "2" and "3" ready
-		require.Equal(t, 2, q.Len())
-		next, err := q.Consume(t.Context(), warren.Prefetch(10)) // waits its turn
-		require.NoError(t, err)
-		cancel()
-		<-auto.Done()
-		synctest.Wait()
-		require.Equal(t, "0 1 2 3", picture(receive(t, next, 4)), "what the next active consumer receives")
-	})
-}
-
-// TestContextEndAutoAckReturnsBeforeDispatch: when a context owning an AutoAck consumer and a
-// Get ends, the AutoAck consumer's messages — the one its feeder holds and the one buffered in
-// its channel, both earlier in the queue — are back before anything is dispatched, so a push
-// consumer receives "0", not the Get's "2*". The feeder puts them back on its own goroutine;
-// dispatch waits for it (Queue.leaving). (A regression test: reap dispatched at once.)
-func TestContextEndAutoAckReturnsBeforeDispatch(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		q := declare(t, b, "q")
-		publishN(t, b, q, 4)
-		ctx, cancel := context.WithCancel(t.Context())
-		_, err := q.Consume(ctx, warren.AutoAck(), warren.Prefetch(2))
-		require.NoError(t, err)
-		synctest.Wait()     // "0" buffered in the channel, "1" held by the feeder, "2" and "3" ready
-		_, err = q.Get(ctx) // "2", owned by ctx too
-		require.NoError(t, err)
-		push, err := q.Consume(t.Context(), warren.Prefetch(1))
-		require.NoError(t, err)
-		require.NoError(t, receive(t, push, 1)[0].Ack()) // "3": the push consumer has credit again
-		cancel()
-		synctest.Wait()
-		require.Equal(t, "0", picture(receive(t, push, 1)), "the head of what the context returned")
 	})
 }

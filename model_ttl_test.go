@@ -1095,7 +1095,7 @@ func (h *mtHarness) check() {
 		if err := c.Err(); wantErr == nil && err != nil || wantErr != nil && !errors.Is(err, wantErr) {
 			h.fail("consumer %v: Err() = %v, want %v", mc, err, wantErr)
 		}
-		if got, want := modelClosed(c.Done()), !mc.active && len(mc.held) == 0; got != want { // ended
+		if got, want := isClosed(c.Done()), !mc.active && len(mc.held) == 0; got != want { // ended
 			h.fail("consumer %v: Done() closed = %v, want %v", mc, got, want)
 		}
 	}

@@ -10,6 +10,10 @@ import (
 	"testing"
 )
 
+// Tests of the library's source (options.go and the declarations the documentation groups): go
+// doc lists every option constructor under its type, reasons are typed, and comments cite no
+// outside requirement ids.
+
 // parsePackage parses the library's own source files (not its tests), with comments.
 func parsePackage(t *testing.T) (*token.FileSet, []*ast.File) {
 	t.Helper()

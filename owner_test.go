@@ -2,6 +2,8 @@ package warren_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -10,6 +12,9 @@ import (
 
 	"github.com/warrenmq/warren"
 )
+
+// Tests of owners (owner.go): NewOwner and As, WaitReleased, and exclusive queues (ExclusiveTo),
+// which only their owner may use and which go when it ends.
 
 // TestExclusiveQueueRefusesOthers: every call that uses an exclusive queue by name or handle —
 // passive declare, bind, unbind, purge, delete, consume, get — is refused with ErrResourceLocked
@@ -76,7 +81,7 @@ func TestExclusiveQueueRefusesOthers(t *testing.T) {
 		n, err = b.DeleteQueue("ex", warren.As(owner))
 		require.NoError(t, err)
 		require.Equal(t, 0, n)
-		require.False(t, cfExists(t, b, "ex"))
+		require.False(t, queueExists(t, b, "ex"))
 	})
 }
 
@@ -98,7 +103,7 @@ func TestOwnerDerivedContexts(t *testing.T) {
 		nested, endNested := warren.NewOwner(cancellable)
 		defer endNested()
 		for name, ctx := range map[string]context.Context{
-			"WithCancel": cancellable, "WithTimeout": timed, "WithValue": context.WithValue(session, cfKey{}, 1), "NewOwner": nested,
+			"WithCancel": cancellable, "WithTimeout": timed, "WithValue": context.WithValue(session, ctxKey{}, 1), "NewOwner": nested,
 		} {
 			c, err := q.Consume(ctx, warren.Prefetch(1))
 			require.NoError(t, err, "Consume with a %s child of the owner", name)
@@ -116,7 +121,7 @@ func TestOwnerDerivedContexts(t *testing.T) {
 		plain, endPlain := context.WithCancel(t.Context())
 		defer endPlain()
 		p := declare(t, b, "plain-ex", warren.ExclusiveTo(plain))
-		_, err = p.Consume(context.WithValue(plain, cfKey{}, 1))
+		_, err = p.Consume(context.WithValue(plain, ctxKey{}, 1))
 		require.NoError(t, err)
 		child, cancelChild := context.WithCancel(plain)
 		defer cancelChild()
@@ -126,7 +131,7 @@ func TestOwnerDerivedContexts(t *testing.T) {
 		// The owner's end deletes its queues, however derived their users were.
 		end()
 		synctest.Wait()
-		require.False(t, cfExists(t, b, "ex"))
+		require.False(t, queueExists(t, b, "ex"))
 	})
 }
 
@@ -194,4 +199,158 @@ func TestWaitReleased(t *testing.T) {
 		require.Equal(t, time.Hour, time.Since(start), "it waited for the owner to end")
 		require.Equal(t, 1, q.Len())
 	})
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exclusive queues (R2.6): deleted with their owner, used by it alone.
+
+// TestExclusiveQueueDeletedWithOwner: an exclusive queue is deleted when its owner context
+// ends; its consumers stop with ErrQueueDeleted. A consumer's context must be the owner or share
+// its Done channel, so both end at once: the scenario runs several rounds (alternating the owner
+// and a WithValue child as the consumer's context) to catch an outcome that depends on which
+// context callback runs first.
+func TestExclusiveQueueDeletedWithOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		const rounds = 20
+		var wrong []string
+		for i := range rounds {
+			owner, end := context.WithCancel(t.Context())
+			q := declare(t, b, "ex", warren.ExclusiveTo(owner)) // the name is free again each round
+			ctx := owner
+			if i%2 == 1 {
+				ctx = context.WithValue(owner, ctxKey{}, i)
+			}
+			c, err := q.Consume(ctx, warren.Prefetch(1))
+			require.NoError(t, err)
+			publishN(t, b, q, 3) // publishing is no use of the queue: any context may
+			require.Equal(t, 2, q.Len())
+			ds := receive(t, c, 1)
+			end()
+			synctest.Wait()
+			require.False(t, queueExists(t, b, "ex"))
+			require.True(t, isClosed(c.Done()))
+			select {
+			case _, ok := <-c.Deliveries():
+				require.False(t, ok, "Deliveries closed")
+			default:
+				t.Fatal("Deliveries not closed")
+			}
+			require.NoError(t, ds[0].Ack(), "a no-op")
+			if !errors.Is(c.Err(), warren.ErrQueueDeleted) {
+				wrong = append(wrong, fmt.Sprintf("round %d: Err() = %v", i, c.Err()))
+			}
+		}
+		require.Empty(t, wrong, "%d of %d rounds: the consumer's Err() does not wrap ErrQueueDeleted", len(wrong), rounds)
+	})
+}
+
+// TestExclusiveQueueUseAfterOwnerEnded: once an exclusive queue is deleted with its owner,
+// using it fails with ErrNotFound, as for any deleted queue ([Queue]: "After the queue is
+// deleted its methods return an error wrapping ErrNotFound"), whichever context is used.
+func TestExclusiveQueueUseAfterOwnerEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		owner, end := context.WithCancel(t.Context())
+		defer end()
+		q := declare(t, b, "ex", warren.ExclusiveTo(owner))
+		end()
+		synctest.Wait()
+		require.False(t, queueExists(t, b, "ex"))
+		_, err := q.Consume(t.Context())
+		require.ErrorIs(t, err, warren.ErrNotFound, "Consume")
+		_, err = q.Purge()
+		require.ErrorIs(t, err, warren.ErrNotFound, "Purge")
+		_, err = q.Get(t.Context())
+		require.ErrorIs(t, err, warren.ErrNotFound, "Get")
+	})
+}
+
+// TestExclusiveQueueDeletedWithOwnerNoConsumer: without consumers too, the queue goes with its
+// owner.
+func TestExclusiveQueueDeletedWithOwnerNoConsumer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		owner, end := context.WithCancel(t.Context())
+		defer end()
+		q := declare(t, b, "ex", warren.ExclusiveTo(owner))
+		publishN(t, b, q, 2)
+		d, err := q.Get(owner)
+		require.NoError(t, err)
+		end()
+		synctest.Wait()
+		require.False(t, queueExists(t, b, "ex"))
+		require.NoError(t, d.Ack(), "a no-op")
+	})
+}
+
+// TestExclusiveQueueOwnerOnly: only the owner, or a context sharing its Done channel, may
+// consume from, get from or redeclare an exclusive queue.
+func TestExclusiveQueueOwnerOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		owner, end := context.WithCancel(t.Context())
+		defer end()
+		q := declare(t, b, "ex", warren.ExclusiveTo(owner))
+		publishN(t, b, q, 2)
+
+		other := t.Context()
+		child, cancelChild := context.WithCancel(owner)
+		defer cancelChild()
+		for name, ctx := range map[string]context.Context{"another context": other, "a cancellable child": child} {
+			_, err := q.Consume(ctx)
+			require.ErrorIs(t, err, warren.ErrResourceLocked, "Consume from %s", name)
+			_, err = q.Get(ctx)
+			require.ErrorIs(t, err, warren.ErrResourceLocked, "Get from %s", name)
+		}
+		require.Equal(t, 0, q.ConsumerCount())
+		require.Equal(t, 2, q.Len())
+
+		valued := context.WithValue(owner, ctxKey{}, "v")
+		d, err := q.Get(valued)
+		require.NoError(t, err, "a WithValue child shares the owner's Done channel")
+		require.Equal(t, "0", string(d.Message.Body))
+		require.NoError(t, d.Ack())
+		c, err := q.Consume(valued)
+		require.NoError(t, err)
+		require.Equal(t, "1", bodies(buffered(t, c)))
+
+		_, err = b.DeclareQueue("ex")
+		require.ErrorIs(t, err, warren.ErrResourceLocked, "redeclared without an owner")
+		_, err = b.DeclareQueue("ex", warren.ExclusiveTo(other))
+		require.ErrorIs(t, err, warren.ErrResourceLocked, "redeclared with another owner")
+		_, err = b.DeclareQueue("ex", warren.ExclusiveTo(child))
+		require.ErrorIs(t, err, warren.ErrResourceLocked, "redeclared with a cancellable child")
+		again, err := b.DeclareQueue("ex", warren.ExclusiveTo(owner))
+		require.NoError(t, err)
+		require.Same(t, q, again)
+		again, err = b.DeclareQueue("ex", warren.ExclusiveTo(valued))
+		require.NoError(t, err)
+		require.Same(t, q, again)
+
+		done, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err = b.DeclareQueue("ex2", warren.ExclusiveTo(done))
+		require.ErrorIs(t, err, context.Canceled, "an owner already done")
+		require.False(t, queueExists(t, b, "ex2"))
+	})
+}
+
+type ctxKey struct{}
+
+// The consumers of an exclusive queue end with ErrQueueDeleted when the owner ends, whichever
+// of the queue's and the consumers' context callbacks runs first.
+func TestExclusiveQueueConsumersEndWithQueueDeleted(t *testing.T) {
+	b := newBroker(t)
+	for i := range 100 {
+		ctx, cancel := context.WithCancel(t.Context())
+		q := declare(t, b, "", warren.ExclusiveTo(ctx))
+		c, err := q.Consume(ctx)
+		require.NoError(t, err)
+		cancel()
+		<-c.Done()
+		require.ErrorIs(t, c.Err(), warren.ErrQueueDeleted, "round %d", i)
+		_, err = b.Queue(q.Name())
+		require.ErrorIs(t, err, warren.ErrNotFound, "round %d: the queue outlived its owner", i)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,44 +27,6 @@ import (
 //   - Every benchmark joins the goroutines it started and closes its broker, and checks that
 //     the goroutine count is back to where it started.
 
-var benchBody = make([]byte, 128)
-
-// newBenchBroker returns a broker that the caller closes; b.Cleanup is a safety net.
-func newBenchBroker(b *testing.B) *warren.Broker {
-	b.Helper()
-	br := warren.New()
-	b.Cleanup(func() { br.Close() })
-	return br
-}
-
-func declareBench(b *testing.B, br *warren.Broker, name string) *warren.Queue {
-	b.Helper()
-	q, err := br.DeclareQueue(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return q
-}
-
-// checkNoGoroutines fails b unless the goroutine count drops back to before. A goroutine
-// that has called wg.Done may still be exiting, so it waits a little, without sleeping.
-func checkNoGoroutines(b *testing.B, before int) {
-	b.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			b.Fatalf("%d goroutines left behind (started with %d):\n%s", runtime.NumGoroutine()-before, before, buf)
-		}
-		runtime.Gosched()
-	}
-}
-
-// publishEvery is how many messages BenchmarkPublish and BenchmarkTopicRouting10kBindings
-// publish between two purges.
-const publishEvery = 1 << 16
-
 // BenchmarkPublish publishes to one queue through the default exchange, with no consumer.
 //
 // warren: one op is one Broker.Publish (routing by queue name, one envelope allocation,
@@ -78,8 +39,8 @@ const publishEvery = 1 << 16
 func BenchmarkPublish(b *testing.B) {
 	b.Run("warren", func(b *testing.B) {
 		before := runtime.NumGoroutine()
-		br := newBenchBroker(b)
-		q := declareBench(b, br, "bench")
+		br := newBroker(b)
+		q := declare(b, br, "bench")
 		ctx := context.Background()
 		b.ReportAllocs()
 		i := 0
@@ -114,58 +75,6 @@ func BenchmarkPublish(b *testing.B) {
 	})
 }
 
-// pcaWindow bounds the messages in flight (published and not yet acknowledged) in
-// BenchmarkPublishConsumeAck: the producer blocks while it is this far ahead of the acks, until
-// they catch up by half the window. The channel baseline has the same bound: its capacity.
-// Without a bound the producer, which never blocks in Publish, would run ahead of the consumers,
-// ns/op would time publishing alone and the backlog would grow to millions of messages (see
-// DESIGN: backpressure keeps GC quiet).
-const pcaWindow = 4096
-
-// ackWindow is that bound. The producer blocks on a channel rather than spinning, so that
-// waiting costs neither a core nor scheduler churn (a runtime.Gosched loop here was 20% of the
-// CPU profile); a consumer pays one atomic add and one atomic load per ack.
-type ackWindow struct {
-	size    int64
-	acked   atomic.Int64
-	waitFor atomic.Int64  // the ack count the producer waits for; 0 when it does not wait
-	wake    chan struct{} // capacity 1
-}
-
-func newAckWindow(size int64) *ackWindow {
-	return &ackWindow{size: size, wake: make(chan struct{}, 1)}
-}
-
-// ack records one acknowledgement and wakes the producer when it is the one it waits for.
-// Exactly one ack reaches any given count, so there is one wake-up per wait.
-func (w *ackWindow) ack() {
-	if n := w.acked.Add(1); n == w.waitFor.Load() {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// admit blocks while the producer, having published published messages, is size ahead.
-func (w *ackWindow) admit(published int64) {
-	if published-w.acked.Load() >= w.size {
-		w.wait(published - w.size/2)
-	}
-}
-
-// wait blocks until at least target messages are acked. The producer stores target before it
-// loads acked and a consumer adds before it loads target (all sequentially consistent), so
-// either the producer sees the ack or the consumer sees the target and wakes it. A stale wake-up
-// from an earlier wait only makes the loop check again.
-func (w *ackWindow) wait(target int64) {
-	w.waitFor.Store(target)
-	for w.acked.Load() < target {
-		<-w.wake
-	}
-	w.waitFor.Store(0)
-}
-
 // BenchmarkPublishConsumeAck: one producer (the benchmark goroutine) publishes to one queue
 // through the default exchange; N consumer goroutines receive from Deliveries and Ack each
 // delivery one by one. One op is one message: ns/op is per message.
@@ -188,117 +97,6 @@ func BenchmarkPublishConsumeAck(b *testing.B) {
 			benchPublishConsumeChan(b, n)
 		})
 	}
-}
-
-func benchPublishConsumeAck(b *testing.B, consumers, prefetch int) {
-	benchPublishConsumeAckWith(b, consumers, prefetch, nil, warren.Message{Body: benchBody}, 0)
-}
-
-// benchPublishConsumeAckWith is benchPublishConsumeAck on a queue declared with opts,
-// publishing copies of msg, with listeners event listeners that count what they are told.
-func benchPublishConsumeAckWith(b *testing.B, consumers, prefetch int, opts []warren.QueueOption, msg warren.Message, listeners int) {
-	before := runtime.NumGoroutine()
-	br := newBenchBroker(b)
-	var heard atomic.Int64
-	for range listeners {
-		defer br.Listen(func(warren.Event) { heard.Add(1) })()
-	}
-	q, err := br.DeclareQueue("bench", opts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	var (
-		win      = newAckWindow(pcaWindow)
-		firstErr atomic.Pointer[error]
-		wg       sync.WaitGroup
-		cs       []*warren.Consumer
-	)
-	// Not inlined into the loop: taking the address of err there would make every
-	// iteration's err escape to the heap.
-	ackFailed := func(err error) { firstErr.CompareAndSwap(nil, &err) }
-	for range consumers {
-		c, err := q.Consume(ctx, warren.Prefetch(prefetch))
-		if err != nil {
-			b.Fatal(err)
-		}
-		cs = append(cs, c)
-		wg.Go(func() {
-			for d := range c.Deliveries() {
-				if err := d.Ack(); err != nil {
-					ackFailed(err)
-				}
-				win.ack()
-			}
-		})
-	}
-
-	b.ReportAllocs()
-	var published int64
-	for b.Loop() {
-		win.admit(published)
-		if err := br.Publish(ctx, "", "bench", msg); err != nil {
-			b.Fatal(err)
-		}
-		published++
-	}
-	drainStart := time.Now()
-	win.wait(published)
-	total := b.Elapsed() + time.Since(drainStart)
-	b.ReportMetric(float64(published)/total.Seconds(), "msgs/s")
-
-	// Cancel stops each consumer and closes its Deliveries; every delivery was acked, so
-	// nothing is outstanding and the consumer goroutines end.
-	for _, c := range cs {
-		if err := c.Cancel(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	wg.Wait()
-	cancel()
-	br.Close()
-	if p := firstErr.Load(); p != nil {
-		b.Fatalf("Ack: %v", *p)
-	}
-	if got := win.acked.Load(); got != published {
-		b.Fatalf("acked %d of %d messages", got, published)
-	}
-	checkNoGoroutines(b, before)
-}
-
-func benchPublishConsumeChan(b *testing.B, receivers int) {
-	before := runtime.NumGoroutine()
-	ch := make(chan *warren.Message, pcaWindow)
-	var (
-		received atomic.Int64
-		wg       sync.WaitGroup
-	)
-	for range receivers {
-		wg.Go(func() {
-			n := 0
-			for m := range ch {
-				n += len(m.Body) // touch the message, as a consumer would
-			}
-			received.Add(int64(n / len(benchBody)))
-		})
-	}
-	b.ReportAllocs()
-	var sent int64
-	for b.Loop() {
-		ch <- &warren.Message{Body: benchBody}
-		sent++
-	}
-	drainStart := time.Now()
-	close(ch)
-	wg.Wait()
-	total := b.Elapsed() + time.Since(drainStart)
-	b.ReportMetric(float64(sent)/total.Seconds(), "msgs/s")
-	if got := received.Load(); got != sent {
-		b.Fatalf("received %d of %d messages", got, sent)
-	}
-	checkNoGoroutines(b, before)
 }
 
 // Sizes of BenchmarkRequeue10kInto1M.
@@ -332,8 +130,8 @@ func BenchmarkRequeue10kInto1M(b *testing.B) {
 
 func benchRequeue(b *testing.B, mode string) {
 	before := runtime.NumGoroutine()
-	br := newBenchBroker(b)
-	q := declareBench(b, br, "deep")
+	br := newBroker(b)
+	q := declare(b, br, "deep")
 	bg := context.Background()
 	for i := range requeueDepth {
 		// MessageID identifies the message for the order checks; only in the setup.
@@ -499,13 +297,13 @@ func BenchmarkTopicRouting10kBindings(b *testing.B) {
 
 func benchTopic(b *testing.B, matches int) {
 	before := runtime.NumGoroutine()
-	br := newBenchBroker(b)
+	br := newBroker(b)
 	if _, err := br.DeclareExchange(topicExchange, warren.ExchangeTopic); err != nil {
 		b.Fatal(err)
 	}
 	qs := make([]*warren.Queue, topicQueues)
 	for i := range qs {
-		qs[i] = declareBench(b, br, "t."+strconv.Itoa(i))
+		qs[i] = declare(b, br, "t."+strconv.Itoa(i))
 	}
 	for i := range topicBindings {
 		p, qi := topicBinding(i)
@@ -680,9 +478,6 @@ func benchTopicLinear(b *testing.B) {
 	}
 }
 
-// getDepth is how many messages BenchmarkGetAck puts in the queue each time it runs empty.
-const getDepth = 1 << 16
-
 // BenchmarkGetAck: Queue.Get then Delivery.Ack, one message per op, on a queue pre-filled with
 // 65536 messages. When the queue runs empty it is refilled by publishing 65536 messages inside
 // the timed loop, so ns/op and allocs/op include the refill, amortised (about one Publish per
@@ -702,33 +497,10 @@ func BenchmarkGetAck(b *testing.B) {
 	b.Run("chan", benchGetChan)
 }
 
-// loopGetSettle is the timed loop of the Get benchmarks: Get one message and settle it; when the
-// queue runs empty it is refilled, and the refill is timed apart (see reportRefill).
-func loopGetSettle(b *testing.B, ctx context.Context, q *warren.Queue, refill func(), settle func(*warren.Delivery) error) {
-	var refillTime time.Duration
-	b.ReportAllocs()
-	for b.Loop() {
-		d, err := q.Get(ctx)
-		if err == warren.ErrEmpty {
-			start := time.Now()
-			refill()
-			refillTime += time.Since(start)
-			d, err = q.Get(ctx)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := settle(d); err != nil {
-			b.Fatal(err)
-		}
-	}
-	reportRefill(b, refillTime)
-}
-
 func benchGetAck(b *testing.B, ctx context.Context) {
 	before := runtime.NumGoroutine()
-	br := newBenchBroker(b)
-	q := declareBench(b, br, "get")
+	br := newBroker(b)
+	q := declare(b, br, "get")
 	refill := func() {
 		for range getDepth {
 			if err := br.Publish(ctx, "", "get", warren.Message{Body: benchBody}); err != nil {
@@ -769,13 +541,6 @@ func benchGetChan(b *testing.B) {
 	reportRefill(b, refillTime)
 }
 
-func reportRefill(b *testing.B, refill time.Duration) {
-	total := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-	r := float64(refill.Nanoseconds()) / float64(b.N)
-	b.ReportMetric(r, "refill-ns/op")
-	b.ReportMetric(total-r, "getack-ns/op")
-}
-
 // BenchmarkRoundTrip is the whole path of one message on one goroutine: publish through the
 // default exchange to a queue with one consumer (prefetch 256), receive the delivery, ack it.
 // With no second goroutine there is no scheduling, lock hand-off or wake-up in it: ns/op is the
@@ -784,8 +549,8 @@ func reportRefill(b *testing.B, refill time.Duration) {
 // chan: a send and a receive on a buffered channel of *Message, each message allocated.
 func BenchmarkRoundTrip(b *testing.B) {
 	b.Run("warren", func(b *testing.B) {
-		br := newBenchBroker(b)
-		q := declareBench(b, br, "bench")
+		br := newBroker(b)
+		q := declare(b, br, "bench")
 		ctx := context.Background()
 		c, err := q.Consume(ctx, warren.Prefetch(256))
 		if err != nil {

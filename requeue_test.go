@@ -2,9 +2,6 @@ package warren_test
 
 import (
 	"context"
-	"fmt"
-	"math"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,87 +11,14 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// newBroker returns a broker closed when the test ends.
-func newBroker(t *testing.T) *warren.Broker {
-	t.Helper()
-	b := warren.New()
-	t.Cleanup(func() { b.Close() })
-	return b
-}
+// Tests of returns (requeue.go): whatever returns deliveries — a nack, a context's end, Cancel
+// and its context, NackUpTo, Recover — they go back to their places, redelivered; every return
+// counts towards the delivery limit; DeliverAfter hides a message until its delay has passed.
+// NackWithDelay is in delivery_test.go.
 
-// declare declares a queue and fails the test on error.
-func declare(t *testing.T, b *warren.Broker, name string, opts ...warren.QueueOption) *warren.Queue {
-	t.Helper()
-	q, err := b.DeclareQueue(name, opts...)
-	require.NoError(t, err)
-	return q
-}
-
-// deleteQueue deletes a queue, fails the test on error, and returns how many ready messages went
-// with it.
-func deleteQueue(t testing.TB, b *warren.Broker, name string, opts ...warren.CallOption) int {
-	t.Helper()
-	n, err := b.DeleteQueue(name, opts...)
-	require.NoError(t, err)
-	return n
-}
-
-// publishN publishes bodies "0".."n-1" to q through the default exchange.
-func publishN(t *testing.T, b *warren.Broker, q *warren.Queue, n int) {
-	t.Helper()
-	for i := range n {
-		require.NoError(t, b.Publish(t.Context(), "", q.Name(), warren.Message{Body: fmt.Append(nil, i)}))
-	}
-}
-
-// receive takes n deliveries from c, failing if fewer are buffered.
-func receive(t *testing.T, c *warren.Consumer, n int) []*warren.Delivery {
-	t.Helper()
-	out := make([]*warren.Delivery, 0, n)
-	for range n {
-		select {
-		case d, ok := <-c.Deliveries():
-			require.True(t, ok, "Deliveries closed after %d of %d", len(out), n)
-			out = append(out, d)
-		default:
-			t.Fatalf("only %d of %d deliveries buffered", len(out), n)
-		}
-	}
-	return out
-}
-
-// picture renders deliveries as "0* 1* 2* 3 4": the body, starred when redelivered.
-func picture(ds []*warren.Delivery) string {
-	var s []string
-	for _, d := range ds {
-		p := string(d.Message.Body)
-		if d.Redelivered {
-			p += "*"
-		}
-		s = append(s, p)
-	}
-	return strings.Join(s, " ")
-}
-
-// drain consumes everything ready in q with a fresh consumer and acks it, returning the picture.
-func drain(t *testing.T, q *warren.Queue) string {
-	t.Helper()
-	n := q.Len()
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	c, err := q.Consume(ctx, warren.Prefetch(n+1))
-	require.NoError(t, err)
-	ds := receive(t, c, n)
-	for _, d := range ds {
-		require.NoError(t, d.Ack())
-	}
-	return picture(ds)
-}
-
-// TestSeedPicture is the acceptance picture: publish 0..4; a consumer takes 0,1,2 without
-// acking; whatever returns them, the queue is 0* 1* 2* 3 4 and a new consumer receives exactly
-// that.
-func TestSeedPicture(t *testing.T) {
+// TestReturnedMessagesKeepTheirPlaces: publish 0..4; a consumer takes 0,1,2 without acking;
+// whatever returns them, the queue is 0* 1* 2* 3 4 and a new consumer receives exactly that.
+func TestReturnedMessagesKeepTheirPlaces(t *testing.T) {
 	cases := []struct {
 		name   string
 		settle func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery)
@@ -149,9 +73,10 @@ func TestSeedPicture(t *testing.T) {
 	}
 }
 
-// TestSeedPictureInterleaved: two consumers take alternate messages; both contexts end in either
-// order; the queue is back in publication order with exactly the taken ones redelivered.
-func TestSeedPictureInterleaved(t *testing.T) {
+// TestReturnedMessagesKeepTheirPlacesInterleaved: two consumers take alternate messages; both
+// contexts end in either order; the queue is back in publication order with exactly the taken
+// ones redelivered.
+func TestReturnedMessagesKeepTheirPlacesInterleaved(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "work")
@@ -174,51 +99,6 @@ func TestSeedPictureInterleaved(t *testing.T) {
 	})
 }
 
-// TestNackWithDelay: with delivery limit 2, a message nacked with a 30 s delay is redelivered
-// 30 s later each time, and its third return dead-letters it (R1.10).
-func TestNackWithDelay(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		main, dead := deadTopology(t, b, warren.DeliveryLimit(2))
-		c, err := main.Consume(t.Context(), warren.Prefetch(1))
-		require.NoError(t, err)
-		start := time.Now()
-		publishN(t, b, main, 1)
-		var at []time.Duration
-		for range 3 {
-			d := <-c.Deliveries()
-			at = append(at, time.Since(start))
-			require.NoError(t, d.NackWithDelay(30*time.Second))
-			require.Equal(t, 0, main.Len(), "hidden while delayed")
-		}
-		require.Equal(t, []time.Duration{0, 30 * time.Second, 60 * time.Second}, at)
-		ds := getAll(t, dead)
-		require.Equal(t, "0", bodies(ds))
-		require.Equal(t, "delivery_limit", xDeath(t, ds[0])[0]["reason"])
-	})
-}
-
-// TestNackWithDelayKeepsPosition: when the delay has passed the message is back at its original
-// position, ahead of what was published after it.
-func TestNackWithDelayKeepsPosition(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		q := declare(t, b, "q")
-		publishN(t, b, q, 3)
-		d, err := q.Get(t.Context())
-		require.NoError(t, err)
-		require.NoError(t, d.NackWithDelay(10*time.Second))
-		require.ErrorIs(t, d.Ack(), warren.ErrAlreadySettled)
-		next, err := q.Get(t.Context(), warren.AutoAck())
-		require.NoError(t, err)
-		require.Equal(t, "1", string(next.Message.Body), "0 is hidden; 1 is next")
-		publishN(t, b, q, 1) // "0" again, a new message behind 2
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
-		require.Equal(t, "0* 2 0", picture(getAll(t, q)))
-	})
-}
-
 // TestDeliverAfter: a delayed publish is hidden until its delay passes, then delivered in its
 // place.
 func TestDeliverAfter(t *testing.T) {
@@ -238,38 +118,62 @@ func TestDeliverAfter(t *testing.T) {
 	})
 }
 
-// TestNackWithHugeDelay: a message nacked with a huge delay stays hidden practically forever,
-// without overflowing its due time and so freezing the queue's timer: a DeliverAfter(10 ms)
-// published after it is delivered at 10 ms.
-func TestNackWithHugeDelay(t *testing.T) {
-	for _, delay := range []time.Duration{math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - time.Microsecond, 1 << 62} {
-		t.Run(fmt.Sprint(delay), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				q := declare(t, b, "q")
-				publishN(t, b, q, 1)
-				time.Sleep(time.Millisecond) // the queue's clock away from its start
-				d, err := q.Get(t.Context())
-				require.NoError(t, err)
-				require.NoError(t, d.NackWithDelay(delay))
-				c, err := q.Consume(t.Context(), warren.Prefetch(10))
-				require.NoError(t, err)
-				start := time.Now()
-				require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("soon")}, warren.DeliverAfter(10*time.Millisecond)))
+// TestDeliveryLimit: with limit 2 a message is delivered at most 3 times; its third return
+// dead-letters it with reason delivery_limit (R1.10: the count after the return must exceed the
+// limit). Every return counts: nack, context end.
+func TestDeliveryLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		main, dead := deadTopology(t, b, warren.DeliveryLimit(2))
+		publishN(t, b, main, 1)
 
-				time.Sleep(10*time.Millisecond - time.Nanosecond)
-				synctest.Wait()
-				require.Empty(t, c.Deliveries(), "1 ns before the delay passed")
-				time.Sleep(time.Nanosecond)
-				synctest.Wait()
-				require.Len(t, c.Deliveries(), 1, "NackWithDelay(%v) then DeliverAfter(10ms): nothing delivered at %v", delay, time.Since(start))
-				require.Equal(t, "soon", string((<-c.Deliveries()).Message.Body))
+		d, err := main.Get(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, 0, d.DeliveryCount)
+		require.NoError(t, d.Nack()) // return 1
 
-				time.Sleep(time.Hour)
-				synctest.Wait()
-				require.Empty(t, c.Deliveries(), "NackWithDelay(%v) delivered within an hour", delay)
-				require.Equal(t, 1, q.Stats().Delayed)
-			})
+		ctx, cancel := context.WithCancel(t.Context())
+		d, err = main.Get(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, d.DeliveryCount)
+		cancel() // return 2
+		synctest.Wait()
+
+		d, err = main.Get(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, 2, d.DeliveryCount)
+		require.NoError(t, d.Nack()) // return 3: over the limit
+		require.Equal(t, 0, main.Len())
+		ds := getAll(t, dead)
+		require.Equal(t, "0", bodies(ds))
+		require.Equal(t, "delivery_limit", xDeath(t, ds[0])[0]["reason"])
+	})
+}
+
+// TestGetContextEndOrder: when a context that owns several Get deliveries ends, all of them go
+// back before anything is dispatched, so a consumer with credit receives the head of the queue
+// (0*) and 1* stays ready. (A regression test: each delivery used to return and dispatch through
+// its own AfterFunc goroutine, so the consumer got whichever the scheduler ran first, about 7
+// runs in 8 1*; hence the repetition.)
+func TestGetContextEndOrder(t *testing.T) {
+	for i := range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			b := newBroker(t)
+			q := declare(t, b, "q")
+			publishN(t, b, q, 2)
+			gctx, gcancel := context.WithCancel(t.Context())
+			for range 2 {
+				_, err := q.Get(gctx)
+				require.NoError(t, err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			c, err := q.Consume(ctx, warren.Prefetch(1))
+			require.NoError(t, err)
+			gcancel() // both Gets return; the consumer has credit for one
+			synctest.Wait()
+			require.Equal(t, "0*", picture(receive(t, c, 1)), "run %d: the consumer's delivery after the Get context ended", i)
+			require.Equal(t, "1*", drain(t, q), "run %d: ready after", i)
 		})
 	}
 }

@@ -1,16 +1,12 @@
 package warren_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -32,15 +28,15 @@ import (
 // synctest bubble, which also fails the test if Serve leaves a goroutine behind; the stress
 // test runs real concurrency and checks for leaks with goleak.
 
-// srvRun is a Serve running on its own goroutine.
-type srvRun struct {
+// serveRun is a Serve running on its own goroutine.
+type serveRun struct {
 	done chan struct{}
 	err  error
 }
 
-// srvStart runs q.Serve(ctx, h, opts...) on a goroutine of its own.
-func srvStart(ctx context.Context, q *warren.Queue, h warren.Handler, opts ...warren.ServeOption) *srvRun {
-	r := &srvRun{done: make(chan struct{})}
+// startServe runs q.Serve(ctx, h, opts...) on a goroutine of its own.
+func startServe(ctx context.Context, q *warren.Queue, h warren.Handler, opts ...warren.ServeOption) *serveRun {
+	r := &serveRun{done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		r.err = q.Serve(ctx, h, opts...)
@@ -49,76 +45,30 @@ func srvStart(ctx context.Context, q *warren.Queue, h warren.Handler, opts ...wa
 }
 
 // returned reports whether Serve has returned, without waiting.
-func (r *srvRun) returned() bool {
-	select {
-	case <-r.done:
-		return true
-	default:
-		return false
-	}
-}
+func (r *serveRun) returned() bool { return isClosed(r.done) }
 
 // wait waits for Serve to return and returns its result.
-func (r *srvRun) wait() error {
+func (r *serveRun) wait() error {
 	<-r.done
 	return r.err
 }
 
-// srvBroker returns a broker made with opts, closed when the test ends.
-func srvBroker(t *testing.T, opts ...warren.BrokerOption) *warren.Broker {
-	t.Helper()
-	b := warren.New(opts...)
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
-// srvTopology declares queue "dlq" and queue "main" dead-lettering to it through the default
+// dlqTopology declares queue "dlq" and queue "main" dead-lettering to it through the default
 // exchange (DeadLetter("", "dlq")), with opts.
-func srvTopology(t *testing.T, b *warren.Broker, opts ...warren.QueueOption) (main, dlq *warren.Queue) {
+func dlqTopology(t *testing.T, b *warren.Broker, opts ...warren.QueueOption) (main, dlq *warren.Queue) {
 	t.Helper()
 	dlq = declare(t, b, "dlq")
 	main = declare(t, b, "main", append([]warren.QueueOption{warren.DeadLetter("", "dlq")}, opts...)...)
 	return main, dlq
 }
 
-// srvLog is a log destination safe for concurrent writes, for a JSON slog handler.
-type srvLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *srvLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// records returns the log records with message msg.
-func (l *srvLog) records(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(l.buf.Bytes()))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var r map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &r), "%s", sc.Bytes())
-		if r["msg"] == msg {
-			out = append(out, r)
-		}
-	}
-	require.NoError(t, sc.Err())
-	return out
-}
-
-// srvEvents records the events a broker tells its listeners.
-type srvEvents struct {
+// panicEvents records the events a broker tells its listeners.
+type panicEvents struct {
 	mu   sync.Mutex
 	list []warren.Event
 }
 
-func (e *srvEvents) add(ev warren.Event) {
+func (e *panicEvents) add(ev warren.Event) {
 	if ev.Kind != warren.EventHandlerPanicked {
 		return // the panic events are what these tests count
 	}
@@ -127,31 +77,31 @@ func (e *srvEvents) add(ev warren.Event) {
 	e.list = append(e.list, ev)
 }
 
-func (e *srvEvents) all() []warren.Event {
+func (e *panicEvents) all() []warren.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return slices.Clone(e.list)
 }
 
-// srvTrace records what handlers saw, as "body/deliverycount" strings.
-type srvTrace struct {
+// handlerTrace records what handlers saw, as "body/deliverycount" strings.
+type handlerTrace struct {
 	mu   sync.Mutex
 	list []string
 }
 
-func (r *srvTrace) add(d *warren.Delivery) {
+func (r *handlerTrace) add(d *warren.Delivery) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.list = append(r.list, fmt.Sprintf("%s/%d", d.Message.Body, d.DeliveryCount))
 }
 
-func (r *srvTrace) get() []string {
+func (r *handlerTrace) get() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.list)
 }
 
-func srvID(t *testing.T, d *warren.Delivery) int {
+func bodyID(t *testing.T, d *warren.Delivery) int {
 	id, err := strconv.Atoi(string(d.Message.Body))
 	if err != nil {
 		t.Errorf("body %q: %v", d.Message.Body, err)
@@ -165,15 +115,15 @@ func srvID(t *testing.T, d *warren.Delivery) int {
 // reported to listeners.
 func TestServePanicIsRetriedThenDeadLettered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var logs srvLog
-		b := srvBroker(t, warren.WithLogger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
-		var events srvEvents
+		var logs logBuffer
+		b := newBroker(t, warren.WithLogger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+		var events panicEvents
 		stop := b.Listen(events.add)
 		defer stop()
-		main, dlq := srvTopology(t, b, warren.DeliveryLimit(2))
+		main, dlq := dlqTopology(t, b, warren.DeliveryLimit(2))
 		publishN(t, b, main, 5)
 
-		var seen srvTrace
+		var seen handlerTrace
 		h := func(ctx context.Context, d *warren.Delivery) error {
 			seen.add(d)
 			if string(d.Message.Body) == "2" {
@@ -183,7 +133,7 @@ func TestServePanicIsRetriedThenDeadLettered(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		run := srvStart(ctx, main, h, warren.ConsumerTag("svc"))
+		run := startServe(ctx, main, h, warren.ConsumerTag("svc"))
 		synctest.Wait()
 
 		require.False(t, run.returned(), "Serve survives the handler's panics: %v", run.err)
@@ -235,12 +185,12 @@ func TestServePanicIsRetriedThenDeadLettered(t *testing.T) {
 func TestServePanicWithErrorValue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		var events srvEvents
+		var events panicEvents
 		defer b.Listen(events.add)()
 		q := declare(t, b, "q")
 		publishN(t, b, q, 1)
 		boom := errors.New("boom")
-		var seen srvTrace
+		var seen handlerTrace
 		h := func(ctx context.Context, d *warren.Delivery) error {
 			seen.add(d)
 			if d.DeliveryCount < 3 {
@@ -249,7 +199,7 @@ func TestServePanicWithErrorValue(t *testing.T) {
 			return nil
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, h)
+		run := startServe(ctx, q, h)
 		synctest.Wait()
 		require.Equal(t, []string{"0/0", "0/1", "0/2", "0/3"}, seen.get())
 		require.Equal(t, 0, q.Len()+q.Unacked(), "acked at the fourth attempt")
@@ -287,13 +237,13 @@ func TestServeGracefulDrain(t *testing.T) {
 			mu.Lock()
 			ctxErrs[body] = ctx.Err()
 			mu.Unlock()
-			if srvID(t, d)%2 == 1 {
+			if bodyID(t, d)%2 == 1 {
 				return errors.New("odd ones fail")
 			}
 			return nil
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, h, warren.Workers(4), warren.Prefetch(8))
+		run := startServe(ctx, q, h, warren.Workers(4), warren.Prefetch(8))
 		synctest.Wait()
 		mu.Lock()
 		require.ElementsMatch(t, []string{"0", "1", "2", "3"}, started)
@@ -355,7 +305,7 @@ func TestServeDrainAccountsForEveryMessage(t *testing.T) {
 		)
 		start := time.Now()
 		h := func(ctx context.Context, d *warren.Delivery) error {
-			c := call{id: srvID(t, d), count: d.DeliveryCount, redelivered: d.Redelivered, start: time.Since(start)}
+			c := call{id: bodyID(t, d), count: d.DeliveryCount, redelivered: d.Redelivered, start: time.Since(start)}
 			time.Sleep(time.Duration(c.id%7+1) * 100 * time.Millisecond)
 			c.end = time.Since(start)
 			c.ctxDone = ctx.Err() != nil
@@ -369,7 +319,7 @@ func TestServeDrainAccountsForEveryMessage(t *testing.T) {
 			return nil
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, h, warren.Workers(workers), warren.Prefetch(prefetch))
+		run := startServe(ctx, q, h, warren.Workers(workers), warren.Prefetch(prefetch))
 		time.Sleep(cancelAt)
 		require.Equal(t, prefetch, q.Unacked(), "workers busy, the rest of the prefetch buffered")
 		cancel()
@@ -408,7 +358,7 @@ func TestServeDrainAccountsForEveryMessage(t *testing.T) {
 		inQueue := make([]int, n)
 		var order []int
 		for _, d := range rest {
-			id := srvID(t, d)
+			id := bodyID(t, d)
 			inQueue[id]++
 			order = append(order, id)
 			k := len(perID[id])
@@ -444,7 +394,7 @@ func TestServeHandlerGoexitFailsDeliveryAndKeepsPool(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
 		publishN(t, b, q, 3)
-		var seen srvTrace
+		var seen handlerTrace
 		h := func(ctx context.Context, d *warren.Delivery) error {
 			seen.add(d)
 			if string(d.Message.Body) == "0" && d.DeliveryCount == 0 {
@@ -453,7 +403,7 @@ func TestServeHandlerGoexitFailsDeliveryAndKeepsPool(t *testing.T) {
 			return nil
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, h, warren.Workers(1))
+		run := startServe(ctx, q, h, warren.Workers(1))
 		synctest.Wait()
 		require.Equal(t, 0, q.Unacked(), "nothing left outstanding")
 		require.Equal(t, 0, q.Len(), "everything handled by the replacement worker")
@@ -471,7 +421,7 @@ func TestServeErrorNacksInPlace(t *testing.T) {
 		q := declare(t, b, "q")
 		publishN(t, b, q, 4)
 		var (
-			seen        srvTrace
+			seen        handlerTrace
 			mu          sync.Mutex
 			redelivered []bool
 		)
@@ -488,7 +438,7 @@ func TestServeErrorNacksInPlace(t *testing.T) {
 			return nil
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, h)
+		run := startServe(ctx, q, h)
 		synctest.Wait()
 		require.Equal(t, []string{"0/0", "1/0", "1/1", "2/0", "3/0"}, seen.get())
 		mu.Lock()
@@ -522,7 +472,7 @@ func TestServeErrorReturnsMessageToItsPlace(t *testing.T) {
 			return errors.New("transient")
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, h, warren.Workers(1), warren.Prefetch(3))
+		run := startServe(ctx, q, h, warren.Workers(1), warren.Prefetch(3))
 		synctest.Wait()
 		cancel()
 		synctest.Wait()
@@ -537,9 +487,9 @@ func TestServeErrorReturnsMessageToItsPlace(t *testing.T) {
 func TestServePermanentRejects(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		main, dlq := srvTopology(t, b, warren.DeliveryLimit(5))
+		main, dlq := dlqTopology(t, b, warren.DeliveryLimit(5))
 		publishN(t, b, main, 5)
-		var seen srvTrace
+		var seen handlerTrace
 		h := func(ctx context.Context, d *warren.Delivery) error {
 			seen.add(d)
 			switch string(d.Message.Body) {
@@ -551,7 +501,7 @@ func TestServePermanentRejects(t *testing.T) {
 			return nil
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, main, h, warren.Workers(2))
+		run := startServe(ctx, main, h, warren.Workers(2))
 		synctest.Wait()
 		got := seen.get()
 		slices.Sort(got)
@@ -586,7 +536,7 @@ func TestServePermanentWithoutDeadLetterDrops(t *testing.T) {
 			return warren.Permanent(errors.New("no"))
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, h)
+		run := startServe(ctx, q, h)
 		synctest.Wait()
 		require.Equal(t, int32(3), calls.Load())
 		require.Equal(t, 0, q.Len()+q.Unacked())
@@ -601,7 +551,7 @@ func TestServePermanentWithoutDeadLetterDrops(t *testing.T) {
 func TestServeBackoffTiming(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		main, dlq := srvTopology(t, b, warren.DeliveryLimit(5))
+		main, dlq := dlqTopology(t, b, warren.DeliveryLimit(5))
 		start := time.Now()
 		var (
 			mu     sync.Mutex
@@ -621,7 +571,7 @@ func TestServeBackoffTiming(t *testing.T) {
 			return errors.New("downstream unavailable")
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, main, h, warren.Backoff(time.Second, 5*time.Second))
+		run := startServe(ctx, main, h, warren.Backoff(time.Second, 5*time.Second))
 		publishN(t, b, main, 1)
 		synctest.Wait()
 		require.Equal(t, 0, main.Len(), "hidden while it waits")
@@ -671,7 +621,7 @@ func TestServeBackoffKeepsPlace(t *testing.T) {
 			return nil
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, h, warren.Backoff(10*time.Second, time.Minute))
+		run := startServe(ctx, q, h, warren.Backoff(10*time.Second, time.Minute))
 		synctest.Wait() // 0 failed and waits; 1 is in its handler; 2 is ready
 		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("3")}))
 		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("4")}))
@@ -707,7 +657,7 @@ func TestServeBackoffHugeMax(t *testing.T) {
 					require.NoError(t, err)
 					require.NoError(t, d.Nack())
 				}
-				var seen srvTrace
+				var seen handlerTrace
 				h := func(ctx context.Context, d *warren.Delivery) error {
 					seen.add(d)
 					if d.DeliveryCount == 40 {
@@ -716,7 +666,7 @@ func TestServeBackoffHugeMax(t *testing.T) {
 					return nil // acked, so that a wrong delay cannot loop
 				}
 				ctx, cancel := context.WithCancel(t.Context())
-				run := srvStart(ctx, q, h, warren.Backoff(time.Second, tc.max))
+				run := startServe(ctx, q, h, warren.Backoff(time.Second, tc.max))
 				synctest.Wait()
 				time.Sleep(time.Hour)
 				synctest.Wait()
@@ -738,7 +688,7 @@ func TestServeBackoffHugeKeepsTimers(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newBroker(t)
 				q := declare(t, b, "q")
-				var seen srvTrace
+				var seen handlerTrace
 				at := map[string]time.Duration{}
 				var mu sync.Mutex
 				start := time.Now()
@@ -753,7 +703,7 @@ func TestServeBackoffHugeKeepsTimers(t *testing.T) {
 					return nil
 				}
 				ctx, cancel := context.WithCancel(t.Context())
-				run := srvStart(ctx, q, h, warren.Backoff(backoff, backoff))
+				run := startServe(ctx, q, h, warren.Backoff(backoff, backoff))
 				time.Sleep(time.Millisecond) // the queue's clock away from its start
 				require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("fails")}))
 				synctest.Wait()
@@ -805,7 +755,7 @@ func TestServeWorkersBoundConcurrency(t *testing.T) {
 					return nil
 				}
 				ctx, cancel := context.WithCancel(t.Context())
-				run := srvStart(ctx, q, h, tc.opts...)
+				run := startServe(ctx, q, h, tc.opts...)
 				time.Sleep(time.Minute)
 				require.Equal(t, int32(12), done.Load())
 				require.Equal(t, tc.workers, peak.Load(), "peak concurrency")
@@ -841,7 +791,7 @@ func TestServePrefetchDefaultsToWorkers(t *testing.T) {
 					return nil
 				}
 				ctx, cancel := context.WithCancel(t.Context())
-				run := srvStart(ctx, q, h, tc.opts...)
+				run := startServe(ctx, q, h, tc.opts...)
 				synctest.Wait()
 				require.Equal(t, tc.holding, q.Unacked())
 				require.Equal(t, 10-tc.holding, q.Len())
@@ -879,7 +829,7 @@ func TestServeFailsAtOnce(t *testing.T) {
 				b := newBroker(t)
 				q := declare(t, b, "q")
 				publishN(t, b, q, 1)
-				run := srvStart(t.Context(), q, tc.h, tc.opts...)
+				run := startServe(t.Context(), q, tc.h, tc.opts...)
 				synctest.Wait()
 				require.True(t, run.returned(), "Serve must fail at once")
 				require.ErrorIs(t, run.err, tc.want)
@@ -897,7 +847,7 @@ func TestServeFailsAtOnce(t *testing.T) {
 			ctx, cancel := context.WithCancelCause(t.Context())
 			cancel(errors.New("shutting down"))
 			var calls atomic.Int32
-			run := srvStart(ctx, q, func(context.Context, *warren.Delivery) error { calls.Add(1); return nil })
+			run := startServe(ctx, q, func(context.Context, *warren.Delivery) error { calls.Add(1); return nil })
 			synctest.Wait()
 			require.True(t, run.returned())
 			require.ErrorIs(t, run.err, context.Canceled)
@@ -909,7 +859,7 @@ func TestServeFailsAtOnce(t *testing.T) {
 			defer tcancel()
 			time.Sleep(time.Second)
 			synctest.Wait()
-			late := srvStart(tctx, q, ok)
+			late := startServe(tctx, q, ok)
 			synctest.Wait()
 			require.True(t, late.returned())
 			require.ErrorIs(t, late.err, context.DeadlineExceeded)
@@ -920,7 +870,7 @@ func TestServeFailsAtOnce(t *testing.T) {
 			b := newBroker(t)
 			q := declare(t, b, "q")
 			deleteQueue(t, b, "q")
-			run := srvStart(t.Context(), q, ok)
+			run := startServe(t.Context(), q, ok)
 			synctest.Wait()
 			require.True(t, run.returned())
 			require.ErrorIs(t, run.err, warren.ErrNotFound)
@@ -931,7 +881,7 @@ func TestServeFailsAtOnce(t *testing.T) {
 			b := newBroker(t)
 			q := declare(t, b, "q")
 			require.NoError(t, b.Close())
-			run := srvStart(t.Context(), q, ok)
+			run := startServe(t.Context(), q, ok)
 			synctest.Wait()
 			require.True(t, run.returned())
 			require.ErrorIs(t, run.err, warren.ErrClosed)
@@ -950,7 +900,7 @@ func TestServePrefetchZeroIsInvalid(t *testing.T) {
 		require.ErrorIs(t, err, warren.ErrInvalidArgument, "Consume")
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		run := srvStart(ctx, q, func(context.Context, *warren.Delivery) error { return nil }, warren.Workers(2), warren.Prefetch(0))
+		run := startServe(ctx, q, func(context.Context, *warren.Delivery) error { return nil }, warren.Workers(2), warren.Prefetch(0))
 		synctest.Wait()
 		if !run.returned() {
 			consumers := q.ConsumerCount()
@@ -962,9 +912,9 @@ func TestServePrefetchZeroIsInvalid(t *testing.T) {
 	})
 }
 
-// srvBlockUntilDone is a handler that waits for its context to end, reports the cause and
+// blockUntilDone is a handler that waits for its context to end, reports the cause and
 // returns the context's error.
-func srvBlockUntilDone(causes chan<- error) warren.Handler {
+func blockUntilDone(causes chan<- error) warren.Handler {
 	return func(ctx context.Context, d *warren.Delivery) error {
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
@@ -980,7 +930,7 @@ func TestServeQueueDeleted(t *testing.T) {
 		q := declare(t, b, "q")
 		publishN(t, b, q, 3)
 		causes := make(chan error, 3)
-		run := srvStart(t.Context(), q, srvBlockUntilDone(causes), warren.Workers(2))
+		run := startServe(t.Context(), q, blockUntilDone(causes), warren.Workers(2))
 		synctest.Wait()
 		require.Equal(t, 2, q.Unacked())
 		deleteQueue(t, b, "q")
@@ -1002,7 +952,7 @@ func TestServeBrokerClosed(t *testing.T) {
 		q := declare(t, b, "q")
 		publishN(t, b, q, 3)
 		causes := make(chan error, 3)
-		run := srvStart(t.Context(), q, srvBlockUntilDone(causes), warren.Workers(2))
+		run := startServe(t.Context(), q, blockUntilDone(causes), warren.Workers(2))
 		synctest.Wait()
 		require.NoError(t, b.Close())
 		err := run.wait()
@@ -1044,7 +994,7 @@ func TestServeAckTimeout(t *testing.T) {
 					}
 					return nil
 				}
-				run := srvStart(t.Context(), q, h, tc.opts...)
+				run := startServe(t.Context(), q, h, tc.opts...)
 				synctest.Wait()
 				require.Equal(t, 2, q.Unacked(), "0 in the handler, 1 buffered")
 				time.Sleep(30*time.Second - time.Millisecond)
@@ -1077,10 +1027,10 @@ func TestServeAckTimeout(t *testing.T) {
 func TestServeHandlerSettlesItself(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
-		main, dlq := srvTopology(t, b)
+		main, dlq := dlqTopology(t, b)
 		publishN(t, b, main, 4)
 		var (
-			seen srvTrace
+			seen handlerTrace
 			errs []error
 			mu   sync.Mutex
 		)
@@ -1105,7 +1055,7 @@ func TestServeHandlerSettlesItself(t *testing.T) {
 			return result
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, main, h)
+		run := startServe(ctx, main, h)
 		synctest.Wait()
 		require.Equal(t, []string{"0/0", "1/0", "2/0", "2/1", "3/0"}, seen.get())
 		mu.Lock()
@@ -1132,7 +1082,7 @@ func TestServeSelector(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
 		publishN(t, b, q, 10)
-		var seen srvTrace
+		var seen handlerTrace
 		h := func(ctx context.Context, d *warren.Delivery) error {
 			seen.add(d)
 			return nil
@@ -1142,7 +1092,7 @@ func TestServeSelector(t *testing.T) {
 			return err == nil && n%2 == 0
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, h, warren.Selector(even))
+		run := startServe(ctx, q, h, warren.Selector(even))
 		synctest.Wait()
 		require.Equal(t, []string{"0/0", "2/0", "4/0", "6/0", "8/0"}, seen.get())
 		require.Equal(t, 5, q.Len())
@@ -1169,7 +1119,7 @@ func TestServeConsumerTag(t *testing.T) {
 			return nil
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, h, warren.ConsumerTag("svc"))
+		run := startServe(ctx, q, h, warren.ConsumerTag("svc"))
 		synctest.Wait()
 		mu.Lock()
 		require.Equal(t, []string{"svc", "svc"}, tags)
@@ -1177,7 +1127,7 @@ func TestServeConsumerTag(t *testing.T) {
 		require.Equal(t, 1, q.ConsumerCount())
 		_, err := q.Consume(t.Context(), warren.ConsumerTag("svc"))
 		require.ErrorIs(t, err, warren.ErrPreconditionFailed)
-		again := srvStart(t.Context(), q, h, warren.ConsumerTag("svc"))
+		again := startServe(t.Context(), q, h, warren.ConsumerTag("svc"))
 		synctest.Wait()
 		require.True(t, again.returned())
 		require.ErrorIs(t, again.err, warren.ErrPreconditionFailed)
@@ -1211,9 +1161,9 @@ func TestServeConsumerPriority(t *testing.T) {
 			}
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		low := srvStart(ctx, q, handler("low"))
+		low := startServe(ctx, q, handler("low"))
 		synctest.Wait()
-		high := srvStart(ctx, q, handler("high"), warren.Workers(2), warren.ConsumerPriority(10))
+		high := startServe(ctx, q, handler("high"), warren.Workers(2), warren.ConsumerPriority(10))
 		synctest.Wait()
 		require.Equal(t, 2, q.ConsumerCount())
 		publishN(t, b, q, 4)
@@ -1238,11 +1188,11 @@ func TestServeExclusiveConsumer(t *testing.T) {
 		q := declare(t, b, "q")
 		ok := func(context.Context, *warren.Delivery) error { return nil }
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, ok, warren.Exclusive())
+		run := startServe(ctx, q, ok, warren.Exclusive())
 		synctest.Wait()
 		_, err := q.Consume(t.Context())
 		require.ErrorIs(t, err, warren.ErrAccessRefused)
-		other := srvStart(t.Context(), q, ok)
+		other := startServe(t.Context(), q, ok)
 		synctest.Wait()
 		require.True(t, other.returned())
 		require.ErrorIs(t, other.err, warren.ErrAccessRefused)
@@ -1251,7 +1201,7 @@ func TestServeExclusiveConsumer(t *testing.T) {
 
 		c, err := q.Consume(t.Context())
 		require.NoError(t, err)
-		refused := srvStart(t.Context(), q, ok, warren.Exclusive())
+		refused := startServe(t.Context(), q, ok, warren.Exclusive())
 		synctest.Wait()
 		require.True(t, refused.returned())
 		require.ErrorIs(t, refused.err, warren.ErrAccessRefused)
@@ -1267,7 +1217,7 @@ func TestServeExclusiveQueue(t *testing.T) {
 		owner, endOwner := context.WithCancel(t.Context())
 		q := declare(t, b, "ex", warren.ExclusiveTo(owner))
 		publishN(t, b, q, 4)
-		var seen srvTrace
+		var seen handlerTrace
 		h := func(ctx context.Context, d *warren.Delivery) error {
 			seen.add(d)
 			return nil
@@ -1276,7 +1226,7 @@ func TestServeExclusiveQueue(t *testing.T) {
 		derived, cancelDerived := context.WithCancel(owner)
 		defer cancelDerived()
 		for name, ctx := range map[string]context.Context{"another context": t.Context(), "a cancellable child of the owner": derived} {
-			run := srvStart(ctx, q, h)
+			run := startServe(ctx, q, h)
 			synctest.Wait()
 			require.True(t, run.returned(), name)
 			require.ErrorIs(t, run.err, warren.ErrResourceLocked, name)
@@ -1286,8 +1236,8 @@ func TestServeExclusiveQueue(t *testing.T) {
 		require.Empty(t, seen.get())
 
 		type key struct{}
-		run := srvStart(owner, q, h)
-		run2 := srvStart(context.WithValue(owner, key{}, 1), q, h)
+		run := startServe(owner, q, h)
+		run2 := startServe(context.WithValue(owner, key{}, 1), q, h)
 		synctest.Wait()
 		require.False(t, run.returned())
 		require.False(t, run2.returned())
@@ -1304,19 +1254,6 @@ func TestServeExclusiveQueue(t *testing.T) {
 	})
 }
 
-// srvSeed returns the seed of TestServeStress: $WARREN_SERVE_SEED, else from the clock.
-func srvSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("WARREN_SERVE_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "WARREN_SERVE_SEED")
-		seed = v
-	}
-	t.Logf("seed %d (rerun with WARREN_SERVE_SEED=%d)", seed, seed)
-	return seed
-}
-
 // TestServeStress: 8 workers with real concurrency randomly ack, fail, panic or fail
 // permanently, each attempt's outcome a function of the seed, the message and its delivery
 // count, while publishers run; a second Serve drains the dead-letter queue. Every message is
@@ -1328,7 +1265,7 @@ func TestServeStress(t *testing.T) {
 		n = 5_000
 	}
 	const limit = 2
-	seed := srvSeed(t)
+	seed := testSeed(t, "WARREN_SERVE_SEED")
 	leak := goleak.IgnoreCurrent()
 
 	const (
@@ -1456,8 +1393,8 @@ func TestServeStress(t *testing.T) {
 	t.Logf("%d messages, 8 workers, prefetch %d", n, prefetch)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	mainRun := srvStart(ctx, main, work, warren.Workers(8), warren.Prefetch(prefetch))
-	dlqRun := srvStart(ctx, dlq, collect, warren.Workers(2))
+	mainRun := startServe(ctx, main, work, warren.Workers(8), warren.Prefetch(prefetch))
+	dlqRun := startServe(ctx, dlq, collect, warren.Workers(2))
 
 	const publishers = 4
 	var pubs sync.WaitGroup
@@ -1539,7 +1476,7 @@ func TestServePanicWithPermanentError(t *testing.T) {
 		defer stop()
 		bad := fmt.Errorf("corrupt input: %w", warren.ErrPermanent)
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, func(context.Context, *warren.Delivery) error { panic(bad) })
+		run := startServe(ctx, q, func(context.Context, *warren.Delivery) error { panic(bad) })
 		synctest.Wait()
 		cancel()
 		require.NoError(t, run.wait())
@@ -1573,11 +1510,11 @@ func TestServeStopMeansStop(t *testing.T) {
 			for round := range 20 { // the old bug lost a race most of the time, not always
 				synctest.Test(t, func(t *testing.T) {
 					b := newBroker(t)
-					q, dlq := srvTopology(t, b, tc.qopts...)
+					q, dlq := dlqTopology(t, b, tc.qopts...)
 					publishN(t, b, q, 2)
 					var calls, lateCalls atomic.Int32
 					ctx, cancel := context.WithCancel(t.Context())
-					run := srvStart(ctx, q, func(hctx context.Context, d *warren.Delivery) error {
+					run := startServe(ctx, q, func(hctx context.Context, d *warren.Delivery) error {
 						calls.Add(1)
 						if ctx.Err() != nil {
 							lateCalls.Add(1)
@@ -1624,7 +1561,7 @@ func TestServeGracePeriod(t *testing.T) {
 		seen := map[string]error{} // body → the handler context's error when it returned
 		ctx, cancel := context.WithCancel(t.Context())
 		start := time.Now()
-		run := srvStart(ctx, q, func(hctx context.Context, d *warren.Delivery) error {
+		run := startServe(ctx, q, func(hctx context.Context, d *warren.Delivery) error {
 			var err error
 			switch string(d.Message.Body) {
 			case "0":
@@ -1692,7 +1629,7 @@ func TestServeAutoDeleteQueueOutlivesHandlers(t *testing.T) {
 		publishN(t, b, q, 3)
 		gate := make(chan struct{})
 		ctx, cancel := context.WithCancel(t.Context())
-		run := srvStart(ctx, q, func(_ context.Context, d *warren.Delivery) error {
+		run := startServe(ctx, q, func(_ context.Context, d *warren.Delivery) error {
 			<-gate
 			if string(d.Message.Body) == "1" {
 				return errors.New("fails")
@@ -1702,12 +1639,12 @@ func TestServeAutoDeleteQueueOutlivesHandlers(t *testing.T) {
 		synctest.Wait()
 		cancel()
 		synctest.Wait()
-		require.True(t, cfExists(t, b, "tmp"), "the handlers are still running")
+		require.True(t, queueExists(t, b, "tmp"), "the handlers are still running")
 		close(gate)
 		require.NoError(t, run.wait())
 		st := q.Stats()
 		require.Equal(t, uint64(1), st.Acked, "the handler's ack was applied")
 		require.Equal(t, uint64(1), st.Nacked, "the failure went back")
-		require.False(t, cfExists(t, b, "tmp"), "deleted once its handlers were done")
+		require.False(t, queueExists(t, b, "tmp"), "deleted once its handlers were done")
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"github.com/warrenmq/warren"
 )
 
+// Benchmarks of observability (events.go, stats.go): what listeners and Stats snapshots cost.
+
 // BenchmarkListeners is publish+consume+ack with no listener, and with two: what the event
 // stream costs. With none, each event site is one atomic load; with two, every message makes
 // four events (published, enqueued, delivered, acked), each built, queued through the queue's
@@ -22,12 +24,12 @@ func BenchmarkListeners(b *testing.B) {
 // BenchmarkStats is the cost of a snapshot, the call a metrics scrape makes per queue: of a
 // queue with a backlog, and of a broker of 100 such queues.
 func BenchmarkStats(b *testing.B) {
-	br := newBenchBroker(b)
-	q := declareBench(b, br, "q0")
+	br := newBroker(b)
+	q := declare(b, br, "q0")
 	for i := range 100 {
 		qi := q
 		if i > 0 {
-			qi = declareBench(b, br, fmt.Sprintf("q%d", i))
+			qi = declare(b, br, fmt.Sprintf("q%d", i))
 		}
 		for range 1000 {
 			if err := br.Publish(b.Context(), "", qi.Name(), warren.Message{Body: benchBody}); err != nil {

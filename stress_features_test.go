@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -63,17 +62,7 @@ const (
 
 // featPriority is the priority message id is published with: 0..4, on a queue whose maximum
 // is 3.
-func featPriority(id int) uint8 { return uint8(featMix(uint64(id), 0x9e37) % 5) }
-
-// featMix hashes a and b (splitmix64 finaliser).
-func featMix(a, b uint64) uint64 {
-	x := a*0x9e3779b97f4a7c15 ^ (b + 0x632be59bd9b4e019)
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
-}
+func featPriority(id int) uint8 { return uint8(mix(uint64(id), 0x9e37) % 5) }
 
 // featID parses a message body, without allocating (selectors run it under the queue lock);
 // -1 if it is not a decimal id.
@@ -251,7 +240,7 @@ func runStressFeatures(t *testing.T, seed uint64, n int, sac bool, watchdog time
 		}
 	})
 	defer stopListening()
-	spans := evCheck(t, b) // every message's events, under real concurrency (events_test.go)
+	spans := checkSpans(t, b) // every message's events, under real concurrency (events.go)
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -288,7 +277,7 @@ func runStressFeatures(t *testing.T, seed uint64, n int, sac bool, watchdog time
 	case <-s.done:
 	case <-time.After(watchdog):
 		s.errorf("watchdog after %v: settled %d of %d; Len()=%d Unacked()=%d ConsumerCount()=%d, dead letters %d; goroutines in %s",
-			time.Since(start), s.nSettled.Load(), n, s.q.Len(), s.q.Unacked(), s.q.ConsumerCount(), dlq.Len(), featDumpStacks(t))
+			time.Since(start), s.nSettled.Load(), n, s.q.Len(), s.q.Unacked(), s.q.ConsumerCount(), dlq.Len(), dumpStacks(t))
 	}
 	settledIn := time.Since(start)
 	stop()
@@ -297,7 +286,7 @@ func runStressFeatures(t *testing.T, seed uint64, n int, sac bool, watchdog time
 	select {
 	case <-finished:
 	case <-time.After(max(watchdog/4, 10*time.Second)):
-		s.errorf("goroutines still running after the run was stopped; goroutines in %s", featDumpStacks(t))
+		s.errorf("goroutines still running after the run was stopped; goroutines in %s", dumpStacks(t))
 		require.NoError(t, b.Close())
 		<-finished
 	}
@@ -408,23 +397,6 @@ func (s *featStress) over(ctx context.Context) bool {
 	default:
 		return false
 	}
-}
-
-// featDumpStacks writes every goroutine's stack to a file for a hang's post-mortem and returns
-// its name.
-func featDumpStacks(t *testing.T) string {
-	buf := make([]byte, 64<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	f, err := os.CreateTemp("", "warren-stress-features-*.txt")
-	if err != nil {
-		t.Logf("goroutine dump: %v", err)
-		return "(none)"
-	}
-	defer f.Close()
-	if _, err := f.Write(buf); err != nil {
-		t.Logf("goroutine dump: %v", err)
-	}
-	return f.Name()
 }
 
 // incarnation runs one consumer with random options for a random number of deliveries.
@@ -649,7 +621,7 @@ func (s *featStress) handle(d *warren.Delivery, h *featHolder) error {
 	if id < 0 {
 		return nil
 	}
-	switch r := featMix(s.seed^uint64(id), uint64(d.DeliveryCount)) % 100; {
+	switch r := mix(s.seed^uint64(id), uint64(d.DeliveryCount)) % 100; {
 	case r < 5:
 		// The handler settles the delivery itself; Serve leaves it alone, whatever it returns.
 		if err := d.Ack(); err != nil {

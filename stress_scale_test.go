@@ -55,9 +55,9 @@ import (
 // above the delivery limit, Redelivered says whether it is above 0; a rejected id is
 // dead-lettered "rejected" and only those; a poison id never acked; a "lost" id never reaches
 // the DLQ; what the DLQ receives has the x-death of its reason. At the end both queues are empty
-// with nothing unacked, the span checker of events_test.go (evCheck) saw no broken span and none
-// is open, every publish was evented once, the work queue's Stats counters match the events, and
-// after Close no goroutine is left (goleak).
+// with nothing unacked, the span checker (checkSpans, helpers_test.go) saw no broken span and
+// none is open, every publish was evented once, the work queue's Stats counters match the
+// events, and after Close no goroutine is left (goleak).
 //
 // Size: $WARREN_STRESS_N or -warren.stressn; default 100,000, 20,000 with -short. Seed:
 // -warren.stressseed or $WARREN_STRESS_SEED (shared with TestStress). A stall watchdog (no id
@@ -113,7 +113,7 @@ func scExpiration(id int) string {
 	case id%1000 == 1:
 		return "0"
 	case id%50 == 7:
-		return strconv.Itoa(1 + int(featMix(uint64(id), 0x5eed)%20))
+		return strconv.Itoa(1 + int(mix(uint64(id), 0x5eed)%20))
 	}
 	return ""
 }
@@ -381,7 +381,7 @@ func runStressScale(t *testing.T, seed uint64, n int) {
 	l := newScLedger(t, seed, n)
 	stopListening := b.Listen(l.listen)
 	defer stopListening()
-	spans := evCheck(t, b) // the span invariant, event by event (events_test.go)
+	spans := checkSpans(t, b) // the span invariant, event by event (events.go)
 
 	// The topology.
 	_, err := b.DeclareExchange("in", warren.ExchangeDirect)
@@ -485,10 +485,10 @@ wait:
 			if time.Since(lastAt) < stall {
 				continue
 			}
-			l.errorf("watchdog: no id ended for %v: %s; goroutines in %s", stall, l.state(work, dlq, start), featDumpStacks(t))
+			l.errorf("watchdog: no id ended for %v: %s; goroutines in %s", stall, l.state(work, dlq, start), dumpStacks(t))
 			break wait
 		case <-deadline:
-			l.errorf("watchdog: the test's deadline is near: %s; goroutines in %s", l.state(work, dlq, start), featDumpStacks(t))
+			l.errorf("watchdog: the test's deadline is near: %s; goroutines in %s", l.state(work, dlq, start), dumpStacks(t))
 			break wait
 		}
 	}
@@ -499,7 +499,7 @@ wait:
 	select {
 	case <-finished:
 	case <-time.After(30 * time.Second):
-		l.errorf("goroutines still running 30 s after the run was stopped; goroutines in %s", featDumpStacks(t))
+		l.errorf("goroutines still running 30 s after the run was stopped; goroutines in %s", dumpStacks(t))
 		require.NoError(t, b.Close())
 		<-finished
 	}
@@ -767,7 +767,7 @@ func (l *scLedger) serve(ctx context.Context, q *warren.Queue, rng *rand.Rand) {
 			return nil
 		}
 		l.brake(ctx)
-		switch r := featMix(l.seed^uint64(id), uint64(d.DeliveryCount)) % 1000; {
+		switch r := mix(l.seed^uint64(id), uint64(d.DeliveryCount)) % 1000; {
 		case scPoison(id) || r < 70:
 			l.serveFails.Add(1)
 			return fmt.Errorf("id %d: %w", id, errScTransient)

@@ -2,9 +2,7 @@ package warren_test
 
 import (
 	"context"
-	"flag"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -18,26 +16,9 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// The stress test runs real producers and consumers concurrently, so it cannot live in a
-// synctest bubble; goleak checks instead that Close left no goroutine behind.
-
-var stressSeedFlag = flag.Uint64("warren.stressseed", 0, "seed of TestStress; 0 picks one (also $WARREN_STRESS_SEED)")
-
-// stressSeed returns the seed from the flag, the environment, or the clock, and logs it.
-func stressSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := *stressSeedFlag
-	if s := os.Getenv("WARREN_STRESS_SEED"); seed == 0 && s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "WARREN_STRESS_SEED")
-		seed = v
-	}
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -warren.stressseed=%d or WARREN_STRESS_SEED=%d)", seed, seed, seed)
-	return seed
-}
+// Stress test of the core paths: real producers and consumers run concurrently, so it cannot
+// live in a synctest bubble; goleak checks instead that Close left no goroutine behind. What the
+// stress tests share is in stress_consumer_test.go and helpers_test.go.
 
 // stressLedger follows every message of one queue: how often it was received and acked. Its
 // checks run as deliveries arrive, from many goroutines.

@@ -11,10 +11,10 @@ import (
 )
 
 // Benchmarks of message TTL (ttl.go) and dead-lettering (deadletter.go). They follow the
-// conventions of queue_bench_test.go and reuse its helpers (newBenchBroker, ackWindow,
-// benchPublishConsumeAck, reportRefill, checkNoGoroutines), with one documented exception:
-// BenchmarkExpire1M excludes the fill of its queue with b.StopTimer, because the fill is 1M
-// publishes and the op is their expiry.
+// conventions of queue_bench_test.go and reuse the benchmark helpers of helpers_test.go
+// (ackWindow, benchPublishConsumeAck, reportRefill, checkNoGoroutines), with one documented
+// exception: BenchmarkExpire1M excludes the fill of its queue with b.StopTimer, because the fill
+// is 1M publishes and the op is their expiry.
 
 // declareWithDLX declares the queue name with opts and, when withDLX, a dead-letter topology for
 // it: the queue's dead-letter exchange "dlx.<name>", a fanout exchange bound to one queue,
@@ -26,7 +26,7 @@ func declareWithDLX(b *testing.B, br *warren.Broker, name string, withDLX bool, 
 		if _, err := br.DeclareExchange(x, warren.ExchangeFanout); err != nil {
 			b.Fatal(err)
 		}
-		dlq = declareBench(b, br, "dlq."+name)
+		dlq = declare(b, br, "dlq."+name)
 		if err := br.Bind(dlq.Name(), x, "", nil); err != nil {
 			b.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func BenchmarkExpire1M(b *testing.B) {
 
 func benchExpireBatch(b *testing.B, withDLX bool) {
 	before := runtime.NumGoroutine()
-	br := newBenchBroker(b)
+	br := newBroker(b)
 	ctx := context.Background()
 
 	// fill publishes expireN messages to the queue name whose deadlines are all within about
@@ -221,7 +221,7 @@ func benchExpireBatch(b *testing.B, withDLX bool) {
 
 func benchExpirePaced(b *testing.B) {
 	before := runtime.NumGoroutine()
-	br := newBenchBroker(b)
+	br := newBroker(b)
 	q, _ := declareWithDLX(b, br, "expire", false, warren.MessageTTL(time.Millisecond))
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -263,7 +263,7 @@ func BenchmarkDeadLetterReject(b *testing.B) {
 
 func benchGetSettleDLX(b *testing.B, reject bool) {
 	before := runtime.NumGoroutine()
-	br := newBenchBroker(b)
+	br := newBroker(b)
 	q, dlq := declareWithDLX(b, br, "get", true)
 	ctx := context.Background()
 	sincePurge := 0 // ops since the dead-letter queue was last purged
@@ -363,7 +363,7 @@ func BenchmarkDeadLetterExpiredPerMessageTTL(b *testing.B) {
 
 func benchPublishExpired(b *testing.B, withDLX bool, expiration string) {
 	before := runtime.NumGoroutine()
-	br := newBenchBroker(b)
+	br := newBroker(b)
 	q, dlq := declareWithDLX(b, br, "src", withDLX)
 	ctx := context.Background()
 	full := q // the queue that fills up

@@ -13,48 +13,14 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// deadTopology declares queue main with opts plus a dead-letter exchange e-dead (fanout) bound
-// to queue dead, as in the seed scenario.
-func deadTopology(t *testing.T, b *warren.Broker, opts ...warren.QueueOption) (main, dead *warren.Queue) {
-	t.Helper()
-	_, err := b.DeclareExchange("e-dead", warren.ExchangeFanout)
-	require.NoError(t, err)
-	dead = declare(t, b, "dead")
-	require.NoError(t, b.Bind("dead", "e-dead", "", nil))
-	main = declare(t, b, "main", append([]warren.QueueOption{warren.DeadLetter("e-dead", "")}, opts...)...)
-	return main, dead
-}
+// Tests of expiry (ttl.go): per-message and per-queue message TTLs, expiry at the deadline
+// wherever the message is, what happens to held messages, huge durations, and queue expiry
+// (x-expires). The arguments' validation is in arguments_test.go.
 
-// getAll takes every ready message of q with AutoAck, in order.
-func getAll(t *testing.T, q *warren.Queue) []*warren.Delivery {
-	t.Helper()
-	var out []*warren.Delivery
-	for {
-		d, err := q.Get(t.Context(), warren.AutoAck())
-		if err != nil {
-			require.ErrorIs(t, err, warren.ErrEmpty)
-			return out
-		}
-		out = append(out, d)
-	}
-}
-
-// xDeath returns the x-death entries of a delivery.
-func xDeath(t *testing.T, d *warren.Delivery) []warren.Table {
-	t.Helper()
-	list, ok := d.Message.Headers["x-death"].([]any)
-	require.True(t, ok, "x-death of %s: %#v", d.Message.Body, d.Message.Headers["x-death"])
-	var out []warren.Table
-	for _, e := range list {
-		out = append(out, e.(warren.Table))
-	}
-	return out
-}
-
-// TestSeedExpiryScenario is the seed scenario: five messages with a per-message TTL into
-// main; a consumer takes 0,1,2 and holds them past the TTL; 3 and 4 are dead-lettered at their
-// deadline; then the consumer's context ends; dead holds 3,4,0,1,2, each with one x-death entry.
-func TestSeedExpiryScenario(t *testing.T) {
+// TestExpiryOfReadyAndHeldMessages: five messages with a per-message TTL into main; a consumer
+// takes 0,1,2 and holds them past the TTL; 3 and 4 are dead-lettered at their deadline; then the
+// consumer's context ends; dead holds 3,4,0,1,2, each with one x-death entry.
+func TestExpiryOfReadyAndHeldMessages(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		main, dead := deadTopology(t, b)
@@ -262,34 +228,6 @@ func TestInvalidExpiration(t *testing.T) {
 	require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Expiration: "4294967295"}))
 }
 
-func TestTTLArguments(t *testing.T) {
-	b := newBroker(t)
-	for _, v := range []any{"1000", 1.5, int64(-1), int64(1 << 32), true} {
-		_, err := b.DeclareQueue("q", warren.Arguments(warren.Table{"x-message-ttl": v}))
-		require.ErrorIs(t, err, warren.ErrPreconditionFailed, "x-message-ttl %#v", v)
-	}
-	for _, d := range []time.Duration{-time.Millisecond, time.Microsecond, 1<<32*time.Millisecond + time.Millisecond} {
-		_, err := b.DeclareQueue("q", warren.MessageTTL(d))
-		require.ErrorIs(t, err, warren.ErrInvalidArgument, "MessageTTL(%v)", d)
-	}
-	q, err := b.DeclareQueue("q", warren.MessageTTL(time.Second))
-	require.NoError(t, err)
-	same, err := b.DeclareQueue("q", warren.Arguments(warren.Table{"x-message-ttl": int32(1000)}))
-	require.NoError(t, err, "the option and the argument are the same declaration")
-	require.Same(t, q, same)
-	_, err = b.DeclareQueue("q", warren.MessageTTL(2*time.Second))
-	require.ErrorIs(t, err, warren.ErrPreconditionFailed)
-
-	_, err = b.DeclareQueue("d1", warren.Arguments(warren.Table{"x-dead-letter-exchange": 1}))
-	require.ErrorIs(t, err, warren.ErrPreconditionFailed)
-	_, err = b.DeclareQueue("d2", warren.Arguments(warren.Table{"x-dead-letter-routing-key": "k"}))
-	require.ErrorIs(t, err, warren.ErrPreconditionFailed, "a routing key without an exchange (R4.1)")
-	_, err = b.DeclareQueue("d3", warren.DeadLetter("dlx", "k"))
-	require.NoError(t, err)
-	_, err = b.DeclareQueue("d3", warren.DeadLetter("dlx", "other"))
-	require.ErrorIs(t, err, warren.ErrPreconditionFailed)
-}
-
 // TestTTLZeroToAutoAckConsumer: a waiting AutoAck consumer can take a TTL-0 message as it
 // arrives, so it gets it (R3.5). (A regression test: its feeder only looked after the message
 // had already expired.)
@@ -386,4 +324,46 @@ func TestHugeDelayKeepsTTLOnTime(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestQueueExpires: a queue unused for its expiry is deleted with its messages, which are not
+// dead-lettered; publishing is not a use; a Get, a declaration and a consumer are (R3.8).
+func TestQueueExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		_, dead := deadTopology(t, b)
+		q := declare(t, b, "tmp", warren.Expires(10*time.Second), warren.DeadLetter("e-dead", ""))
+		for range 3 {
+			time.Sleep(9 * time.Second)
+			publishN(t, b, q, 1) // not a use
+		}
+		synctest.Wait()
+		_, err := b.Queue("tmp")
+		require.ErrorIs(t, err, warren.ErrNotFound, "expired 10 s after its declaration")
+		require.Equal(t, 0, dead.Len(), "an expired queue's messages are not dead-lettered")
+
+		q = declare(t, b, "tmp", warren.Expires(10*time.Second))
+		time.Sleep(9 * time.Second)
+		_, err = q.Get(t.Context())
+		require.ErrorIs(t, err, warren.ErrEmpty) // a use
+		time.Sleep(9 * time.Second)
+		_, err = b.DeclareQueue("tmp", warren.Expires(10*time.Second)) // a use
+		require.NoError(t, err)
+		time.Sleep(9 * time.Second)
+		c, err := q.Consume(t.Context())
+		require.NoError(t, err)
+		time.Sleep(time.Hour) // a queue with a consumer does not expire
+		synctest.Wait()
+		_, err = b.Queue("tmp") // a use too
+		require.NoError(t, err)
+		require.NoError(t, c.Cancel()) // the clock restarts when the last consumer goes
+		time.Sleep(9 * time.Second)
+		synctest.Wait()
+		_, err = b.Queue("tmp")
+		require.NoError(t, err)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		_, err = b.Queue("tmp")
+		require.ErrorIs(t, err, warren.ErrNotFound)
+	})
 }

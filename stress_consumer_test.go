@@ -8,9 +8,9 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// The consumer steps that TestStress, TestStressScale and TestStressFeatures share: holding
-// deliveries to settle them together with AckUpTo, and receiving without leaving held credit
-// idle while waiting.
+// The stress tests' consumer steps, which TestStress, TestStressScale and TestStressFeatures
+// share: holding deliveries to settle them together with AckUpTo, and receiving without leaving
+// held credit idle while waiting.
 
 // stressBook is what the shared consumer steps need of a stress test's ledger.
 type stressBook interface {

@@ -10,6 +10,11 @@ import (
 	"github.com/warrenmq/warren"
 )
 
+// Tests of dead-lettering (deadletter.go) through the public API: where a dead letter goes (the
+// dead-letter exchange and routing key, CC and BCC), cycles, a missing exchange or a full target,
+// and the x-death history Message.Deaths reads. deadletter_test.go, in package warren, tests the
+// x-death bookkeeping from inside.
+
 // TestRetryTopology: a consumer of main rejects; main dead-letters to a retry queue with a TTL,
 // whose dead-letter exchange sends the message back to main. Each round adds to the same two
 // x-death entries: count 1, 2, 3 (R4.4); a reject in the loop means no cycle (R4.7).
@@ -190,4 +195,81 @@ func TestDeadLetterRoutedByBCC(t *testing.T) {
 	require.Equal(t, "m", bodies(got))
 	require.Equal(t, []any{"src"}, xDeath(t, got[0])[0]["routing-keys"])
 	require.NotContains(t, got[0].Message.Headers, "BCC")
+}
+
+// Deaths reads the x-death history newest first, with the counts, reasons, queues, exchanges
+// and routing keys RabbitMQ records: a message rejected from q, then from dlq (back to q), then
+// from q again has {q, rejected, 2} moved to the front and {dlq, rejected, 1} after it.
+func TestMessageDeaths(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q", warren.DeadLetter("", "dlq"))
+		dlq := declare(t, b, "dlq", warren.DeadLetter("", "q"))
+		start := time.Now()
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("m"), Expiration: "60000"}))
+		reject := func(from *warren.Queue) *warren.Message {
+			t.Helper()
+			d, err := from.Get(t.Context())
+			require.NoError(t, err)
+			require.NoError(t, d.Reject())
+			return d.Message
+		}
+		require.Nil(t, reject(q).Deaths(), "a message never dead-lettered has no history")
+		time.Sleep(time.Minute / 2)
+		reject(dlq)
+		time.Sleep(time.Minute / 2)
+		reject(q)
+		d, err := dlq.Get(t.Context())
+		require.NoError(t, err)
+		deaths := d.Message.Deaths()
+		require.Len(t, deaths, 2)
+		require.Equal(t, warren.Death{
+			Queue: "q", Reason: "rejected", Count: 2, Time: start.Truncate(time.Second),
+			Exchange: "", RoutingKeys: []string{"q"}, OriginalExpiration: "60000",
+		}, deaths[0])
+		require.Equal(t, "dlq", deaths[1].Queue)
+		require.Equal(t, int64(1), deaths[1].Count)
+		require.Equal(t, []string{"dlq"}, deaths[1].RoutingKeys)
+		require.Equal(t, start.Add(time.Minute/2).Truncate(time.Second), deaths[1].Time)
+	})
+}
+
+// Deaths reads a header written by someone else as far as it has RabbitMQ's shape, and never
+// panics on one that does not.
+func TestMessageDeathsForeignHeader(t *testing.T) {
+	when := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	m := warren.Message{Headers: warren.Table{"x-death": []any{
+		"not a table",
+		warren.Table{"queue": "a", "reason": "expired", "count": int32(3), "time": when, "routing-keys": []string{"k"}},
+		warren.Table{"queue": 7, "count": "many", "routing-keys": []any{"x", 1}},
+	}}}
+	require.Equal(t, []warren.Death{
+		{Queue: "a", Reason: "expired", Count: 3, Time: when, RoutingKeys: []string{"k"}},
+		{RoutingKeys: []string{"x"}},
+	}, m.Deaths())
+	for _, h := range []warren.Table{nil, {"x-death": "junk"}, {"x-death": []any{}}} {
+		require.Nil(t, (&warren.Message{Headers: h}).Deaths())
+	}
+}
+
+// TestDeadLetterIntoFullBlockQueue: a dead letter never waits for room: into a full Block queue
+// it is dropped, and the Reject that caused it returns.
+func TestDeadLetterIntoFullBlockQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		_, err := b.DeclareExchange("e-dead", warren.ExchangeFanout)
+		require.NoError(t, err)
+		dead := declare(t, b, "dead", warren.MaxLength(1), warren.Overflow(warren.Block))
+		require.NoError(t, b.Bind("dead", "e-dead", "", nil))
+		main := declare(t, b, "main", warren.DeadLetter("e-dead", ""))
+		publishN(t, b, dead, 1)
+		publishN(t, b, main, 2)
+		for range 2 {
+			d, err := main.Get(t.Context())
+			require.NoError(t, err)
+			require.NoError(t, d.Reject())
+		}
+		require.Equal(t, 1, dead.Len())
+		require.Equal(t, 0, main.Len())
+	})
 }
