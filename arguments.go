@@ -90,7 +90,7 @@ type queueConfig struct {
 	singleActive  bool            // single active consumer
 	ackTimeout    time.Duration   // x-consumer-timeout: consumers' default ack timeout; 0 for none
 	owner         context.Context // the context an exclusive queue belongs to; nil if not exclusive
-	alerts        Alerts          // thresholds and slow-consumer policy (stats.go)
+	alerts        Alerts          // thresholds and slow-consumer policy (alerts.go)
 	alerting      bool            // some alert threshold is set
 	err           error           // a typed option's invalid value
 }

@@ -329,7 +329,7 @@ func (b *Broker) DeleteQueue(name string, opts ...CallOption) (int, error) {
 			switch {
 			case !q.usableBy(cfg.owner):
 				return q.checkUse("delete queue", cfg.owner)
-			case cfg.ifUnused && q.consumerCountLocked() > 0:
+			case cfg.ifUnused && q.consumers.count() > 0:
 				return errorf("delete queue %q: in use: %w", name, ErrPreconditionFailed)
 			case cfg.ifEmpty && q.core.ready.len() > 0:
 				return errorf("delete queue %q: not empty: %w", name, ErrPreconditionFailed)

@@ -49,7 +49,7 @@ type Consumer struct {
 	// Guarded by q.mu.
 	stopCtx func() bool // stops watching owner
 	served  bool        // started by Serve: what it holds, its handlers are working on (idle.go)
-	active  bool        // in q.consumers or q.feeders: receiving (not waiting its turn, not stopped)
+	active  bool        // in consumerSet.push or feeders: receiving (not waiting its turn, not stopped)
 	cursor  []uint64    // selector: per rank, every ready key below it was rejected (dispatch.go)
 	turn    uint64      // general dispatch: when it last received, for round-robin
 	missed  uint64      // general dispatch: the pass in which it last found nothing to take
@@ -127,15 +127,16 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 		return nil, err
 	}
 	if c.tag == "" {
-		for c.tag == "" || q.consumerLocked(c.tag) != nil {
+		for c.tag == "" || q.consumers.byTag(c.tag) != nil {
 			c.tag = "amq.ctag-" + rand.Text()
 		}
-	} else if q.consumerLocked(c.tag) != nil {
+	} else if q.consumers.byTag(c.tag) != nil {
 		return nil, errorf("consume from queue %q: consumer tag %q in use: %w", q.name, c.tag, ErrPreconditionFailed)
 	}
-	if err := q.addConsumerLocked(c); err != nil {
-		return nil, err
+	if err := q.consumers.admit(c, q.cfg.singleActive); err != nil {
+		return nil, errorf("consume from queue %q: %w", q.name, err)
 	}
+	q.core.hold(&c.holder)
 	if q.b.listening() {
 		q.eventLocked(Event{Kind: EventConsumerCreated, Consumer: c.tag})
 	}
@@ -155,18 +156,6 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 	}
 	q.dispatchLocked()
 	return c, nil
-}
-
-// consumerLocked returns the consumer with tag, active or waiting its turn, or nil.
-func (q *Queue) consumerLocked(tag string) *Consumer {
-	for _, cs := range [...][]*Consumer{q.consumers, q.feeders, q.standby} {
-		for _, c := range cs {
-			if c.tag == tag {
-				return c
-			}
-		}
-	}
-	return nil
 }
 
 // Tag returns the consumer tag: the one given with [ConsumerTag], or a generated "amq.ctag-…".
@@ -327,7 +316,7 @@ func (c *Consumer) drainLocked(back []entry, why Reason) []entry {
 // after it has had one). A consumer of Serve's goes when it has ended, not when it stops: the
 // queue outlives the handlers Serve waits for, so that their results settle.
 func (q *Queue) shouldAutoDeleteLocked() bool {
-	if !q.cfg.autoDelete || !q.hadConsumer || q.endErr != nil || q.consumerCountLocked() > 0 {
+	if !q.cfg.autoDelete || !q.consumers.had || q.endErr != nil || q.consumers.count() > 0 {
 		return false
 	}
 	for _, h := range q.core.holders {

@@ -9,11 +9,12 @@ import (
 //
 // A queue's active consumers are push consumers (manual acknowledgement: sent to under the
 // queue lock while they have credit) and feeders (AutoAck: a goroutine of their own hands
-// messages over, see [Consumer.feed]). They are kept in q.consumers and q.feeders, each sorted
-// by priority, highest first, and by arrival within a priority. A single-active-consumer queue
-// keeps only its active consumer there and the others in q.standby.
+// messages over, see feeder.go). They are kept in the queue's consumerSet, in push and feeders,
+// each sorted by priority, highest first, and by arrival within a priority. A
+// single-active-consumer queue keeps only its active consumer there and the others in standby.
 //
-// Two paths, chosen by q.general, which reorderLocked sets whenever the consumers change:
+// Two paths, chosen by consumerSet.general, which consumerSet.reorder sets whenever the
+// consumers change:
 //   - Simple (every active consumer has the same priority and none has a selector): push
 //     consumers take the head of the queue round-robin, skipping those without credit, and
 //     feeders take the head themselves whenever they are woken and have room.
@@ -37,61 +38,85 @@ import (
 //     message is shown to a selector once while it stays ready, plus once per return ahead of
 //     the cursor; a scan costs O(log n) per rank plus the messages it shows.
 
-// consumerCountLocked returns the number of active consumers of every kind, waiting single-active
-// consumers included (AMQP's consumer_count).
-func (q *Queue) consumerCountLocked() int {
-	return len(q.consumers) + len(q.feeders) + len(q.standby)
+// consumerSet is a queue's active consumers, in the orders dispatch serves them, and those
+// waiting their turn on a single-active-consumer queue. Its queue's mu guards it.
+type consumerSet struct {
+	push      []*Consumer // active push consumers, by priority then arrival
+	feeders   []*Consumer // active AutoAck consumers (feeder.go), by priority then arrival
+	standby   []*Consumer // single active consumer: those waiting their turn, in order
+	order     []*Consumer // push consumers and feeders by priority, for the general dispatch
+	general   bool        // dispatch must heed priorities or selectors
+	exclusive bool        // the active consumer is exclusive
+	rr        int         // round-robin cursor into push (simple dispatch)
+	pass      uint64      // general dispatch passes, to mark consumers found wanting
+	turns     uint64      // deliveries made by the general dispatch, for round-robin
+	had       bool        // a consumer ever existed (auto-delete)
 }
 
-// addConsumerLocked admits a new consumer, or refuses it: an exclusive consumer in use refuses
-// all, and an exclusive one needs a queue without consumers and without single active
-// consumer.
-func (q *Queue) addConsumerLocked(c *Consumer) error {
-	switch {
-	case q.exclusive:
-		return errorf("consume from queue %q: in exclusive use: %w", q.name, ErrAccessRefused)
-	case c.exclusive && q.cfg.singleActive:
-		return errorf("consume from queue %q: exclusive consumer on a single active consumer queue: %w", q.name, ErrAccessRefused)
-	case c.exclusive && q.consumerCountLocked() > 0:
-		return errorf("consume from queue %q: queue has consumers, cannot consume exclusively: %w", q.name, ErrAccessRefused)
+// count returns the number of active consumers of every kind, waiting single-active consumers
+// included (AMQP's consumer_count).
+func (s *consumerSet) count() int { return len(s.push) + len(s.feeders) + len(s.standby) }
+
+// byTag returns the consumer with tag, active or waiting its turn, or nil.
+func (s *consumerSet) byTag(tag string) *Consumer {
+	for _, cs := range [...][]*Consumer{s.push, s.feeders, s.standby} {
+		for _, c := range cs {
+			if c.tag == tag {
+				return c
+			}
+		}
 	}
-	q.exclusive = c.exclusive
-	q.hadConsumer = true
-	q.core.hold(&c.holder)
-	if q.cfg.singleActive && len(q.consumers)+len(q.feeders) > 0 {
-		q.standby = insertByPriority(q.standby, c)
-		return nil
-	}
-	q.activateLocked(c)
 	return nil
 }
 
-// activateLocked makes c an active consumer.
-func (q *Queue) activateLocked(c *Consumer) {
+// admit adds a new consumer, or says why not: an exclusive consumer in use refuses all, and an
+// exclusive one needs a queue without consumers and without single active consumer. On a
+// single-active-consumer queue it waits its turn while another is active.
+func (s *consumerSet) admit(c *Consumer, singleActive bool) error {
+	switch {
+	case s.exclusive:
+		return errorf("in exclusive use: %w", ErrAccessRefused)
+	case c.exclusive && singleActive:
+		return errorf("exclusive consumer on a single active consumer queue: %w", ErrAccessRefused)
+	case c.exclusive && s.count() > 0:
+		return errorf("queue has consumers, cannot consume exclusively: %w", ErrAccessRefused)
+	}
+	s.exclusive = c.exclusive
+	s.had = true
+	if singleActive && len(s.push)+len(s.feeders) > 0 {
+		s.standby = insertByPriority(s.standby, c)
+		return nil
+	}
+	s.activate(c)
+	return nil
+}
+
+// activate makes c an active consumer.
+func (s *consumerSet) activate(c *Consumer) {
 	c.active = true
 	if c.autoAck {
-		q.feeders = insertByPriority(q.feeders, c)
+		s.feeders = insertByPriority(s.feeders, c)
 		c.feeder.wakeUp()
 	} else {
 		// A newcomer joins the end of the rotation, as in RabbitMQ: every consumer of its
-		// priority takes its turn before it does. In the consumers list that is just before
-		// the consumer whose turn is next, if that one is of its priority, else after its
+		// priority takes its turn before it does. In the push list that is just before the
+		// consumer whose turn is next, if that one is of its priority, else after its
 		// priority's last; and the turn stays with the consumer it was at.
-		i := priorityIndex(q.consumers, c)
-		if q.rr >= len(q.consumers) {
-			q.rr = 0
+		i := priorityIndex(s.push, c)
+		if s.rr >= len(s.push) {
+			s.rr = 0
 		}
-		if q.rr < i && q.consumers[q.rr].priority == c.priority {
-			i = q.rr
+		if s.rr < i && s.push[s.rr].priority == c.priority {
+			i = s.rr
 		}
-		if i <= q.rr {
-			q.rr++
+		if i <= s.rr {
+			s.rr++
 		}
-		q.consumers = slices.Insert(q.consumers, i, c)
+		s.push = slices.Insert(s.push, i, c)
 	}
-	q.turns++
-	c.turn = q.turns // the general dispatch's rotation: the most recent turn is the last
-	q.reorderLocked()
+	s.turns++
+	c.turn = s.turns // the general dispatch's rotation: the most recent turn is the last
+	s.reorder()
 }
 
 // insertByPriority inserts c after every consumer of its priority or higher.
@@ -108,52 +133,75 @@ func priorityIndex(cs []*Consumer, c *Consumer) int {
 	return i
 }
 
-// removeConsumerLocked takes a stopped consumer out of dispatch; on a single-active-consumer
-// queue whose active consumer it was, the next waiting one becomes active.
-func (q *Queue) removeConsumerLocked(c *Consumer) {
-	defer q.touchLocked() // the expiry clock restarts when the last consumer goes
+// remove takes a stopped consumer out of dispatch; on a single-active-consumer queue whose
+// active consumer it was, the next waiting one becomes active. What c held comes back before
+// that one receives: now, or, for an AutoAck consumer, when its feeder has put it back (see
+// Queue.leaving).
+func (s *consumerSet) remove(c *Consumer, singleActive bool) {
 	if c.exclusive {
-		q.exclusive = false
+		s.exclusive = false
 	}
-	if i := slices.Index(q.standby, c); i >= 0 {
-		q.standby = slices.Delete(q.standby, i, i+1)
+	if i := slices.Index(s.standby, c); i >= 0 {
+		s.standby = slices.Delete(s.standby, i, i+1)
 		return
 	}
 	if !c.active {
 		return
 	}
 	c.active = false
-	if i := slices.Index(q.consumers, c); i >= 0 {
-		if i < q.rr {
-			q.rr--
+	if i := slices.Index(s.push, c); i >= 0 {
+		if i < s.rr {
+			s.rr--
 		}
-		q.consumers = slices.Delete(q.consumers, i, i+1)
-	} else if i := slices.Index(q.feeders, c); i >= 0 {
-		q.feeders = slices.Delete(q.feeders, i, i+1)
+		s.push = slices.Delete(s.push, i, i+1)
+	} else if i := slices.Index(s.feeders, c); i >= 0 {
+		s.feeders = slices.Delete(s.feeders, i, i+1)
 	}
-	// The next waiting consumer takes over. What c held comes back before it receives: now,
-	// or, for an AutoAck consumer, when its feeder has put it back (see Queue.leaving).
-	if q.cfg.singleActive && len(q.standby) > 0 && len(q.consumers)+len(q.feeders) == 0 {
-		next := q.standby[0]
-		q.standby = slices.Delete(q.standby, 0, 1)
-		q.activateLocked(next)
+	if singleActive && len(s.standby) > 0 && len(s.push)+len(s.feeders) == 0 {
+		next := s.standby[0]
+		s.standby = slices.Delete(s.standby, 0, 1)
+		s.activate(next)
 		return
 	}
-	q.reorderLocked()
+	s.reorder()
 }
 
-// reorderLocked recomputes, after the active consumers changed, whether dispatch needs the
-// general path, and the order it serves them in.
-func (q *Queue) reorderLocked() {
-	clear(q.order)
-	q.order = append(append(q.order[:0], q.consumers...), q.feeders...)
-	slices.SortStableFunc(q.order, func(a, b *Consumer) int { return cmp.Compare(b.priority, a.priority) })
-	q.general = false
-	for _, c := range q.order {
-		if c.selector != nil || c.priority != q.order[0].priority {
-			q.general = true
+// reorder recomputes, after the active consumers changed, whether dispatch needs the general
+// path, and the order it serves them in.
+func (s *consumerSet) reorder() {
+	clear(s.order)
+	s.order = append(append(s.order[:0], s.push...), s.feeders...)
+	slices.SortStableFunc(s.order, func(a, b *Consumer) int { return cmp.Compare(b.priority, a.priority) })
+	s.general = false
+	for _, c := range s.order {
+		if c.selector != nil || c.priority != s.order[0].priority {
+			s.general = true
 		}
 	}
+}
+
+// credited returns the next push consumer in round-robin order that has credit, and moves the
+// turn past it; nil if none has. For the simple dispatch only.
+func (s *consumerSet) credited() *Consumer {
+	n := len(s.push)
+	for range n {
+		if s.rr >= n {
+			s.rr = 0
+		}
+		c := s.push[s.rr]
+		s.rr++
+		if c.live < c.prefetch {
+			return c
+		}
+	}
+	return nil
+}
+
+// removeConsumerLocked takes a stopped consumer out of dispatch (consumerSet.remove); the
+// queue's expiry clock restarts when the last consumer goes.
+func (q *Queue) removeConsumerLocked(c *Consumer) {
+	q.consumers.remove(c, q.cfg.singleActive)
+	q.touchLocked()
 }
 
 // dispatchLocked hands ready messages to consumers with credit until either runs out. Sends
@@ -163,15 +211,15 @@ func (q *Queue) dispatchLocked() {
 	if q.core.ready.len() == 0 || len(q.leaving) > 0 {
 		return
 	}
-	if q.general {
+	if q.consumers.general {
 		q.dispatchGeneralLocked()
 		return
 	}
-	for _, c := range q.feeders {
+	for _, c := range q.consumers.feeders {
 		c.feeder.wakeUp()
 	}
 	for q.core.ready.len() > 0 {
-		c := q.creditedLocked()
+		c := q.consumers.credited()
 		if c == nil {
 			return
 		}
@@ -183,23 +231,6 @@ func (q *Queue) dispatchLocked() {
 	}
 }
 
-// creditedLocked returns the next push consumer in round-robin order that has credit, and moves
-// the turn past it; nil if none has. For the simple dispatch only.
-func (q *Queue) creditedLocked() *Consumer {
-	n := len(q.consumers)
-	for range n {
-		if q.rr >= n {
-			q.rr = 0
-		}
-		c := q.consumers[q.rr]
-		q.rr++
-		if c.live < c.prefetch {
-			return c
-		}
-	}
-	return nil
-}
-
 // deliverArrivingLocked delivers a message as it arrives when the simple dispatch would take it
 // at once: nothing is ready ahead of it, no stopped feeder is putting older messages back (see
 // Queue.leaving), and a push consumer has credit. It spares the message the trip into the ready
@@ -207,10 +238,10 @@ func (q *Queue) creditedLocked() *Consumer {
 // would make: an arriving message has not expired, even with a TTL of 0. It reports
 // whether the message was delivered; if not, the caller pushes and dispatches as usual.
 func (q *Queue) deliverArrivingLocked(e entry) bool {
-	if q.core.ready.len() != 0 || q.general || len(q.leaving) > 0 {
+	if q.core.ready.len() != 0 || q.consumers.general || len(q.leaving) > 0 {
 		return false
 	}
-	c := q.creditedLocked()
+	c := q.consumers.credited()
 	if c == nil {
 		return false
 	}
@@ -222,20 +253,20 @@ func (q *Queue) deliverArrivingLocked(e entry) bool {
 // the top of this file.
 func (q *Queue) dispatchGeneralLocked() {
 	q.cursorsLocked()
-	q.pass++
-	for lo := 0; lo < len(q.order) && q.core.ready.len() > 0; {
+	q.consumers.pass++
+	for lo := 0; lo < len(q.consumers.order) && q.core.ready.len() > 0; {
 		hi := lo + 1
-		for hi < len(q.order) && q.order[hi].priority == q.order[lo].priority {
+		for hi < len(q.consumers.order) && q.consumers.order[hi].priority == q.consumers.order[lo].priority {
 			hi++
 		}
-		band := q.order[lo:hi]
+		band := q.consumers.order[lo:hi]
 		lo = hi
 		for q.core.ready.len() > 0 {
 			// The consumer with credit, not yet found wanting in this pass, whose last turn
 			// is the oldest.
 			var c *Consumer
 			for _, x := range band {
-				if x.missed != q.pass && x.hasCreditLocked() && (c == nil || x.turn < c.turn) {
+				if x.missed != q.consumers.pass && x.hasCreditLocked() && (c == nil || x.turn < c.turn) {
 					c = x
 				}
 			}
@@ -244,11 +275,11 @@ func (q *Queue) dispatchGeneralLocked() {
 			}
 			e, ok := q.takeForLocked(c)
 			if !ok {
-				c.missed = q.pass
+				c.missed = q.consumers.pass
 				continue
 			}
-			q.turns++
-			c.turn = q.turns
+			q.consumers.turns++
+			c.turn = q.consumers.turns
 			switch {
 			case !c.autoAck:
 				c.ch <- c.deliverLocked(e)
@@ -353,7 +384,7 @@ func (q *Queue) cursorsLocked() {
 		if floor == noFloor {
 			continue
 		}
-		for _, cs := range [...][]*Consumer{q.order, q.standby} {
+		for _, cs := range [...][]*Consumer{q.consumers.order, q.consumers.standby} {
 			for _, c := range cs {
 				if c.selector != nil {
 					c.cursor[rank] = min(c.cursor[rank], floor)

@@ -129,7 +129,7 @@ func (c *Consumer) feed() {
 		}
 		e, ok := f.takeHandoff()                    // handed by dispatch, or as it arrived with TTL 0
 		if !ok && c.active && len(q.leaving) == 0 { // see Queue.leaving
-			if q.general {
+			if q.consumers.general {
 				f.state = feederWoken // idle: the general dispatch hands it its messages
 				q.dispatchLocked()
 				e, ok = f.takeHandoff()
@@ -194,10 +194,10 @@ func (c *Consumer) feed() {
 func (q *Queue) handOffLocked(e entry) {
 	// The general dispatch hands feeders their messages itself; and nothing goes out while a
 	// stopped feeder puts back older messages (see leaving).
-	if q.core.ready.len() != 1 || q.general || len(q.leaving) > 0 {
+	if q.core.ready.len() != 1 || q.consumers.general || len(q.leaving) > 0 {
 		return
 	}
-	for _, c := range q.feeders {
+	for _, c := range q.consumers.feeders {
 		if c.feeder.idle() {
 			if got, ok := q.core.ready.remove(e.key()); ok {
 				c.feeder.hand(got)

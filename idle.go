@@ -175,7 +175,7 @@ func (q *Queue) busyLocked() bool {
 		(q.core.delayed != nil && q.core.delayed.Len() > 0) {
 		return true
 	}
-	if q.core.ready.len() > 0 && (q.cfg.expires > 0 && q.consumerCountLocked() == 0 ||
+	if q.core.ready.len() > 0 && (q.cfg.expires > 0 && q.consumers.count() == 0 ||
 		q.cfg.alerts.Policy == Delete && q.ageDueLocked() != 0) {
 		return true // the queue will be deleted, by its expiry or its age threshold, and its messages dropped
 	}

@@ -25,16 +25,7 @@ type Queue struct {
 	// before it, never after. Every critical section ends with commit.
 	mu          sync.Mutex
 	core        queueCore          // the messages and deliveries (core.go)
-	consumers   []*Consumer        // active push consumers, by priority then arrival (dispatch.go)
-	feeders     []*Consumer        // active AutoAck consumers, which pull through their own goroutine
-	standby     []*Consumer        // single active consumer: those waiting their turn, in order
-	order       []*Consumer        // consumers and feeders by priority, for the general dispatch
-	general     bool               // dispatch must heed priorities or selectors
-	exclusive   bool               // the active consumer is exclusive
-	rr          int                // round-robin cursor into consumers (simple dispatch)
-	pass        uint64             // general dispatch passes, to mark consumers found wanting
-	turns       uint64             // deliveries made by the general dispatch, for round-robin
-	hadConsumer bool               // for auto-delete: a consumer ever existed
+	consumers   consumerSet        // the active consumers and those waiting their turn (dispatch.go)
 	timer       *time.Timer        // the queue's one timer, armed for the earliest deadline
 	timerAt     int64              // the deadline the timer is armed for; 0 when stopped
 	flushing    bool               // a goroutine is applying effects (see commit)
@@ -57,7 +48,7 @@ type Queue struct {
 	// ending are the consumers a context end (or an ack timeout, or Close) ended whose Done is
 	// not yet closed: it is, once the dead letters of what they held are out (finishOrphans).
 	ending      []*Consumer
-	alertStates [alertKinds]alertState // per threshold of cfg.alerts (stats.go)
+	alertStates [alertKinds]alertState // per threshold of cfg.alerts (alerts.go)
 	doomed      error                  // the Delete policy's reason, until commit deletes the queue
 }
 
@@ -89,7 +80,7 @@ func (q *Queue) Unacked() (n int) {
 // ConsumerCount returns the number of active consumers (AMQP's consumer_count), counting those
 // waiting their turn on a single-active-consumer queue.
 func (q *Queue) ConsumerCount() (n int) {
-	q.view(func() { n = q.consumerCountLocked() })
+	q.view(func() { n = q.consumers.count() })
 	return n
 }
 
@@ -353,7 +344,7 @@ func (q *Queue) endLocked(err error, reason Reason) []*Consumer {
 		d.stopWatching()
 	}
 	q.core.reset(q.b.freeNodes) // the application may hold the *Queue long after
-	q.consumers, q.feeders, q.standby, q.order = nil, nil, nil, nil
+	q.consumers = consumerSet{had: true}
 	q.ackTimed = 0
 	q.leaving = nil
 	if q.ownerStop != nil {

@@ -53,7 +53,7 @@ func later(now int64, d time.Duration) int64 {
 // the queue's own expiry while it has no consumers; 0 for never.
 func (q *Queue) wakeAtLocked() int64 {
 	at := q.core.nextDeadline()
-	if q.cfg.expires > 0 && q.consumerCountLocked() == 0 {
+	if q.cfg.expires > 0 && q.consumers.count() == 0 {
 		if x := later(q.lastUsed, q.cfg.expires); at == 0 || x < at {
 			at = x
 		}
@@ -151,7 +151,7 @@ func (q *Queue) onTimer() {
 
 // unusedLocked reports whether the queue has been unused for its expiry, at now.
 func (q *Queue) unusedLocked(now int64) bool {
-	return q.cfg.expires > 0 && q.endErr == nil && q.consumerCountLocked() == 0 &&
+	return q.cfg.expires > 0 && q.endErr == nil && q.consumers.count() == 0 &&
 		now >= later(q.lastUsed, q.cfg.expires)
 }
 
