@@ -11,7 +11,8 @@ package warren_test
 // one, a live one already owning consumers and Gets (several consumers, and Gets, then share
 // it), or an ended one (the call fails with its error). Ending a context returns everything it
 // owns at once, smallest sequence id first, followed by a single dispatch; ending one that owns
-// nothing on the queue changes nothing.
+// nothing on the queue changes nothing. Consumer.Close ends one consumer as the end of a context
+// owning only it would, with ErrCancelled, and returns once everything is back and dispatched.
 //
 // Priorities, selectors and consumer priorities. Some sequences declare a priority queue
 // (MaxPriority 1 to 5) and publish with priorities up to two above the maximum, or none: the
@@ -29,18 +30,51 @@ package warren_test
 // priority, then arrival) takes the first ready message it accepts, and one that finds none
 // sits out the rest of the pass. modelAvoidBugs can keep the operations away from known bugs (see there).
 //
-// AutoAck consumers are modelled one at a time and never together with an active push
-// consumer: the feeder takes one message at a time outside the queue lock, so after
-// synctest.Wait it is parked either waiting for a wake-up (nothing ready) or on a send into its
-// full channel while holding one more message taken from the queue (refConsumer.feeding). When
-// a feeder stops, what it holds and what is buffered go back on its own goroutine, and dispatch
-// waits for them (TestContextEndAutoAckReturnsBeforeDispatch, TestSingleActiveAutoAckContextEnd);
-// and on the general path a feeder has credit while its goroutine is idle, so a model of a
-// feeder among other consumers would mirror the goroutine's steps rather than the documented
-// semantics. So a Consume that would put an AutoAck consumer beside another
-// active consumer is skipped and noted in the history, and the general path's hand-off to a
-// feeder among other consumers is not covered; a lone AutoAck consumer may have a selector, and
-// then takes, by hand-off, the first message it accepts rather than the head.
+// AutoAck consumers are modelled beside push consumers and beside each other, on both paths.
+// Each has a feeder (feeder.go), a goroutine that sends into the consumer's channel of
+// prefetch-1 slots and holds at most one more message while blocked sending it
+// (refConsumer.feeding); after synctest.Wait a feeder is either parked, holding nothing, or
+// blocked on a send into its full channel (of prefetch 1: unbuffered, so a receive takes the
+// message it holds). Its deliveries are settled as they go out: they never count towards Unacked
+// or its credit. Where its messages come from depends on the path:
+//   - Simple path (every active consumer, push or AutoAck, of one priority, none with a
+//     selector): in the step's critical section the push consumers with credit take the head
+//     round-robin, and dispatch wakes the feeders that hold nothing; after the step a woken
+//     feeder takes the head while its channel has room, and one more, which it holds while
+//     blocked sending it (refQueue.feed). So a feeder gets what the push consumers leave. A
+//     feeder just started (Consume dispatches nothing else), or whose blocked send went through
+//     because the application received, does the same.
+//   - General path (consumer priorities or selectors): feeders are in the bands with the push
+//     consumers (refQueue.order, as q.order: push consumers then feeders, stably sorted by
+//     priority, highest first). An idle feeder, holding nothing, has credit: dispatch sends into
+//     its channel while that has room, then hands it one more, which its goroutine takes and
+//     holds while blocked sending; until it has sent it, it has no credit (refConsumer.credit).
+//     Each delivery to a feeder is a turn, as is its activation. A feeder just started, or
+//     whose blocked send went through, runs a general dispatch itself after the step
+//     (refQueue.feed), in which it has credit again.
+//   - Stopping (Cancel, Consumer.Close, the end of its context): what its feeder holds and what
+//     is buffered in its channel go back unchanged, in one critical section on its goroutine,
+//     and the queue dispatches nothing until they are back, so the model puts them back at once
+//     and then dispatches once, as for a push consumer; Done closes after that, so a step that
+//     stops consumers looks at the queue right when Done closes (or Close returns) unless a
+//     feeder that goes on may be taking messages meanwhile.
+//
+// Which of two feeders woken together takes a message is the Go scheduler's choice: the simple
+// path wakes every feeder that holds nothing, and their goroutines race for the queue lock (two
+// parked feeders and one message published, 300 times: each feeder took it in some runs). So
+// the driver keeps the simple path to one feeder: it skips (and notes in the history) an
+// AutoAck Consume without selector while an active feeder without selector has the same
+// priority (refQueue.racingFeeder). Then any set of active consumers that includes two feeders
+// differs in priority or has a selector, and takes the general path whatever stops later;
+// feeders beside feeders are covered on the general path only, and feeders beside push
+// consumers on both. On the general path nothing races: a feeder runs a dispatch only when it
+// starts or its send goes through, the driver starts one consumer and receives from one at a
+// time, with synctest.Wait between receives, and a feeder handed a message only takes it and
+// blocks (feed panics if two feeders would run at once). modelStats counts the messages feeders
+// receive beside other active consumers, on each path, and the feeders that stop holding
+// messages beside others; TestModel requires each count to be non-zero over a default run. Not
+// covered here: single-active-consumer queues, whose handover from an AutoAck consumer
+// feeder_test.go specifies, and TTLs (model_ttl_test.go).
 //
 // Some sequences end with DeleteQueue (possibly IfUnused/IfEmpty, which may fail and let the
 // sequence go on) or Broker.Close, followed by more operations: every later call must fail with
@@ -51,6 +85,7 @@ package warren_test
 // feeder_test.go, priority_test.go and requeue_test.go.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -176,6 +211,7 @@ type refConsumer struct {
 	held     []*refDelivery // push only: received and outstanding, in tag order
 	gone     []*refDelivery // push only: held when the queue was deleted, in tag order
 	feeding  *refDelivery   // AutoAck only: taken from the queue, waiting for room in the channel
+	running  bool           // AutoAck only: its feeder runs after the step: started, woken, or its send went through
 	nextTag  uint64         // last tag issued
 }
 
@@ -187,18 +223,29 @@ func (c *refConsumer) outstanding() int {
 	return len(c.buffered) + len(c.held)
 }
 
+// credit reports whether the general dispatch may give c a message: a push consumer while it
+// holds fewer than its prefetch; an AutoAck consumer while its feeder is idle, holding nothing
+// (after synctest.Wait a feeder that holds nothing is parked; one that holds a message is
+// blocked sending it into its full channel).
+func (c *refConsumer) credit() bool {
+	if c.autoAck {
+		return c.feeding == nil
+	}
+	return c.outstanding() < c.prefetch
+}
+
 // refQueue is the reference queue: a slice of ready messages sorted by (rank, seq) with linear
-// scans, push consumers by priority then registration order with a round-robin cursor, at most
-// one AutoAck consumer, and the outstanding Gets.
+// scans, push consumers by priority then registration order with a round-robin cursor, AutoAck
+// consumers by priority then registration, and the outstanding Gets.
 type refQueue struct {
 	maxPrio int      // MaxPriority; 0 for a queue without priorities
 	ready   []refMsg // in delivery order
 	nextSeq uint64
 	all     []*refConsumer // every consumer ever registered, by index
 	active  []*refConsumer // active push consumers, by priority (highest first), then registration
-	feeder  *refConsumer   // the active AutoAck consumer, if any
+	feeders []*refConsumer // active AutoAck consumers, by priority (highest first), then registration
 	cursor  int            // simple dispatch's round-robin cursor into active
-	turns   uint64         // deliveries made by the general dispatch
+	turns   uint64         // deliveries made by the general dispatch, and activations
 	getTag  uint64
 	gets    []*refDelivery // outstanding Gets
 	endErr  error          // the queue ended: warren.ErrQueueDeleted or warren.ErrClosed
@@ -263,13 +310,18 @@ func (r *refQueue) firstAccepted(c *refConsumer) int {
 	return slices.IndexFunc(r.ready, c.sel.accepts)
 }
 
-// general reports whether dispatch takes the general path: the active consumers (push ones, or
-// the one AutoAck consumer) differ in priority or one has a selector.
+// order returns the active consumers in the general dispatch's order (q.order): the push
+// consumers, then the feeders, stably sorted by priority, highest first.
+func (r *refQueue) order() []*refConsumer {
+	cs := slices.Concat(r.active, r.feeders)
+	slices.SortStableFunc(cs, func(a, b *refConsumer) int { return cmp.Compare(b.priority, a.priority) })
+	return cs
+}
+
+// general reports whether dispatch takes the general path: the active consumers, push and
+// AutoAck, differ in priority or one has a selector.
 func (r *refQueue) general() bool {
-	cs := r.active
-	if r.feeder != nil {
-		cs = []*refConsumer{r.feeder} // never beside push consumers
-	}
+	cs := r.order()
 	for _, c := range cs {
 		if c.sel != nil || c.priority != cs[0].priority {
 			return true
@@ -278,9 +330,9 @@ func (r *refQueue) general() bool {
 	return false
 }
 
-// dispatch hands ready messages to push consumers with credit: round-robin on the simple path,
-// band by band on the general one. An AutoAck consumer's feeder takes its messages in feed,
-// after the step.
+// dispatch hands ready messages to consumers: on the simple path it wakes the feeders that hold
+// nothing, which take after the step (feed), and the push consumers with credit take the head
+// round-robin now; on the general path it serves push consumers and idle feeders band by band.
 func (r *refQueue) dispatch() {
 	if len(r.ready) == 0 {
 		return
@@ -288,6 +340,11 @@ func (r *refQueue) dispatch() {
 	if r.general() {
 		r.dispatchGeneral()
 		return
+	}
+	for _, c := range r.feeders {
+		if c.feeding == nil {
+			c.running = true
+		}
 	}
 	misses := 0
 	for len(r.ready) > 0 && misses < len(r.active) {
@@ -312,24 +369,57 @@ func (r *refQueue) push(c *refConsumer, m refMsg) {
 	r.pushed++
 }
 
+// give is a delivery of m to AutoAck consumer c: into its channel while that has room (prefetch-1
+// slots), else held by its feeder, which blocks sending it. general says which path gave it.
+func (r *refQueue) give(c *refConsumer, m refMsg, general bool) {
+	c.nextTag++
+	d := &refDelivery{msg: m, tag: c.nextTag, consumer: c.idx, owner: -1, state: refAutoAcked}
+	if len(c.buffered) < c.prefetch-1 {
+		c.buffered = append(c.buffered, d)
+	} else {
+		c.feeding = d
+	}
+	if c.sel != nil {
+		r.stats.selectorFeeder++
+	}
+	push, feeders := len(r.active) > 0, len(r.feeders) > 1
+	switch {
+	case !general && push:
+		r.stats.feederSimple++
+	case general && (push || feeders):
+		if push {
+			r.stats.feederGeneralPush++
+		}
+		if feeders {
+			r.stats.feederGeneralFeeders++
+		}
+		if c.feeding == d {
+			r.stats.feederHandoffs++
+		}
+	}
+}
+
 // dispatchGeneral is the general path of dispatch.go: bands of equal priority, highest first,
 // each served until every consumer in it is out of credit or has found nothing in this pass;
 // within a band the consumer with credit whose last turn is the oldest (the first in band order
-// on a tie) takes the first ready message it accepts.
+// on a tie) takes the first ready message it accepts. An idle feeder has credit: it is sent to
+// while its channel has room, then handed one message, which its goroutine takes and sends,
+// blocking; until it has sent that it has no credit.
 func (r *refQueue) dispatchGeneral() {
 	missed := make(map[*refConsumer]bool)
 	higher := false // a higher band exists
-	for lo := 0; lo < len(r.active) && len(r.ready) > 0; {
+	order := r.order()
+	for lo := 0; lo < len(order) && len(r.ready) > 0; {
 		hi := lo + 1
-		for hi < len(r.active) && r.active[hi].priority == r.active[lo].priority {
+		for hi < len(order) && order[hi].priority == order[lo].priority {
 			hi++
 		}
-		band := r.active[lo:hi]
+		band := order[lo:hi]
 		lo = hi
 		for len(r.ready) > 0 {
 			var c *refConsumer
 			for _, x := range band {
-				if !missed[x] && x.outstanding() < x.prefetch && (c == nil || x.turn < c.turn) {
+				if !missed[x] && x.credit() && (c == nil || x.turn < c.turn) {
 					c = x
 				}
 			}
@@ -351,45 +441,75 @@ func (r *refQueue) dispatchGeneral() {
 			if higher {
 				r.stats.lowerBand++
 			}
-			r.push(c, r.popAt(i))
+			if c.autoAck {
+				r.give(c, r.popAt(i), true)
+			} else {
+				r.push(c, r.popAt(i))
+			}
 		}
 		higher = true
 	}
 }
 
-// feed runs the AutoAck consumer's feeder until it parks: it takes the head of the queue (and
-// a tag) whenever it holds nothing, and moves what it holds into the channel while there is
-// room. The channel has prefetch-1 slots, so the consumer holds at most prefetch messages.
+// feed runs, after a step, the feeders' goroutines that can run until they park or block: one
+// whose send into its channel went through (the application made room) sends what it held and
+// runs again, as does one just started or woken by the simple dispatch. On the simple path a
+// running feeder takes the head while its channel has room, and one more that it holds while
+// blocked sending it; on the general path it runs a general dispatch, in which it has credit.
+// At most one runs at a time: the driver receives from one consumer at a time, and keeps the
+// simple path to one feeder (racingFeeder), so the order of goroutines never decides anything.
 func (r *refQueue) feed() {
-	c := r.feeder
-	if c == nil {
-		return
-	}
 	for {
-		switch {
-		case c.feeding != nil && len(c.buffered) < c.prefetch-1:
-			c.buffered = append(c.buffered, c.feeding)
-			c.feeding = nil
-		case c.feeding == nil && r.firstAccepted(c) >= 0:
-			// The simple path's feeder takes the head; on the general path (a selector) it
-			// is handed the first message it accepts, which is a turn.
-			i := r.firstAccepted(c)
-			if c.sel != nil {
-				r.turns++
-				c.turn = r.turns
-				r.stats.selectorFeeder++
+		var c *refConsumer
+		for _, x := range r.feeders {
+			if x.feeding != nil && len(x.buffered) < x.prefetch-1 {
+				x.buffered = append(x.buffered, x.feeding)
+				x.feeding, x.running = nil, true
 			}
-			c.nextTag++
-			c.feeding = &refDelivery{msg: r.popAt(i), tag: c.nextTag, consumer: c.idx, owner: -1, state: refAutoAcked}
-		default:
+			if x.running {
+				if c != nil {
+					panic(fmt.Sprintf("refQueue: the feeders of %s and %s run at once", consName(c), consName(x)))
+				}
+				c = x
+			}
+		}
+		if c == nil {
 			return
+		}
+		c.running = false
+		if r.general() {
+			r.dispatchGeneral()
+			continue
+		}
+		for c.feeding == nil && len(r.ready) > 0 {
+			r.give(c, r.popHead(), false)
 		}
 	}
 }
 
+// racingFeeder returns the active feeder that an AutoAck consumer of this priority and
+// selector could race with on the simple path: one of the same priority without a selector,
+// if sel is nil. The simple path wakes every feeder that holds nothing, and which of two takes
+// a message is the scheduler's choice; two feeders on the simple path are always two such, so
+// the driver skips a Consume for which this returns one.
+func (r *refQueue) racingFeeder(priority int, sel *refSel) *refConsumer {
+	if sel != nil {
+		return nil
+	}
+	i := slices.IndexFunc(r.feeders, func(f *refConsumer) bool { return f.sel == nil && f.priority == priority })
+	if i < 0 {
+		return nil
+	}
+	return r.feeders[i]
+}
+
 // deactivate stops c receiving: what is buffered in its channel or held by its feeder goes back
-// unchanged. The caller dispatches.
+// unchanged. The caller dispatches (for an AutoAck consumer the queue dispatches nothing until
+// its feeder has put all of it back, which comes to the same).
 func (r *refQueue) deactivate(c *refConsumer, reason error) {
+	if c.autoAck && (len(c.buffered) > 0 || c.feeding != nil) && len(r.active)+len(r.feeders) > 1 {
+		r.stats.feederReturns++
+	}
 	for _, d := range c.buffered {
 		r.restore(d)
 	}
@@ -399,7 +519,8 @@ func (r *refQueue) deactivate(c *refConsumer, reason error) {
 		c.feeding = nil
 	}
 	if c.autoAck {
-		r.feeder = nil
+		r.feeders = slices.DeleteFunc(r.feeders, func(x *refConsumer) bool { return x == c })
+		c.running = false
 	} else {
 		i := slices.Index(r.active, c)
 		if i < r.cursor {
@@ -455,9 +576,7 @@ func (r *refQueue) consumeErr(prefetch int, tag string) error {
 		return warren.ErrInvalidArgument
 	case r.endErr != nil:
 		return r.err()
-	case r.feeder != nil && r.feeder.tag == tag:
-		return warren.ErrPreconditionFailed
-	case slices.ContainsFunc(r.active, func(c *refConsumer) bool { return c.tag == tag }):
+	case slices.ContainsFunc(r.order(), func(c *refConsumer) bool { return c.tag == tag }):
 		return warren.ErrPreconditionFailed
 	}
 	return nil
@@ -469,14 +588,20 @@ func (r *refQueue) consume(prefetch int, tag string, autoAck bool, priority int,
 		ctx: ctx, active: true}
 	r.all = append(r.all, c)
 	if autoAck {
-		if r.feeder != nil || len(r.active) > 0 {
-			panic("refQueue: an AutoAck consumer beside another active consumer is not modelled")
+		// Its feeder starts: it takes the head (simple path) or runs a general dispatch, after
+		// the step; Consume itself dispatches nothing. Like every activation, it takes a turn.
+		if x := r.racingFeeder(priority, sel); x != nil {
+			panic(fmt.Sprintf("refQueue: %s would race with the feeder of %s on the simple path", consName(c), consName(x)))
 		}
-		r.feeder = c
+		i := 0
+		for i < len(r.feeders) && r.feeders[i].priority >= c.priority {
+			i++
+		}
+		r.feeders = slices.Insert(r.feeders, i, c)
+		r.turns++
+		c.turn = r.turns
+		c.running = true
 		return c
-	}
-	if r.feeder != nil {
-		panic("refQueue: a push consumer beside an AutoAck consumer is not modelled")
 	}
 	// It joins the end of the rotation: just before the consumer whose turn is next if that one
 	// is of its priority, else after every consumer of its priority or higher; the turn stays
@@ -503,10 +628,7 @@ func (r *refQueue) consume(prefetch int, tag string, autoAck bool, priority int,
 
 // selective reports whether an active consumer has a selector.
 func (r *refQueue) selective() bool {
-	if r.feeder != nil && r.feeder.sel != nil {
-		return true
-	}
-	return slices.ContainsFunc(r.active, func(c *refConsumer) bool { return c.sel != nil })
+	return slices.ContainsFunc(r.order(), func(c *refConsumer) bool { return c.sel != nil })
 }
 
 // rendezvous reports whether c's feeder is parked sending into an unbuffered channel (an
@@ -520,8 +642,8 @@ func (c *refConsumer) rendezvous() bool {
 func (r *refQueue) receive(c *refConsumer) (d *refDelivery, open bool) {
 	if len(c.buffered) == 0 && c.rendezvous() {
 		// An AutoAck consumer of prefetch 1 has an unbuffered channel: its feeder, parked in
-		// the send, hands its message straight over.
-		d, c.feeding = c.feeding, nil
+		// the send, hands its message straight over, and runs again.
+		d, c.feeding, c.running = c.feeding, nil, true
 		return d, true
 	}
 	if len(c.buffered) == 0 {
@@ -634,16 +756,11 @@ func (r *refQueue) endContext(i int) (returned, stopped int) {
 		if c.ctx != i || c.ended {
 			continue
 		}
-		c.ended = true
-		if c.active {
-			r.deactivate(c, context.Canceled)
+		n, stop := r.orphan(c, context.Canceled)
+		returned += n
+		if stop {
 			stopped++
 		}
-		for _, d := range c.held {
-			r.giveBack(d)
-			returned++
-		}
-		c.held = nil
 	}
 	for _, d := range slices.Clone(r.gets) {
 		if d.owner == i {
@@ -652,6 +769,36 @@ func (r *refQueue) endContext(i int) (returned, stopped int) {
 			returned++
 		}
 	}
+	r.dispatch()
+	return returned, stopped
+}
+
+// orphan ends c as the end of its context does: it stops, if it was active (what is buffered or
+// held by its feeder back unchanged), and what it received and holds comes back redelivered.
+// The caller dispatches. It returns how many deliveries came back redelivered and whether c
+// stopped.
+func (r *refQueue) orphan(c *refConsumer, reason error) (returned int, stopped bool) {
+	c.ended = true
+	if c.active {
+		r.deactivate(c, reason)
+		stopped = true
+	}
+	for _, d := range c.held {
+		r.giveBack(d)
+	}
+	returned = len(c.held)
+	c.held = nil
+	return returned, stopped
+}
+
+// closeConsumer is Consumer.Close: c ends as if its context alone had ended, with ErrCancelled
+// unless it had stopped before; then one dispatch. A consumer that has ended already (stopped
+// and holding nothing, or its queue gone) is left alone.
+func (r *refQueue) closeConsumer(c *refConsumer) (returned int, stopped bool) {
+	if r.endErr != nil || c.ended || !c.active && len(c.held) == 0 {
+		return 0, false
+	}
+	returned, stopped = r.orphan(c, warren.ErrCancelled)
 	r.dispatch()
 	return returned, stopped
 }
@@ -692,7 +839,7 @@ func (r *refQueue) deleteQueue(ifUnused, ifEmpty bool) (int, error) {
 		return 0, warren.ErrClosed
 	case r.endErr != nil:
 		return 0, nil // deleting a queue that does not exist succeeds
-	case ifUnused && (len(r.active) > 0 || r.feeder != nil):
+	case ifUnused && r.consumerCount() > 0:
 		return 0, warren.ErrPreconditionFailed
 	case ifEmpty && len(r.ready) > 0:
 		return 0, warren.ErrPreconditionFailed
@@ -730,10 +877,10 @@ func (r *refQueue) end(err error) {
 			discard(c.held)
 			c.gone = c.held
 		}
-		c.buffered, c.held, c.feeding = nil, nil, nil
+		c.buffered, c.held, c.feeding, c.running = nil, nil, nil, false
 	}
 	discard(r.gets)
-	r.ready, r.active, r.feeder, r.gets = nil, nil, nil, nil
+	r.ready, r.active, r.feeders, r.gets = nil, nil, nil, nil
 }
 
 func (r *refQueue) unacked() int {
@@ -745,11 +892,7 @@ func (r *refQueue) unacked() int {
 }
 
 func (r *refQueue) consumerCount() int {
-	n := len(r.active)
-	if r.feeder != nil {
-		n++
-	}
-	return n
+	return len(r.active) + len(r.feeders)
 }
 
 func (r *refQueue) picture() string {
@@ -758,8 +901,10 @@ func (r *refQueue) picture() string {
 		s[i] = m.String()
 	}
 	p := "[" + strings.Join(s, " ") + "]"
-	if c := r.feeder; c != nil && c.feeding != nil {
-		p += fmt.Sprintf(" (feeder of %s holds #%d %v)", consName(c), c.feeding.tag, c.feeding.msg)
+	for _, c := range r.feeders {
+		if c.feeding != nil {
+			p += fmt.Sprintf(" (feeder of %s holds #%d %v)", consName(c), c.feeding.tag, c.feeding.msg)
+		}
 	}
 	return p
 }
@@ -785,6 +930,7 @@ const (
 	mopEndContext                     // a%8 == 0: a fresh context, owning nothing; else a live one, the a/8-th newest
 	mopRecover                        // a: consumer
 	mopPurge
+	mopCloseConsumer // a: consumer
 	numRegularOps
 )
 
@@ -796,7 +942,7 @@ const (
 )
 
 var modelOpNames = [...]string{"publish", "get", "consume", "receive", "settle", "upto", "settle-again",
-	"cancel", "end-consumer", "end-context", "recover", "purge", "delete-queue", "close"}
+	"cancel", "end-consumer", "end-context", "recover", "purge", "close-consumer", "delete-queue", "close"}
 
 func (k modelOpKind) String() string { return modelOpNames[k] }
 
@@ -831,12 +977,14 @@ func (c modelCfg) options() []warren.QueueOption {
 
 // randomModelOps returns a queue declaration and n operations with per-sequence jittered
 // weights, and in one sequence in four a terminal operation (DeleteQueue or Close) followed by
-// a tail of n/16 more, possibly repeated (Close after DeleteQueue, a DeleteQueue that failed its
-// condition). One sequence in four may create AutoAck consumers (in the others, Consume is always
-// push); one in three publishes less than it settles, so that consumers wait with credit. One
-// sequence in sixteen hoards: three times as long, two consumers that do not end, and it
-// settles the newest delivery, so that each consumer's oldest delivery stays outstanding while
-// many later ones are settled (a consumer's bookkeeping compacts after 64).
+// a tail of n/16 more, possibly repeated (Close after DeleteQueue, a DeleteQueue that failed
+// its condition). One sequence in three creates AutoAck consumers, one, two or three Consumes
+// in four (in the others, Consume is always push), beside push consumers and, where the simple
+// path cannot race them (racingFeeder), beside other AutoAck consumers; one in three publishes
+// less than it settles, so that consumers wait with credit. One sequence in sixteen hoards:
+// three times as long, two consumers that do not end, and it settles the newest delivery, so
+// that each consumer's oldest delivery stays outstanding while many later ones are settled (a
+// consumer's bookkeeping compacts after 64).
 //
 // Independently, one sequence in three declares a priority queue (maximum priority 1 to 5), and
 // two in five give consumers selectors (half of them), two in five consumer priorities: then
@@ -846,6 +994,7 @@ func randomModelOps(rng *rand.Rand, n int) (modelCfg, []modelOp) {
 	base := [numRegularOps]int{
 		mopPublish: 20, mopGet: 6, mopConsume: 8, mopReceive: 18, mopSettle: 16, mopUpTo: 6,
 		mopSettleAgain: 3, mopCancel: 3, mopEndConsumer: 3, mopEndContext: 3, mopRecover: 3, mopPurge: 1,
+		mopCloseConsumer: 1,
 	}
 	var cfg modelCfg
 	if rng.IntN(3) == 0 {
@@ -854,7 +1003,10 @@ func randomModelOps(rng *rand.Rand, n int) (modelCfg, []modelOp) {
 	selectors, priorities := rng.IntN(5) < 2, rng.IntN(5) < 2
 	var ops []modelOp
 	hoard := rng.IntN(16) == 0
-	autoAck := !hoard && rng.IntN(4) == 0
+	autoShare := 0 // of four Consumes, how many are AutoAck
+	if !hoard && rng.IntN(3) == 0 {
+		autoShare = 1 + rng.IntN(3)
+	}
 	if rng.IntN(3) == 0 {
 		// Starved: the queue is mostly empty and consumers have credit, so that what comes
 		// back (a Nack, a context end) is dispatched at once.
@@ -883,9 +1035,9 @@ func randomModelOps(rng *rand.Rand, n int) (modelCfg, []modelOp) {
 		switch {
 		case hoard && k == mopSettle:
 			o.a &^= 3 // the newest delivery
-		case k == mopConsume && autoAck && rng.IntN(2) == 0:
+		case k == mopConsume && rng.IntN(4) < autoShare:
 			o.a |= 0x30
-		case k == mopConsume && !autoAck && o.a/16%4 == 3:
+		case k == mopConsume && o.a/16%4 == 3:
 			o.a &^= 0x10
 		}
 		if k == mopConsume {
@@ -973,10 +1125,11 @@ type modelStats struct {
 	emptyEnds      int // a context end that owned nothing
 	tagReuse       int // Consume reusing the tag of a stopped consumer
 	autoAckRecv    int // deliveries received from an AutoAck consumer
-	feederHolds    int // steps after which a feeder held a message beside its full channel
-	skipped        int // Consumes skipped: AutoAck beside another consumer
+	feederHolds    int // feeders holding a message beside their full channel after a step, summed over steps
+	skipped        int // AutoAck Consumes skipped: a second feeder on the simple path (racingFeeder)
 	deletes        int // DeleteQueue that deleted the queue
 	closes         int // Close
+	consumerCloses int // Consumer.Close that stopped a consumer or returned what it held
 	failedDeletes  int // DeleteQueue IfUnused/IfEmpty that failed
 	prioQueues     int // sequences on a priority queue
 	prioOrder      int // deliveries (or Gets) of a message that was not the oldest ready one
@@ -986,18 +1139,42 @@ type modelStats struct {
 	selectorMisses int // consumers found wanting in a general dispatch pass
 	selectorFeeder int // messages an AutoAck consumer with a selector took
 	skippedPublish int // publishes skipped to avoid a known bug (modelAvoidBugs)
+	// Feeders beside other active consumers, on each path.
+	feederSimple         int // messages a feeder took on the simple path beside push consumers
+	feederGeneralPush    int // messages the general dispatch gave a feeder beside push consumers
+	feederGeneralFeeders int // ... beside other feeders
+	feederHandoffs       int // ... of them (either kind) handed to the feeder, its channel full
+	feederReturns        int // feeders that stopped holding messages beside other active consumers
 }
 
 func (s *modelStats) String() string {
 	return fmt.Sprintf("UpTo buffered tag %d, UpTo(0) beside buffered %d, shared context ends %d (dispatching %d), "+
 		"empty context ends %d, tag reuses %d, AutoAck receives %d, feeder holding %d, skipped consumes %d, "+
-		"deletes %d (failed %d), closes %d; priority queues %d (out of seq order %d); general dispatch %d "+
+		"deletes %d (failed %d), closes %d, consumer closes %d; priority queues %d (out of seq order %d); general dispatch %d "+
 		"(past a skipped message %d, to a lower band %d, consumers found wanting %d), taken by a selective feeder %d; "+
-		"publishes skipped for a known bug %d",
+		"publishes skipped for a known bug %d; feeders beside other consumers: taken on the simple path %d, given by the "+
+		"general dispatch beside push consumers %d and beside feeders %d (handed over %d), stopped holding messages %d",
 		s.upToBuffered, s.upTo0Buffered, s.sharedEnds, s.sharedDispatch,
-		s.emptyEnds, s.tagReuse, s.autoAckRecv, s.feederHolds, s.skipped, s.deletes, s.failedDeletes, s.closes,
+		s.emptyEnds, s.tagReuse, s.autoAckRecv, s.feederHolds, s.skipped, s.deletes, s.failedDeletes, s.closes, s.consumerCloses,
 		s.prioQueues, s.prioOrder, s.generalPushes, s.selectorSkips, s.lowerBand, s.selectorMisses, s.selectorFeeder,
-		s.skippedPublish)
+		s.skippedPublish, s.feederSimple, s.feederGeneralPush, s.feederGeneralFeeders, s.feederHandoffs, s.feederReturns)
+}
+
+// modelCount is one of modelStats' counts, named.
+type modelCount struct {
+	what string
+	n    int
+}
+
+// feederCoverage lists the counts of feeders beside other active consumers, on each path.
+func (s *modelStats) feederCoverage() []modelCount {
+	return []modelCount{
+		{"feeder took a message on the simple path beside push consumers", s.feederSimple},
+		{"general dispatch gave a feeder a message beside push consumers", s.feederGeneralPush},
+		{"general dispatch gave a feeder a message beside other feeders", s.feederGeneralFeeders},
+		{"general dispatch handed a feeder a message beside other consumers", s.feederHandoffs},
+		{"feeder stopped holding messages beside other consumers", s.feederReturns},
+	}
 }
 
 type seenDelivery struct {
@@ -1253,16 +1430,16 @@ func (h *modelHarness) endContext(i int, why string) {
 		owners++
 	}
 	// Done of a consumer the context stops closes once everything the context owned is back
-	// and dispatched: with push consumers only, look at the queue right then, before
-	// synctest.Wait. (An AutoAck consumer's feeder puts back what it holds after Done closes:
-	// TestBugAutoAckDoneBeforeReturn.)
+	// and dispatched (an AutoAck consumer's once its feeder has put back what it held and
+	// dispatched: TestAutoAckDoneAfterReturn): look at the queue right then, before
+	// synctest.Wait, unless a feeder that goes on may be taking messages meanwhile.
 	var stopping []*refConsumer
 	for _, c := range h.m.all {
 		if c.ctx == i && c.active {
 			stopping = append(stopping, c)
 		}
 	}
-	early := len(stopping) > 0 && h.m.feeder == nil
+	early := len(stopping) > 0 && !slices.ContainsFunc(h.m.feeders, func(c *refConsumer) bool { return c.ctx != i })
 	w.cancel()
 	w.ended = true
 	if !early {
@@ -1363,8 +1540,10 @@ func (h *modelHarness) run(ops []modelOp) {
 		h.do(o)
 		synctest.Wait()
 		h.m.feed()
-		if c := h.m.feeder; c != nil && c.feeding != nil {
-			h.stats.feederHolds++
+		for _, c := range h.m.feeders {
+			if c.feeding != nil {
+				h.stats.feederHolds++
+			}
 		}
 		if modelTrace {
 			h.note(" ⇒ %s", h.m.state())
@@ -1479,8 +1658,8 @@ func (h *modelHarness) do(o modelOp) {
 		wantErr := h.m.consumeErr(prefetch, tag)
 		if h.ctxs[i].ended {
 			wantErr = context.Canceled
-		} else if wantErr == nil && (h.m.feeder != nil || autoAck && len(h.m.active) > 0) {
-			h.note(": skipped, an AutoAck consumer would be active beside another consumer")
+		} else if x := h.m.racingFeeder(priority, sel); wantErr == nil && autoAck && x != nil {
+			h.note(": skipped, two feeders on the simple path would race (%s)", consName(x))
 			h.stats.skipped++
 			return
 		}
@@ -1656,6 +1835,33 @@ func (h *modelHarness) do(o modelOp) {
 				h.fail("Deliveries() open after Cancel returned")
 			}
 		}
+
+	case mopCloseConsumer:
+		rc := h.pickConsumer(o.a)
+		if rc == nil {
+			h.logf("close-consumer: no consumer")
+			return
+		}
+		h.logf("Close %s, holding %d", consName(rc), len(rc.held))
+		h.checkErr("Consumer.Close", h.cons[rc.idx].Close(), nil)
+		returned, stopped := h.m.closeConsumer(rc)
+		// Close returns once the consumer has ended: what it held is back and dispatched. Look
+		// at the queue right then, before synctest.Wait, unless a feeder may be taking meanwhile.
+		if !isClosed(h.cons[rc.idx].Done()) {
+			h.fail("consumer %s: Done() open after Close returned", consName(rc))
+		}
+		if len(h.m.feeders) == 0 {
+			if got, want := h.q.Len(), len(h.m.ready); got != want {
+				h.fail("q.Len() = %d right after Close returned, want %d", got, want)
+			}
+			if got, want := h.q.Unacked(), h.m.unacked(); got != want {
+				h.fail("q.Unacked() = %d right after Close returned, want %d", got, want)
+			}
+		}
+		if stopped || returned > 0 {
+			h.stats.consumerCloses++
+		}
+		h.note(" → %d back redelivered, stopped %v, ready %s", returned, stopped, h.m.picture())
 
 	case mopEndConsumer:
 		rc := h.pickConsumer(o.a)
@@ -1853,6 +2059,13 @@ func TestModel(t *testing.T) {
 		}
 	}
 	t.Logf("%d sequences in %v; %v", seqs, time.Since(start).Round(time.Millisecond), &stats)
+	if seqs >= 200 { // a default run, or a longer one: it must have reached feeders beside others
+		for _, c := range stats.feederCoverage() {
+			if c.n == 0 {
+				t.Errorf("in %d sequences no %s: the generator no longer reaches it", seqs, c.what)
+			}
+		}
+	}
 }
 
 // FuzzModel decodes the fuzz input into an operation sequence (three bytes per op: kind, a, b;
@@ -1905,6 +2118,18 @@ func FuzzModel(f *testing.F) {
 	f.Add(encodeModelOps(modelCfg{}, op{mopPublish, 0, 1, 0}, op{mopPublish, 0, 2, 0}, op{mopPublish, 0, 3, 0},
 		op{mopPublish, 0, 0, 0}, op{mopConsume, 0x31, 16, 84}, op{mopReceive, 1, 3, 0}, op{mopGet, 0, 0, 0},
 		op{mopPublish, 0, 2, 0}, op{mopReceive, 1, 1, 0}))
+	// Simple path: a push consumer (prefetch 2) takes first, an AutoAck one (prefetch 2) what is
+	// left, holding one beside its full channel; receive from both, nack, Close the AutoAck one.
+	f.Add(encodeModelOps(modelCfg{}, op{mopConsume, 1, 16, 0}, op{mopConsume, 0x31, 16, 0}, pub, pub, pub, pub, pub,
+		op{mopReceive, 9, 0, 0}, op{mopReceive, 1, 1, 0}, op{mopSettle, 1, 1, 0}, pub, op{mopCloseConsumer, 9, 0, 0},
+		op{mopReceive, 1, 3, 0}))
+	// General path: a push consumer of priority 1 and three AutoAck ones, two of priority 0 (one
+	// taking k=1 only, prefetch 3) and one of priority 2 with prefetch 1 (an unbuffered channel);
+	// messages with k 0, 1, 2, 1, 0, 1; receive, cancel one, Close the push consumer.
+	f.Add(encodeModelOps(modelCfg{}, op{mopConsume, 4, 16, 1}, op{mopConsume, 0x31, 16, 0}, op{mopConsume, 0x32, 16, 0x48},
+		op{mopConsume, 0x34, 16, 2}, op{mopPublish, 0, 0, 0}, op{mopPublish, 0, 1, 0}, op{mopPublish, 0, 2, 0},
+		op{mopPublish, 0, 1, 0}, op{mopPublish, 0, 0, 0}, op{mopPublish, 0, 1, 0}, op{mopReceive, 17, 3, 0},
+		op{mopReceive, 25, 1, 0}, op{mopCancel, 9, 0, 0}, op{mopReceive, 17, 3, 0}, op{mopCloseConsumer, 1, 0, 0}))
 	// Selectors on a priority queue (maximum 2): consumers with selectors for k=1 and k=2.
 	f.Add(encodeModelOps(modelCfg{maxPrio: 2}, op{mopPublish, 0, 1, 0}, op{mopPublish, 2, 2, 0}, op{mopPublish, 1, 0, 0},
 		op{mopConsume, 1, 16, 72}, op{mopConsume, 1, 16, 80}, op{mopPublish, 2, 1, 0}, op{mopPublish, 1, 2, 0},
