@@ -511,15 +511,13 @@ func checkSettle(d *Delivery) error {
 }
 
 // release moves an outstanding delivery to state, settled or returned, and releases what it
-// held: the queue's unacked count and its holder's credit. The Gets' list is tidied at once; a
-// consumer's by the shell (Consumer.tidyLocked), which may be walking it.
+// held: the queue's unacked count and its holder's credit. It leaves the delivery in its
+// holder's list, which the caller may be walking: the caller trims the list when it is done
+// (holder.trim; Consumer.tidyLocked for a consumer).
 func (c *queueCore) release(d *Delivery, state deliveryState) {
 	d.state = state
 	c.unacked--
 	d.h.live--
-	if d.h == &c.gets {
-		c.gets.trim()
-	}
 }
 
 // settle settles an outstanding delivery: releases it and does with its message what how says.

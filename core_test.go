@@ -1619,3 +1619,32 @@ func TestCoreAgainstModel(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) { newCoreRun(t, s).run() }) // stops the test if it fails
 	}
 }
+
+// TestCoreTakeBackGets: takeBack walks the Gets' list while it releases, so release must leave
+// the list alone (it once trimmed the Gets' list at once, and the walk ran off its end).
+func TestCoreTakeBackGets(t *testing.T) {
+	cfg := queueConfig{ttl: -1, maxLen: -1, maxBytes: -1, deliveryLimit: -1, overflow: DropHead}
+	var heard atomic.Pointer[[]*listener]
+	c := newCore(&cfg, btree.NewFreeListG[entry](32), &heard)
+	x := &Exchange{name: "x"}
+	for i := range 4 {
+		e, _ := c.admit(&envelope{msg: Message{Body: []byte{byte(i)}}, exchange: x}, -1)
+		c.ready.push(e)
+	}
+	var ds []*Delivery
+	for range 4 {
+		e, ok := c.take()
+		require.True(t, ok)
+		ds = append(ds, c.deliver(&c.gets, e, false, 0))
+	}
+	back := c.takeBack(&c.gets, nil, ReasonOwnerEnded)
+	require.Len(t, back, 4)
+	c.gets.trim()
+	c.restoreAll(back)
+	require.Equal(t, 0, c.unacked)
+	require.Equal(t, 0, c.gets.unacked.len())
+	require.Equal(t, 4, c.ready.len())
+	for _, d := range ds {
+		require.Equal(t, deliveryReturned, d.state)
+	}
+}

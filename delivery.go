@@ -81,6 +81,8 @@ func (d *Delivery) settleWith(then func(*Queue)) error {
 		then(q)
 		if c := d.h.c; c != nil {
 			c.tidyLocked()
+		} else {
+			d.h.trim()
 		}
 		q.dispatchLocked()
 	}

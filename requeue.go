@@ -87,17 +87,14 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool
 		return true
 	})
 	if get != nil {
-		var gone []*Delivery // collected first: releasing one tidies the list walked
 		for d := range q.core.gets.outstanding() {
 			if get(d) {
-				gone = append(gone, d)
+				q.core.release(d, deliveryReturned)
+				q.core.back(&q.core.gets, d.e, why)
+				back = append(back, redelivered(d.e))
 			}
 		}
-		for _, d := range gone {
-			q.core.release(d, deliveryReturned)
-			q.core.back(&q.core.gets, d.e, why)
-			back = append(back, redelivered(d.e))
-		}
+		q.core.gets.trim()
 	}
 	q.core.restoreAll(back)
 	for _, c := range ended {
