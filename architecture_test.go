@@ -74,8 +74,8 @@ func ruleViolations(t *testing.T, src map[string]string) []string {
 					for _, lhs := range n.Lhs {
 						checkCounter(lhs, fn, func(what string) { report(n, "%s changes counter %s outside record", fn, what) })
 						if sel, ok := lhs.(*ast.SelectorExpr); ok && sel.Sel.Name == "effects" && n.Tok == token.ASSIGN &&
-							len(n.Rhs) == 1 && isAppend(n.Rhs[0]) && fn != "queueCore.record" && fn != "queueCore.note" {
-							report(n, "%s appends an effect outside record and note", fn)
+							len(n.Rhs) == 1 && isAppend(n.Rhs[0]) && fn != "queueCore.keep" && fn != "queueCore.note" {
+							report(n, "%s appends an effect outside keep and note", fn)
 						}
 					}
 				case *ast.CompositeLit:
@@ -154,7 +154,8 @@ func checkCounter(e ast.Expr, fn string, bad func(string)) {
 	if !ok || n.Sel.Name != "n" {
 		return
 	}
-	if !slices.Contains([]string{"queueCore.record", "queueCore.count", "queueCore.deadLettered"}, fn) {
+	if !strings.HasPrefix(fn, "queueCore.record") && fn != "queueCore.count" && fn != "queueCore.deadLettered" &&
+		fn != "queueCore.enqueued" {
 		bad(sel.Sel.Name)
 	}
 }
