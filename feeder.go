@@ -183,8 +183,10 @@ func (c *Consumer) feed() {
 	// Closed in the critical section that puts its messages back, so that whoever looks at
 	// the queue sees both or neither (Broker.WaitReleased).
 	close(c.ch)
-	close(c.done)
 	q.commit()
+	// Only now: whoever waits for the consumer to end (Cancel, Close, a deletion) finds the
+	// effects of what came back applied, its events emitted, as a push consumer's Cancel does.
+	close(c.done)
 }
 
 // handOffLocked gives an arriving TTL-0 message that no push consumer took to an idle feeder,
