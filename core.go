@@ -222,15 +222,15 @@ func (c *queueCore) keepAt(at int, e *entry, reason Reason) {
 	}
 }
 
-// admit gives a message arriving with message TTL ttl (-1 for none) its place: its sequence
-// id, priority rank and deadline. now is the clock, if it had to be read; else 0.
-func (c *queueCore) admit(env *envelope, ttl time.Duration) (e entry, now int64) {
-	e.env, e.seq = env, c.nextSeq
+// admit gives a message arriving with message TTL ttl (-1 for none), e, its place: its
+// sequence id, priority rank and deadline. It returns the clock if it had to read it; else 0.
+func (c *queueCore) admit(e *entry, ttl time.Duration) (now int64) {
+	e.seq = c.nextSeq
 	c.nextSeq++
 	if ttl >= 0 || c.ranked {
-		now = c.rank(&e, ttl)
+		now = c.rank(e, ttl)
 	}
-	return e, now
+	return
 }
 
 // rank sets an arriving entry's priority rank and deadline, and returns the clock if it read it.

@@ -74,7 +74,7 @@ func coreEnv(i, size int, priority uint8) *envelope {
 // corePublish enqueues a message with message TTL ttl as the shell does when no consumer takes
 // it on arrival, and returns its entry.
 func corePublish(c *queueCore, env *envelope, ttl time.Duration) entry {
-	e, now := c.admit(env, ttl)
+	e, now := admitted(c, env, ttl)
 	at := c.mark()
 	c.ready.push(e)
 	c.enqueued(e, at, "")
@@ -265,7 +265,7 @@ func TestCoreEndDropsEverything(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		corePublish(c, coreEnv(i, 0, 0), -1)
 	}
-	e, _ := c.admit(coreEnv(5, 0, 0), -1)
+	e, _ := admitted(c, coreEnv(5, 0, 0), -1)
 	c.enqueued(e, c.mark(), "")
 	c.delay(e, time.Hour) // 5, hidden
 	held, got, rejected := coreTake(c, h), coreTake(c, &c.gets), coreTake(c, h)
@@ -306,7 +306,7 @@ func TestCoreTTLZeroArriving(t *testing.T) {
 		c.hold(h)
 
 		// A consumer takes it in the critical section it arrives in, as dispatch does.
-		e, _ := c.admit(coreEnv(1, 0, 0), -1)
+		e, _ := admitted(c, coreEnv(1, 0, 0), -1)
 		at := c.mark()
 		c.ready.push(e)
 		c.arriving = e.seq
@@ -322,7 +322,7 @@ func TestCoreTTLZeroArriving(t *testing.T) {
 		assert.Equal(t, 0, c.ready.len())
 
 		// Nor can it be taken later, even with no time passed.
-		e, _ = c.admit(coreEnv(3, 0, 0), -1)
+		e, _ = admitted(c, coreEnv(3, 0, 0), -1)
 		c.ready.push(e)
 		c.enqueued(e, c.mark(), "")
 		assert.Nil(t, coreTake(c, h))
@@ -794,7 +794,7 @@ func (r *coreRun) randDelay() time.Duration {
 // admit admits env to the core and the model, and checks they agree.
 func (r *coreRun) admit(env *envelope, ttl time.Duration) (entry, int64, *coreMsg) {
 	t := r.t
-	e, now := r.c.admit(env, ttl)
+	e, now := admitted(r.c, env, ttl)
 	m := &coreMsg{env: env, seq: r.nextSeq}
 	r.nextSeq++
 	if p := r.cfg.maxPriority; p > 0 {
@@ -1628,7 +1628,7 @@ func TestCoreTakeBackGets(t *testing.T) {
 	c := newCore(&cfg, btree.NewFreeListG[entry](32), &heard)
 	x := &Exchange{name: "x"}
 	for i := range 4 {
-		e, _ := c.admit(&envelope{msg: Message{Body: []byte{byte(i)}}, exchange: x}, -1)
+		e, _ := admitted(&c, &envelope{msg: Message{Body: []byte{byte(i)}}, exchange: x}, -1)
 		c.ready.push(e)
 	}
 	var ds []*Delivery
@@ -1647,4 +1647,12 @@ func TestCoreTakeBackGets(t *testing.T) {
 	for _, d := range ds {
 		require.Equal(t, deliveryReturned, d.state)
 	}
+}
+
+// admitted admits env into c, as the shell's enqueue does, and returns its entry and the clock
+// if admit read it.
+func admitted(c *queueCore, env *envelope, ttl time.Duration) (entry, int64) {
+	e := entry{env: env}
+	now := c.admit(&e, ttl)
+	return e, now
 }

@@ -617,8 +617,8 @@ func (c *spanChecker) handle(e warren.Event) {
 		delete(c.gone, e.Queue)
 		return
 	case warren.EventQueueDeleted:
-		// Its messages were all evented as gone before: the deletion comes last through the
-		// queue's outbox.
+		// Its messages were all evented as gone before: the deletion comes last among the
+		// queue's effects.
 		for k, sp := range c.open {
 			if k.queue == e.Queue {
 				c.errorf("queue %q deleted (%s) with %s still in it: %s", e.Queue, e.Reason, sp.id, strings.Join(sp.trail, " "))

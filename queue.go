@@ -122,7 +122,8 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		q.commit()
 		return errorf("queue %q: %w", q.name, ErrQueueFull)
 	}
-	e, now := q.core.admit(env, ttl)
+	e := entry{env: env}
+	now := q.core.admit(&e, ttl)
 	if q.cfg.alerting && q.cfg.alerts.MessageSize > 0 {
 		q.alertStates[alertSize].over = false // each message is a crossing of its own
 		now = q.crossLocked(alertSize, len(env.msg.Body) >= q.cfg.alerts.MessageSize,

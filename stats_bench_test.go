@@ -11,8 +11,8 @@ import (
 
 // BenchmarkListeners is publish+consume+ack with no listener, and with two: what the event
 // stream costs. With none, each event site is one atomic load; with two, every message makes
-// four events (published, enqueued, delivered, acked), each built, queued through the queue's
-// outbox and told to both listeners.
+// four events (published, enqueued, delivered, acked), each recorded as an effect of the queue,
+// built in its flush and told to both listeners.
 func BenchmarkListeners(b *testing.B) {
 	for _, n := range []int{0, 2} {
 		b.Run(fmt.Sprintf("listeners=%d", n), func(b *testing.B) {
