@@ -1260,19 +1260,19 @@ func (r *coreRun) opPurge() string {
 // opEnd ends the queue, sometimes right after other operations whose effects (dead letters) the
 // shell has not applied yet.
 func (r *coreRun) opEnd() string {
-	var s string
+	var s strings.Builder
 	for range r.rng.IntN(4) {
 		// Time stands still within a step: the stream check takes deliveries as made at its end.
 		if i := r.pickOp(); !coreOps[i].sleeps {
-			s += r.step(i) + "; "
+			s.WriteString(r.step(i) + "; ")
 		} else {
-			s += r.timer() + "; "
+			s.WriteString(r.timer() + "; ")
 		}
 	}
 	why := []Reason{ReasonQueueDeleted, ReasonClosed}[r.rng.IntN(2)]
 	r.c.end(why)
 	r.end(why)
-	return s + "end (" + string(why) + ")"
+	return s.String() + "end (" + string(why) + ")"
 }
 
 // coreOps are the operations with their weights (opEnd, which ends a sequence, is apart).

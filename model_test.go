@@ -900,13 +900,14 @@ func (r *refQueue) picture() string {
 	for i, m := range r.ready {
 		s[i] = m.String()
 	}
-	p := "[" + strings.Join(s, " ") + "]"
+	var p strings.Builder
+	p.WriteString("[" + strings.Join(s, " ") + "]")
 	for _, c := range r.feeders {
 		if c.feeding != nil {
-			p += fmt.Sprintf(" (feeder of %s holds #%d %v)", consName(c), c.feeding.tag, c.feeding.msg)
+			p.WriteString(fmt.Sprintf(" (feeder of %s holds #%d %v)", consName(c), c.feeding.tag, c.feeding.msg))
 		}
 	}
-	return p
+	return p.String()
 }
 
 // ---------------------------------------------------------------------------------------------
