@@ -94,10 +94,10 @@ func (fs OSFS) SyncDir() error {
 type osFile struct{ f *os.File }
 
 func (f osFile) ReadAt(p []byte, off int64) (int, error) { return f.f.ReadAt(p, off) }
-func (f osFile) Write(p []byte) (int, error)              { return f.f.Write(p) }
-func (f osFile) Sync() error                              { return f.f.Sync() }
-func (f osFile) Truncate(size int64) error                { return f.f.Truncate(size) }
-func (f osFile) Close() error                             { return f.f.Close() }
+func (f osFile) Write(p []byte) (int, error)             { return f.f.Write(p) }
+func (f osFile) Sync() error                             { return f.f.Sync() }
+func (f osFile) Truncate(size int64) error               { return f.f.Truncate(size) }
+func (f osFile) Close() error                            { return f.f.Close() }
 
 func (f osFile) Size() (int64, error) {
 	st, err := f.f.Stat()
