@@ -1,0 +1,587 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Errors. Each works with errors.Is.
+var (
+	// ErrCorrupt is wrapped by the error of Open when a segment is damaged other than by a
+	// torn write at its end; the error names the file and the offset.
+	ErrCorrupt = errors.New("wal: corrupt log")
+	// ErrFailed is wrapped, with the first I/O error, by every call once a write or a sync
+	// failed: what reached the file is unknown, so the log takes nothing more.
+	ErrFailed = errors.New("wal: log failed")
+	// ErrClosed is returned by calls after Close.
+	ErrClosed = errors.New("wal: log closed")
+)
+
+// SyncMode says when the log syncs what it wrote (see Options.Sync).
+type SyncMode uint8
+
+const (
+	// SyncAlways syncs every batch before its waiters return: concurrent writers share a
+	// batch and one sync (group commit).
+	SyncAlways SyncMode = iota
+	// SyncInterval syncs at most Options.Interval after a write.
+	SyncInterval
+	// SyncNever leaves syncing to the operating system, and to Close.
+	SyncNever
+)
+
+// Options configure a Log.
+type Options struct {
+	Sync     SyncMode
+	Interval time.Duration // SyncInterval's bound; default 100 ms
+	// SegmentSize is the size past which the log starts a new segment; default 64 MiB.
+	SegmentSize int64
+	// Salvage makes Open skip damaged batches instead of failing, reporting what it skipped.
+	Salvage bool
+}
+
+// LSN is a position in the log: the number of record bytes appended before it since Open.
+// It orders appends; it is not a file offset.
+type LSN uint64
+
+// Recovery is what Open found.
+type Recovery struct {
+	Segments int // segments read
+	Records  int // records handed to replay
+	// Truncated is set when the last segment ended in a torn write, cut off at Offset.
+	Truncated *Damage
+	// Skipped are the damaged stretches Salvage skipped.
+	Skipped []Damage
+}
+
+// Damage is a damaged stretch of a segment.
+type Damage struct {
+	File   string
+	Offset int64 // where it starts
+	Bytes  int64 // how long it is
+}
+
+const (
+	headerSize = 16 // segment header: magic (8 bytes), segment number (8)
+	frameSize  = 8  // batch frame: length (4), checksum (4)
+	magic      = "WARRENW1"
+	suffix     = ".wal"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Log is a segmented, append-only log of records. It is safe for concurrent use.
+//
+// Append copies records into the log's buffer under the log's own lock, a leaf: a caller may
+// hold its own locks, and the log's order is the order of the Append calls. Wait returns once
+// the records before a position are written to the operating system (and synced, under
+// SyncAlways); the first waiter to find no write in progress writes everything buffered as one
+// batch per segment, so concurrent writers share writes and syncs.
+type Log struct {
+	fs   FS
+	opts Options
+
+	mu       sync.Mutex
+	cond     sync.Cond // on mu: written or synced advanced, or the log failed
+	pending  []chunk   // appended, not yet taken by a writer, in order
+	spare    [][]byte  // emptied chunk buffers, for reuse
+	appended LSN
+	written  LSN
+	synced   LSN
+	segBytes int64  // bytes in the last segment, pending included
+	lastSeg  uint64 // the segment appends go to
+	writing  bool   // a writer owns the files
+	err      error  // the log failed: ErrFailed wrapping the first I/O error; or ErrClosed
+	timer    *time.Timer
+	timerOn  bool
+	timers   sync.WaitGroup // SyncInterval's timer callbacks
+
+	// Owned by the writer.
+	file    File   // the segment being appended to
+	fileSeg uint64 // its number
+	fileOff int64  // its size
+	dirty   bool   // written since the last sync
+}
+
+// chunk is records appended for one segment, behind a reserved frame.
+type chunk struct {
+	seg uint64
+	buf []byte // frameSize reserved bytes, then the records
+	end LSN    // the position after its last record
+}
+
+// Open opens the log in fs, creating it if it is empty, and hands every record it holds to
+// replay, in order, with the number of the segment it is in; rec is valid only during the call.
+// An error from replay stops Open and is returned. A torn write at the end of the last segment
+// is cut off and reported in the Recovery; other damage fails Open with an error wrapping
+// ErrCorrupt, unless Options.Salvage.
+func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log, Recovery, error) {
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = 64 << 20
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = 100 * time.Millisecond
+	}
+	l := &Log{fs: fs, opts: opts}
+	l.cond.L = &l.mu
+	var rec Recovery
+	names, err := fs.List()
+	if err != nil {
+		return nil, rec, err
+	}
+	var segs []uint64
+	for _, name := range names {
+		if n, ok := segmentNumber(name); ok {
+			segs = append(segs, n)
+		}
+	}
+	for i, n := range segs {
+		last := i == len(segs)-1
+		if err := l.recover(n, last, &rec, replay); err != nil {
+			return nil, rec, err
+		}
+		rec.Segments++
+	}
+	if len(segs) == 0 {
+		if err := l.startSegment(1); err != nil {
+			return nil, rec, err
+		}
+	} else {
+		n := segs[len(segs)-1]
+		f, err := fs.Open(segmentName(n))
+		if err != nil {
+			return nil, rec, err
+		}
+		size, err := f.Size()
+		if err != nil {
+			f.Close()
+			return nil, rec, err
+		}
+		l.file, l.fileSeg, l.fileOff = f, n, size
+	}
+	l.lastSeg, l.segBytes = l.fileSeg, l.fileOff
+	return l, rec, nil
+}
+
+// segmentName is the file name of segment n.
+func segmentName(n uint64) string { return fmt.Sprintf("%016x%s", n, suffix) }
+
+// segmentNumber parses a segment's file name.
+func segmentNumber(name string) (uint64, bool) {
+	hex, ok := strings.CutSuffix(name, suffix)
+	if !ok || len(hex) != 16 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(hex, 16, 64)
+	return n, err == nil && n > 0
+}
+
+// recover reads segment n, handing its records to replay; last says whether it is the last
+// segment, whose torn tail is cut off.
+func (l *Log) recover(n uint64, last bool, rec *Recovery, replay func(uint64, []byte) error) error {
+	name := segmentName(n)
+	f, err := l.fs.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return err
+	}
+	data := make([]byte, size)
+	if n, err := f.ReadAt(data, 0); int64(n) != size {
+		return fmt.Errorf("wal: read %s: %w", name, err)
+	}
+	if len(data) < headerSize || string(data[:8]) != magic || binary.LittleEndian.Uint64(data[8:16]) != n {
+		if last && allZero(data) {
+			// Created and never written past its header: crashed while starting it.
+			return l.cut(f, name, 0, size, rec, n)
+		}
+		return fmt.Errorf("wal: %s offset 0: bad segment header: %w", name, ErrCorrupt)
+	}
+	off := int64(headerSize)
+	for off < size {
+		recs, next, ok := batchAt(data, off, n)
+		if ok {
+			for len(recs) > 0 {
+				r, rest, ok := nextRecord(recs)
+				if !ok {
+					return fmt.Errorf("wal: %s offset %d: bad record in a good batch: %w", name, off, ErrCorrupt)
+				}
+				if err := replay(n, r); err != nil {
+					return err
+				}
+				rec.Records++
+				recs = rest
+			}
+			off = next
+			continue
+		}
+		if last && tornTail(data, off, n) {
+			return l.cut(f, name, off, size, rec, n)
+		}
+		if !l.opts.Salvage {
+			return fmt.Errorf("wal: %s offset %d: bad batch: %w", name, off, ErrCorrupt)
+		}
+		skip := off + 1
+		for skip < size {
+			if _, _, ok := batchAt(data, skip, n); ok {
+				break
+			}
+			skip++
+		}
+		rec.Skipped = append(rec.Skipped, Damage{File: name, Offset: off, Bytes: skip - off})
+		off = skip
+	}
+	return nil
+}
+
+// cut truncates the last segment at off, where a torn write begins.
+func (l *Log) cut(f File, name string, off, size int64, rec *Recovery, n uint64) error {
+	if off < headerSize {
+		// Nothing of it is usable: it is written again with a header.
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
+		if _, err := f.Write(segmentHeader(n)); err != nil {
+			return err
+		}
+		rec.Truncated = &Damage{File: name, Offset: 0, Bytes: size}
+		return f.Sync()
+	}
+	if err := f.Truncate(off); err != nil {
+		return err
+	}
+	rec.Truncated = &Damage{File: name, Offset: off, Bytes: size - off}
+	return f.Sync()
+}
+
+// batchAt checks the batch at off in a segment's data, and returns its records and where the
+// next batch starts.
+func batchAt(data []byte, off int64, seg uint64) (recs []byte, next int64, ok bool) {
+	if int64(len(data))-off < frameSize {
+		return nil, 0, false
+	}
+	n := int64(binary.LittleEndian.Uint32(data[off:]))
+	sum := binary.LittleEndian.Uint32(data[off+4:])
+	end := off + frameSize + n
+	if n == 0 || end > int64(len(data)) {
+		return nil, 0, false
+	}
+	recs = data[off+frameSize : end]
+	if checksum(seg, off, recs) != sum {
+		return nil, 0, false
+	}
+	return recs, end, true
+}
+
+// tornTail reports whether the bad batch at off in the last segment can be a write torn by a
+// crash: a torn write is the last thing in the file, so no good batch follows it. (Its frame
+// may be garbled too, so where it claims to end says nothing.)
+func tornTail(data []byte, off int64, seg uint64) bool {
+	for at := off + 1; at+frameSize <= int64(len(data)); at++ {
+		if _, _, ok := batchAt(data, at, seg); ok {
+			return false
+		}
+	}
+	return true
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// checksum is the CRC-32C of a batch's records, seeded with its segment and offset, so that a
+// batch found elsewhere than where it was written fails its check.
+func checksum(seg uint64, off int64, recs []byte) uint32 {
+	var seed [16]byte
+	binary.LittleEndian.PutUint64(seed[:8], seg)
+	binary.LittleEndian.PutUint64(seed[8:], uint64(off))
+	return crc32.Update(crc32.Checksum(seed[:], castagnoli), castagnoli, recs)
+}
+
+// nextRecord splits the first record off a batch's records.
+func nextRecord(b []byte) (rec, rest []byte, ok bool) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return nil, nil, false
+	}
+	return b[k : k+int(n)], b[k+int(n):], true
+}
+
+func segmentHeader(n uint64) []byte {
+	h := make([]byte, headerSize)
+	copy(h, magic)
+	binary.LittleEndian.PutUint64(h[8:], n)
+	return h
+}
+
+// startSegment creates segment n and makes it the one written to. Only the writer, or Open,
+// calls it.
+func (l *Log) startSegment(n uint64) error {
+	f, err := l.fs.Create(segmentName(n))
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(segmentHeader(n)); err != nil {
+		f.Close()
+		return err
+	}
+	if err := l.fs.SyncDir(); err != nil {
+		f.Close()
+		return err
+	}
+	l.file, l.fileSeg, l.fileOff, l.dirty = f, n, headerSize, true
+	return nil
+}
+
+// Append copies recs into the log, and returns the position after them and the segment they go
+// to. They are written once someone Waits for a position at or after it.
+func (l *Log) Append(recs ...[]byte) (LSN, uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return 0, 0, l.err
+	}
+	var size int64
+	for _, r := range recs {
+		size += int64(uvarintLen(uint64(len(r))) + len(r))
+	}
+	if l.segBytes > headerSize && l.segBytes+frameSize+size > l.opts.SegmentSize {
+		l.lastSeg++ // a new segment, started by the writer when it gets there
+		l.segBytes = headerSize
+	}
+	if len(l.pending) == 0 || l.pending[len(l.pending)-1].seg != l.lastSeg {
+		l.pending = append(l.pending, chunk{seg: l.lastSeg, buf: l.newBuffer()})
+		l.segBytes += frameSize
+	}
+	c := &l.pending[len(l.pending)-1]
+	for _, r := range recs {
+		c.buf = binary.AppendUvarint(c.buf, uint64(len(r)))
+		c.buf = append(c.buf, r...)
+	}
+	l.segBytes += size
+	l.appended += LSN(size)
+	c.end = l.appended
+	return l.appended, l.lastSeg, nil
+}
+
+// uvarintLen returns the length of x's uvarint encoding.
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// newBuffer returns an empty chunk buffer with its frame reserved.
+func (l *Log) newBuffer() []byte {
+	if n := len(l.spare); n > 0 {
+		b := l.spare[n-1]
+		l.spare = l.spare[:n-1]
+		return b[:frameSize]
+	}
+	return make([]byte, frameSize, 4096)
+}
+
+// Wait returns once everything appended before lsn is written (and synced, under SyncAlways),
+// or the error that prevents it.
+func (l *Log) Wait(lsn LSN) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		switch {
+		case l.err != nil:
+			return l.err
+		case l.opts.Sync == SyncAlways && l.synced >= lsn, l.opts.Sync != SyncAlways && l.written >= lsn:
+			return nil
+		case !l.writing:
+			l.writeLocked(l.opts.Sync == SyncAlways)
+		default:
+			l.cond.Wait()
+		}
+	}
+}
+
+// writeLocked writes everything pending, and syncs it if sync; it releases mu during the I/O.
+func (l *Log) writeLocked(sync bool) {
+	l.writing = true
+	chunks := l.pending
+	l.pending = nil
+	end := l.appended
+	l.mu.Unlock()
+	err := l.write(chunks)
+	if err == nil && sync {
+		err = l.syncFile()
+	}
+	l.mu.Lock()
+	l.writing = false
+	for _, c := range chunks {
+		if cap(c.buf) <= 1<<20 {
+			l.spare = append(l.spare, c.buf)
+		}
+	}
+	switch {
+	case err != nil:
+		if l.err == nil {
+			l.err = fmt.Errorf("%w: %w", ErrFailed, err)
+		}
+	default:
+		l.written = end
+		if sync {
+			l.synced = end
+		} else if l.opts.Sync == SyncInterval && !l.timerOn {
+			l.armLocked()
+		}
+	}
+	l.cond.Broadcast()
+}
+
+// write writes chunks, each as one batch, starting segments as they come. Only the writer
+// calls it, with mu released.
+func (l *Log) write(chunks []chunk) error {
+	for _, c := range chunks {
+		if len(c.buf) == frameSize {
+			continue
+		}
+		if c.seg != l.fileSeg {
+			if err := l.rotate(c.seg); err != nil {
+				return err
+			}
+		}
+		recs := c.buf[frameSize:]
+		binary.LittleEndian.PutUint32(c.buf, uint32(len(recs)))
+		binary.LittleEndian.PutUint32(c.buf[4:], checksum(l.fileSeg, l.fileOff, recs))
+		if _, err := l.file.Write(c.buf); err != nil {
+			return err
+		}
+		l.fileOff += int64(len(c.buf))
+		l.dirty = true
+	}
+	return nil
+}
+
+// rotate finishes the current segment, synced unless the policy is SyncNever, and starts
+// segment n.
+func (l *Log) rotate(n uint64) error {
+	if l.opts.Sync != SyncNever {
+		if err := l.syncFile(); err != nil {
+			return err
+		}
+	}
+	if err := l.file.Close(); err != nil {
+		return err
+	}
+	return l.startSegment(n)
+}
+
+// syncFile syncs the current segment if it was written since the last sync.
+func (l *Log) syncFile() error {
+	if !l.dirty {
+		return nil
+	}
+	if err := l.file.Sync(); err != nil {
+		return err
+	}
+	l.dirty = false
+	return nil
+}
+
+// armLocked arms SyncInterval's timer.
+func (l *Log) armLocked() {
+	l.timerOn = true
+	l.timers.Add(1)
+	if l.timer == nil {
+		l.timer = time.AfterFunc(l.opts.Interval, l.tick)
+	} else {
+		l.timer.Reset(l.opts.Interval)
+	}
+}
+
+// tick is SyncInterval's timer: it syncs what was written.
+func (l *Log) tick() {
+	defer l.timers.Done()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.timerOn = false
+	if l.err != nil {
+		return
+	}
+	for l.writing {
+		l.cond.Wait()
+	}
+	l.writeLocked(true)
+}
+
+// Sync writes and syncs everything appended so far.
+func (l *Log) Sync() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		switch {
+		case l.err != nil:
+			return l.err
+		case l.synced >= l.appended:
+			return nil
+		case !l.writing:
+			l.writeLocked(true)
+		default:
+			l.cond.Wait()
+		}
+	}
+}
+
+// Remove deletes segment n, which must not be the segment being appended to: the caller knows
+// nothing in it is live.
+func (l *Log) Remove(n uint64) error {
+	l.mu.Lock()
+	last := l.lastSeg
+	l.mu.Unlock()
+	if n >= last {
+		return fmt.Errorf("wal: remove segment %d: it is the last", n)
+	}
+	if err := l.fs.Remove(segmentName(n)); err != nil {
+		return err
+	}
+	return l.fs.SyncDir()
+}
+
+// Close writes and syncs everything appended, and closes the log. It returns the error that
+// kept it from doing so, if any. Later calls return ErrClosed.
+func (l *Log) Close() error {
+	err := l.Sync()
+	l.mu.Lock()
+	if errors.Is(l.err, ErrClosed) {
+		l.mu.Unlock()
+		return nil
+	}
+	for l.writing {
+		l.cond.Wait()
+	}
+	if l.timer != nil && l.timer.Stop() && l.timerOn {
+		l.timers.Done() // its callback will not run
+	}
+	l.err = ErrClosed
+	f := l.file
+	l.file = nil
+	l.mu.Unlock()
+	l.timers.Wait()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

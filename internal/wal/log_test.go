@@ -1,0 +1,412 @@
+package wal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The log against the real file system: what it wrote comes back, in order, after a reopen; a
+// torn tail is cut off; damage elsewhere is reported; concurrent writers share syncs.
+
+// replayed is every record Open handed to replay, with its segment.
+type replayed struct {
+	segs []uint64
+	recs [][]byte
+}
+
+func (r *replayed) add(seg uint64, rec []byte) error {
+	r.segs = append(r.segs, seg)
+	r.recs = append(r.recs, bytes.Clone(rec))
+	return nil
+}
+
+// openLog opens the log in fs and returns it with what it replayed.
+func openLog(t *testing.T, fs FS, opts Options) (*Log, *replayed, Recovery) {
+	t.Helper()
+	var r replayed
+	l, rec, err := Open(fs, opts, r.add)
+	require.NoError(t, err)
+	return l, &r, rec
+}
+
+// record returns the i-th test record: its number, then some bytes of varying length.
+func record(i int) []byte {
+	return fmt.Appendf(nil, "record %d %s", i, bytes.Repeat([]byte{byte('a' + i%26)}, i%300))
+}
+
+// appendAll appends records from..to-1, in batches of up to batch, waiting for each batch.
+func appendAll(t *testing.T, l *Log, from, to, batch int) {
+	t.Helper()
+	for i := from; i < to; {
+		var recs [][]byte
+		for ; i < to && len(recs) < batch; i++ {
+			recs = append(recs, record(i))
+		}
+		lsn, _, err := l.Append(recs...)
+		require.NoError(t, err)
+		require.NoError(t, l.Wait(lsn))
+	}
+}
+
+// requireRecords checks that r holds records 0..n-1 in order.
+func requireRecords(t *testing.T, r *replayed, n int) {
+	t.Helper()
+	require.Len(t, r.recs, n)
+	for i, rec := range r.recs {
+		require.Equal(t, record(i), rec, "record %d", i)
+	}
+}
+
+func TestLogRoundTrip(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAlways, SyncInterval, SyncNever} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			fs := OSFS{Dir: t.TempDir()}
+			l, r, _ := openLog(t, fs, Options{Sync: mode})
+			require.Empty(t, r.recs)
+			appendAll(t, l, 0, 500, 7)
+			require.NoError(t, l.Close())
+			_, _, err := l.Append(record(0))
+			require.ErrorIs(t, err, ErrClosed)
+
+			l, r, rec := openLog(t, fs, Options{Sync: mode})
+			requireRecords(t, r, 500)
+			require.Nil(t, rec.Truncated)
+			appendAll(t, l, 500, 600, 3) // appends to the recovered last segment
+			require.NoError(t, l.Close())
+			_, r, _ = openLog(t, fs, Options{Sync: mode})
+			requireRecords(t, r, 600)
+		})
+	}
+}
+
+func TestLogSegments(t *testing.T) {
+	fs := OSFS{Dir: t.TempDir()}
+	opts := Options{SegmentSize: 4096}
+	l, _, _ := openLog(t, fs, opts)
+	var segs []uint64
+	for i := range 400 {
+		lsn, seg, err := l.Append(record(i))
+		require.NoError(t, err)
+		require.NoError(t, l.Wait(lsn))
+		segs = append(segs, seg)
+	}
+	require.NoError(t, l.Close())
+	names, err := fs.List()
+	require.NoError(t, err)
+	require.Greater(t, len(names), 10, "segments of 4 KiB")
+	for _, name := range names {
+		info, err := os.Stat(filepath.Join(fs.Dir, name))
+		require.NoError(t, err)
+		require.LessOrEqual(t, info.Size(), int64(4096+400), "%s: a segment ends with the batch that passes its size", name)
+	}
+
+	l, r, _ := openLog(t, fs, opts)
+	requireRecords(t, r, 400)
+	require.Equal(t, segs, r.segs, "each record is replayed with the segment Append said")
+
+	// Removing the first segments leaves the others readable.
+	require.Error(t, l.Remove(r.segs[len(r.segs)-1]), "the last segment cannot go")
+	for seg := uint64(1); seg < 4; seg++ {
+		require.NoError(t, l.Remove(seg))
+	}
+	require.NoError(t, l.Close())
+	_, r2, _ := openLog(t, fs, opts)
+	first := 0
+	for segs[first] < 4 {
+		first++
+	}
+	require.Equal(t, r.recs[first:], r2.recs)
+}
+
+// corrupt flips one byte of a segment file at offset off (from the end when negative).
+func corrupt(t *testing.T, fs OSFS, seg uint64, off int64) {
+	t.Helper()
+	path := filepath.Join(fs.Dir, segmentName(seg))
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	if off < 0 {
+		off += int64(len(data))
+	}
+	data[off] ^= 0x40
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+}
+
+func TestLogTornTail(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tear func(t *testing.T, path string)
+	}{
+		{"half a batch", func(t *testing.T, path string) {
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(path, data[:len(data)-5], 0o644))
+		}},
+		{"garbage", func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			require.NoError(t, err)
+			_, err = f.Write([]byte{200, 1, 0, 0, 9, 9, 9, 9, 1, 2, 3})
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+		}},
+		{"zeros", func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			require.NoError(t, err)
+			_, err = f.Write(make([]byte, 4096))
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+		}},
+		{"a flipped bit in the last batch", func(t *testing.T, path string) {
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			data[len(data)-3] ^= 1
+			require.NoError(t, os.WriteFile(path, data, 0o644))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := OSFS{Dir: t.TempDir()}
+			l, _, _ := openLog(t, fs, Options{})
+			appendAll(t, l, 0, 50, 10)
+			require.NoError(t, l.Close())
+			tc.tear(t, filepath.Join(fs.Dir, segmentName(1)))
+
+			l, r, rec := openLog(t, fs, Options{})
+			require.NotNil(t, rec.Truncated, "a torn tail is reported")
+			require.Equal(t, segmentName(1), rec.Truncated.File)
+			want := 50
+			if tc.name != "garbage" && tc.name != "zeros" {
+				want = 40 // the last batch was torn
+			}
+			requireRecords(t, r, want)
+			appendAll(t, l, want, want+10, 5)
+			require.NoError(t, l.Close())
+			_, r, rec = openLog(t, fs, Options{})
+			require.Nil(t, rec.Truncated, "cut once, clean after")
+			requireRecords(t, r, want+10)
+		})
+	}
+}
+
+func TestLogCorruption(t *testing.T) {
+	setup := func(t *testing.T) OSFS {
+		fs := OSFS{Dir: t.TempDir()}
+		l, _, _ := openLog(t, fs, Options{SegmentSize: 2048})
+		appendAll(t, l, 0, 200, 4)
+		require.NoError(t, l.Close())
+		return fs
+	}
+	t.Run("an earlier segment", func(t *testing.T) {
+		fs := setup(t)
+		corrupt(t, fs, 2, headerSize+frameSize+3)
+		_, _, err := Open(fs, Options{}, func(uint64, []byte) error { return nil })
+		require.ErrorIs(t, err, ErrCorrupt)
+		require.ErrorContains(t, err, segmentName(2))
+		require.ErrorContains(t, err, fmt.Sprintf("offset %d", headerSize))
+
+		l, r, rec := openLog(t, fs, Options{Salvage: true})
+		require.Len(t, rec.Skipped, 1)
+		require.Equal(t, segmentName(2), rec.Skipped[0].File)
+		require.Less(t, len(r.recs), 200)
+		require.Greater(t, len(r.recs), 190, "one batch lost, the rest kept")
+		require.NoError(t, l.Close())
+	})
+	t.Run("the last segment, before a good batch", func(t *testing.T) {
+		fs := setup(t)
+		names, err := fs.List()
+		require.NoError(t, err)
+		last, _ := segmentNumber(names[len(names)-1])
+		corrupt(t, fs, last, headerSize+frameSize+1)
+		_, _, err = Open(fs, Options{}, func(uint64, []byte) error { return nil })
+		require.ErrorIs(t, err, ErrCorrupt, "damage followed by good batches is not a torn write")
+	})
+	t.Run("a bad header", func(t *testing.T) {
+		fs := setup(t)
+		corrupt(t, fs, 1, 9) // the segment number
+		_, _, err := Open(fs, Options{}, func(uint64, []byte) error { return nil })
+		require.ErrorIs(t, err, ErrCorrupt)
+		require.ErrorContains(t, err, segmentName(1))
+	})
+	t.Run("replay fails", func(t *testing.T) {
+		fs := setup(t)
+		boom := errors.New("boom")
+		_, _, err := Open(fs, Options{}, func(uint64, []byte) error { return boom })
+		require.ErrorIs(t, err, boom)
+	})
+}
+
+// countingFS counts the syncs of its files.
+type countingFS struct {
+	FS
+	syncs *atomic.Int64
+}
+
+func (fs countingFS) Create(name string) (File, error) {
+	f, err := fs.FS.Create(name)
+	return countingFile{f, fs.syncs}, err
+}
+
+func (fs countingFS) Open(name string) (File, error) {
+	f, err := fs.FS.Open(name)
+	return countingFile{f, fs.syncs}, err
+}
+
+type countingFile struct {
+	File
+	syncs *atomic.Int64
+}
+
+func (f countingFile) Sync() error {
+	f.syncs.Add(1)
+	return f.File.Sync()
+}
+
+func TestLogGroupCommit(t *testing.T) {
+	var syncs atomic.Int64
+	fs := countingFS{OSFS{Dir: t.TempDir()}, &syncs}
+	l, _, _ := openLog(t, fs, Options{Sync: SyncAlways})
+	const writers, each = 64, 20
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				lsn, _, err := l.Append(record(w*each + i))
+				require.NoError(t, err)
+				require.NoError(t, l.Wait(lsn))
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, l.Close())
+	t.Logf("%d records, %d syncs", writers*each, syncs.Load())
+	require.Less(t, syncs.Load(), int64(writers*each), "concurrent writers share syncs")
+
+	_, r, _ := openLog(t, fs, Options{})
+	require.Len(t, r.recs, writers*each)
+	seen := map[string]bool{}
+	for _, rec := range r.recs {
+		seen[string(rec)] = true
+	}
+	for i := range writers * each {
+		require.True(t, seen[string(record(i))], "record %d", i)
+	}
+}
+
+func TestLogSyncInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var syncs atomic.Int64
+		fs := countingFS{OSFS{Dir: t.TempDir()}, &syncs}
+		l, _, _ := openLog(t, fs, Options{Sync: SyncInterval, Interval: time.Second})
+		base := syncs.Load()
+		appendAll(t, l, 0, 10, 1)
+		require.Equal(t, base, syncs.Load(), "written, not yet synced")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, base+1, syncs.Load(), "synced once, a second after the first write")
+		time.Sleep(time.Hour)
+		require.Equal(t, base+1, syncs.Load(), "idle: no timer runs")
+		appendAll(t, l, 10, 11, 1)
+		require.NoError(t, l.Close())
+		require.Equal(t, base+2, syncs.Load(), "Close syncs")
+	})
+}
+
+func TestLogSyncNever(t *testing.T) {
+	var syncs atomic.Int64
+	fs := countingFS{OSFS{Dir: t.TempDir()}, &syncs}
+	l, _, _ := openLog(t, fs, Options{Sync: SyncNever, SegmentSize: 1 << 20})
+	base := syncs.Load()
+	appendAll(t, l, 0, 100, 1)
+	require.Equal(t, base, syncs.Load())
+	require.NoError(t, l.Close())
+	require.Equal(t, base+1, syncs.Load(), "Close syncs")
+}
+
+// FuzzRecover: whatever a segment holds, Open returns an error or records, and never panics;
+// what it returns once it opens again (after cutting a torn tail) is what it returned the
+// first time.
+func FuzzRecover(f *testing.F) {
+	fs := OSFS{Dir: f.TempDir()}
+	l, _, err := Open(fs, Options{}, func(uint64, []byte) error { return nil })
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i := range 5 {
+		lsn, _, _ := l.Append(record(i), record(i+1))
+		if err := l.Wait(lsn); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		f.Fatal(err)
+	}
+	good, err := os.ReadFile(filepath.Join(fs.Dir, segmentName(1)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good, false)
+	f.Add(good[:len(good)-7], false)
+	f.Add(append(bytes.Clone(good), 1, 2, 3), true)
+	f.Add(good[:headerSize], false)
+	f.Fuzz(func(t *testing.T, data []byte, salvage bool) {
+		fs := OSFS{Dir: t.TempDir()}
+		if err := os.WriteFile(filepath.Join(fs.Dir, segmentName(1)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var first replayed
+		l, _, err := Open(fs, Options{Salvage: salvage}, first.add)
+		if err != nil {
+			require.ErrorIs(t, err, ErrCorrupt)
+			return
+		}
+		require.NoError(t, l.Close())
+		var again replayed
+		l, rec, err := Open(fs, Options{Salvage: salvage}, again.add)
+		require.NoError(t, err)
+		require.Nil(t, rec.Truncated)
+		require.Equal(t, first.recs, again.recs)
+		require.NoError(t, l.Close())
+	})
+}
+
+// TestLogRandomBatches appends random records in random batches from a few writers and
+// checks, after a reopen, that each writer's records come back in its order.
+func TestLogRandomBatches(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	fs := OSFS{Dir: t.TempDir()}
+	l, _, _ := openLog(t, fs, Options{SegmentSize: 1 << 14})
+	var want [][]byte
+	for i := range 2000 {
+		n := 1 + rng.IntN(5)
+		var recs [][]byte
+		for j := range n {
+			rec := make([]byte, rng.IntN(700))
+			for k := range rec {
+				rec[k] = byte(rng.Uint32())
+			}
+			rec = append(rec, byte(i), byte(j))
+			recs = append(recs, rec)
+		}
+		want = append(want, recs...)
+		lsn, _, err := l.Append(recs...)
+		require.NoError(t, err)
+		if rng.IntN(3) == 0 {
+			require.NoError(t, l.Wait(lsn))
+		}
+	}
+	require.NoError(t, l.Close())
+	_, r, _ := openLog(t, fs, Options{})
+	require.Equal(t, len(want), len(r.recs))
+	for i := range want {
+		require.Equal(t, want[i], r.recs[i], "record %d", i)
+	}
+}
