@@ -400,17 +400,27 @@ func (l *Log) newBuffer() []byte {
 
 // Wait returns once everything appended before lsn is written (and synced, under SyncAlways),
 // or the error that prevents it.
-func (l *Log) Wait(lsn LSN) error {
+func (l *Log) Wait(lsn LSN) error { return l.await(lsn, l.opts.Sync == SyncAlways) }
+
+// Sync writes and syncs everything appended so far.
+func (l *Log) Sync() error { return l.await(0, true) }
+
+// await returns once everything before lsn (0: everything appended) is written, and synced if
+// sync, writing it if nobody is.
+func (l *Log) await(lsn LSN, sync bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if lsn == 0 {
+		lsn = l.appended
+	}
 	for {
 		switch {
 		case l.err != nil:
 			return l.err
-		case l.opts.Sync == SyncAlways && l.synced >= lsn, l.opts.Sync != SyncAlways && l.written >= lsn:
+		case sync && l.synced >= lsn, !sync && l.written >= lsn:
 			return nil
 		case !l.writing:
-			l.writeLocked(l.opts.Sync == SyncAlways)
+			l.writeLocked(sync)
 		default:
 			l.cond.Wait()
 		}
@@ -525,24 +535,6 @@ func (l *Log) tick() {
 		l.cond.Wait()
 	}
 	l.writeLocked(true)
-}
-
-// Sync writes and syncs everything appended so far.
-func (l *Log) Sync() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for {
-		switch {
-		case l.err != nil:
-			return l.err
-		case l.synced >= l.appended:
-			return nil
-		case !l.writing:
-			l.writeLocked(true)
-		default:
-			l.cond.Wait()
-		}
-	}
 }
 
 // Remove deletes segment n, which must not be the segment being appended to: the caller knows
