@@ -36,10 +36,26 @@ const (
 	SyncNever
 )
 
+func (m SyncMode) String() string {
+	switch m {
+	case SyncAlways:
+		return "always"
+	case SyncInterval:
+		return "interval"
+	case SyncNever:
+		return "never"
+	}
+	return "unknown"
+}
+
 // Options configure a Log.
 type Options struct {
 	Sync     SyncMode
 	Interval time.Duration // SyncInterval's bound; default 100 ms
+	// FlushDelay bounds how long records nobody waits for stay in the log's buffer before
+	// they are written (and synced, under SyncAlways); default 1 ms. It is the window in
+	// which such a record (an acknowledgement) can be lost by a process crash.
+	FlushDelay time.Duration
 	// SegmentSize is the size past which the log starts a new segment; default 64 MiB.
 	SegmentSize int64
 	// Salvage makes Open skip damaged batches instead of failing, reporting what it skipped.
@@ -98,9 +114,9 @@ type Log struct {
 	lastSeg  uint64 // the segment appends go to
 	writing  bool   // a writer owns the files
 	err      error  // the log failed: ErrFailed wrapping the first I/O error; or ErrClosed
-	timer    *time.Timer
-	timerOn  bool
-	timers   sync.WaitGroup // SyncInterval's timer callbacks
+	syncer   background     // SyncInterval: syncs what was written
+	flusher  background     // writes what nobody waits for, after FlushDelay
+	timers   sync.WaitGroup // the background timers' callbacks in flight
 
 	// Owned by the writer.
 	file    File   // the segment being appended to
@@ -124,6 +140,9 @@ type chunk struct {
 func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log, Recovery, error) {
 	if opts.SegmentSize <= 0 {
 		opts.SegmentSize = 64 << 20
+	}
+	if opts.FlushDelay <= 0 {
+		opts.FlushDelay = time.Millisecond
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = 100 * time.Millisecond
@@ -375,6 +394,7 @@ func (l *Log) Append(recs ...[]byte) (LSN, uint64, error) {
 	l.segBytes += size
 	l.appended += LSN(size)
 	c.end = l.appended
+	l.arm(&l.flusher, l.opts.FlushDelay, l.flushTick)
 	return l.appended, l.lastSeg, nil
 }
 
@@ -454,8 +474,8 @@ func (l *Log) writeLocked(sync bool) {
 		l.written = end
 		if sync {
 			l.synced = end
-		} else if l.opts.Sync == SyncInterval && !l.timerOn {
-			l.armLocked()
+		} else if l.opts.Sync == SyncInterval {
+			l.arm(&l.syncer, l.opts.Interval, l.syncTick)
 		}
 	}
 	l.cond.Broadcast()
@@ -511,30 +531,51 @@ func (l *Log) syncFile() error {
 	return nil
 }
 
-// armLocked arms SyncInterval's timer.
-func (l *Log) armLocked() {
-	l.timerOn = true
+// background is one of the log's timers: armed, it runs its work once after a delay.
+type background struct {
+	timer *time.Timer
+	armed bool
+}
+
+// arm arms b to run fn after d, unless it is armed already. The caller holds mu.
+func (l *Log) arm(b *background, d time.Duration, fn func()) {
+	if b.armed {
+		return
+	}
+	b.armed = true
 	l.timers.Add(1)
-	if l.timer == nil {
-		l.timer = time.AfterFunc(l.opts.Interval, l.tick)
+	if b.timer == nil {
+		b.timer = time.AfterFunc(d, fn)
 	} else {
-		l.timer.Reset(l.opts.Interval)
+		b.timer.Reset(d)
 	}
 }
 
-// tick is SyncInterval's timer: it syncs what was written.
-func (l *Log) tick() {
+// stop stops b for Close; the caller holds mu.
+func (l *Log) stop(b *background) {
+	if b.timer != nil && b.timer.Stop() && b.armed {
+		l.timers.Done() // its callback will not run
+	}
+}
+
+// syncTick is SyncInterval's timer: it syncs what was written.
+func (l *Log) syncTick() { l.background(&l.syncer, true) }
+
+// flushTick writes what was appended and nobody waited for.
+func (l *Log) flushTick() { l.background(&l.flusher, l.opts.Sync == SyncAlways) }
+
+// background runs b's work: it writes what is pending, and syncs if sync.
+func (l *Log) background(b *background, sync bool) {
 	defer l.timers.Done()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.timerOn = false
-	if l.err != nil {
-		return
-	}
-	for l.writing {
+	b.armed = false
+	for l.writing && l.err == nil {
 		l.cond.Wait()
 	}
-	l.writeLocked(true)
+	if l.err == nil && (len(l.pending) > 0 || sync) {
+		l.writeLocked(sync)
+	}
 }
 
 // Remove deletes segment n, which must not be the segment being appended to: the caller knows
@@ -564,9 +605,8 @@ func (l *Log) Close() error {
 	for l.writing {
 		l.cond.Wait()
 	}
-	if l.timer != nil && l.timer.Stop() && l.timerOn {
-		l.timers.Done() // its callback will not run
-	}
+	l.stop(&l.syncer)
+	l.stop(&l.flusher)
 	l.err = ErrClosed
 	f := l.file
 	l.file = nil

@@ -410,3 +410,40 @@ func TestLogRandomBatches(t *testing.T) {
 		require.Equal(t, want[i], r.recs[i], "record %d", i)
 	}
 }
+
+// TestLogFlushDelay: records nobody waits for (acknowledgements) are written FlushDelay after
+// they were appended, and synced then under SyncAlways.
+func TestLogFlushDelay(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAlways, SyncNever} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var syncs atomic.Int64
+				dir := t.TempDir()
+				fs := countingFS{OSFS{Dir: dir}, &syncs}
+				l, _, _ := openLog(t, fs, Options{Sync: mode, FlushDelay: 5 * time.Millisecond})
+				size := func() int64 {
+					info, err := os.Stat(filepath.Join(dir, segmentName(1)))
+					require.NoError(t, err)
+					return info.Size()
+				}
+				before, base := size(), syncs.Load()
+				_, _, err := l.Append(record(1), record(2))
+				require.NoError(t, err)
+				time.Sleep(4 * time.Millisecond)
+				synctest.Wait()
+				require.Equal(t, before, size(), "not yet")
+				time.Sleep(time.Millisecond)
+				synctest.Wait()
+				require.Greater(t, size(), before, "written after FlushDelay")
+				wantSyncs := base
+				if mode == SyncAlways {
+					wantSyncs++
+				}
+				require.Equal(t, wantSyncs, syncs.Load())
+				require.NoError(t, l.Close())
+				_, r, _ := openLog(t, fs, Options{})
+				require.Equal(t, [][]byte{record(1), record(2)}, r.recs)
+			})
+		})
+	}
+}
