@@ -110,10 +110,10 @@ type Log struct {
 	appended LSN
 	written  LSN
 	synced   LSN
-	segBytes int64  // bytes in the last segment, pending included
-	lastSeg  uint64 // the segment appends go to
-	writing  bool   // a writer owns the files
-	err      error  // the log failed: ErrFailed wrapping the first I/O error; or ErrClosed
+	segBytes int64          // bytes in the last segment, pending included
+	lastSeg  uint64         // the segment appends go to
+	writing  bool           // a writer owns the files
+	err      error          // the log failed: ErrFailed wrapping the first I/O error; or ErrClosed
 	syncer   background     // SyncInterval: syncs what was written
 	flusher  background     // writes what nobody waits for, after FlushDelay
 	timers   sync.WaitGroup // the background timers' callbacks in flight
