@@ -1,0 +1,161 @@
+package warren
+
+import (
+	"encoding/binary"
+)
+
+// Records: what a durable broker writes to its log (internal/wal), one per transition of a
+// persistent message in a durable queue or a change of the durable topology. docs/DURABILITY.md
+// has the design. A record is a type byte and its fields, integers as uvarints (signed ones
+// zigzagged); the message itself is encoded by codec.go, once per publish.
+//
+//	publish   msgID, queueID, seq, deadline, returns, message   a message entered a queue (the first of a publish's queues)
+//	enqueue   msgID, queueID, seq, deadline, returns            the same message entered another queue
+//	deliver   queueID, seq                                      it went out to a consumer or a Get
+//	return    queueID, seq, returns                             its delivery came back; returns is its new count
+//	delay     queueID, seq, due                                 it is hidden until due
+//	settle    queueID, seq                                      it left the queue: acked, expired, dead-lettered, dropped
+//
+// Deadlines and due times are wall-clock Unix nanoseconds (0 for none), so that what expired while
+// the process was down expires when it starts. Queue ids are the broker's, given when a durable
+// queue is declared; a message id names a publish's body across its queues.
+
+// recordType is a record's first byte.
+type recordType uint8
+
+const (
+	recPublish recordType = iota + 1
+	recEnqueue
+	recDeliver
+	recReturn
+	recDelay
+	recSettle
+)
+
+// placement is where a message is in a queue, as a publish or enqueue record says.
+type placement struct {
+	msgID    uint64
+	queueID  uint64
+	seq      uint64
+	deadline int64 // wall-clock Unix nanoseconds; 0 for none
+	returns  uint32
+}
+
+// appendPlacement appends a publish record (when msg is not nil: the message's encoding) or an
+// enqueue record.
+func appendPlacement(dst []byte, p placement, msg []byte) []byte {
+	t := recEnqueue
+	if msg != nil {
+		t = recPublish
+	}
+	dst = append(dst, byte(t))
+	dst = binary.AppendUvarint(dst, p.msgID)
+	dst = binary.AppendUvarint(dst, p.queueID)
+	dst = binary.AppendUvarint(dst, p.seq)
+	dst = binary.AppendVarint(dst, p.deadline)
+	dst = binary.AppendUvarint(dst, uint64(p.returns))
+	return append(dst, msg...)
+}
+
+// appendSeqRecord appends a deliver, settle, return (with n, the new count) or delay (with n,
+// the due time) record.
+func appendSeqRecord(dst []byte, t recordType, queueID, seq uint64, n int64) []byte {
+	dst = append(dst, byte(t))
+	dst = binary.AppendUvarint(dst, queueID)
+	dst = binary.AppendUvarint(dst, seq)
+	switch t {
+	case recReturn:
+		dst = binary.AppendUvarint(dst, uint64(n))
+	case recDelay:
+		dst = binary.AppendVarint(dst, n)
+	}
+	return dst
+}
+
+// record is a decoded record.
+type record struct {
+	typ recordType
+	placement
+	n   int64  // return: the new count; delay: the due time
+	msg []byte // publish: the message's encoding, shared with the log's buffer
+}
+
+// decodeRecord decodes one record. The message bytes of a publish record are not copied: they
+// are valid as long as b is.
+func decodeRecord(b []byte) (record, error) {
+	var r record
+	if len(b) == 0 {
+		return r, errorf("empty record: %w", errBadRecord)
+	}
+	r.typ, b = recordType(b[0]), b[1:]
+	d := recordReader{b: b}
+	switch r.typ {
+	case recPublish, recEnqueue:
+		r.msgID = d.uvarint()
+		r.queueID = d.uvarint()
+		r.seq = d.uvarint()
+		r.deadline = d.varint()
+		r.returns = uint32(min(d.uvarint(), 1<<32-1))
+		if r.typ == recPublish {
+			r.msg, d.b = d.b, nil
+			if len(r.msg) == 0 {
+				d.fail("publish without a message")
+			}
+		}
+	case recDeliver, recSettle, recReturn, recDelay:
+		r.queueID = d.uvarint()
+		r.seq = d.uvarint()
+		switch r.typ {
+		case recReturn:
+			r.n = int64(min(d.uvarint(), 1<<32-1))
+		case recDelay:
+			r.n = d.varint()
+		}
+	default:
+		return r, errorf("record type %d: %w", r.typ, errBadRecord)
+	}
+	if d.err == nil && len(d.b) > 0 {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return r, errorf("record type %d: %s: %w", r.typ, d.err, errBadRecord)
+	}
+	return r, nil
+}
+
+// recordReader reads varints from a record, remembering the first failure.
+type recordReader struct {
+	b   []byte
+	err error
+}
+
+func (d *recordReader) fail(what string) {
+	if d.err == nil {
+		d.err = newError(what)
+	}
+}
+
+func (d *recordReader) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("truncated")
+		d.b = nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *recordReader) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("truncated")
+		d.b = nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// errBadRecord is wrapped by the error for a record that cannot be decoded.
+var errBadRecord = newError("bad log record")

@@ -1,0 +1,152 @@
+package warren
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Recovery: the picture of the durable queues that the log's records leave, RabbitMQ's picture
+// after a restart. Records are replayed in log order into a replay; what it holds at the end is
+// what each durable queue gets back:
+//   - every message published and not settled, at its sequence id, so in its original order;
+//   - a message delivered and not settled when the log ends was out with a consumer at the
+//     crash: it comes back redelivered, its delivery count one higher, as if its consumer's
+//     channel had closed; so a poison message still reaches its delivery limit across restarts;
+//   - a returned message keeps its count, a delayed one its due time, every message its deadline
+//     (wall-clock times: what passed them while the process was down expires when it starts).
+//
+// A replay also knows, for each segment of the log, how many of the messages it holds are
+// live, so that the store can remove a segment none of whose messages is.
+
+// replay is the state recovery builds from the log's records.
+type replay struct {
+	queues map[uint64]*replayQueue
+	bodies map[uint64]*replayBody // by message id
+	live   map[uint64]int         // segment → live messages whose body is in it
+}
+
+// replayQueue is one durable queue's messages during a replay.
+type replayQueue struct {
+	msgs map[uint64]*replayMsg // by sequence id
+	last uint64                // the greatest sequence id seen, live or not
+}
+
+// replayMsg is one message in one queue during a replay.
+type replayMsg struct {
+	msgID       uint64
+	seq         uint64
+	deadline    int64 // wall-clock Unix nanoseconds; 0 for none
+	returns     uint32
+	redelivered bool
+	delivered   bool  // out with a consumer or a Get
+	due         int64 // delayed until, wall-clock Unix nanoseconds; 0 for not delayed
+}
+
+// replayBody is a message's encoding, with the placements that still need it.
+type replayBody struct {
+	msg  []byte // copied out of the log's buffer
+	seg  uint64 // the segment its publish record is in
+	refs int    // live placements
+}
+
+func newReplay() *replay {
+	return &replay{queues: map[uint64]*replayQueue{}, bodies: map[uint64]*replayBody{}, live: map[uint64]int{}}
+}
+
+// apply replays one record read from segment seg. A record about a message the replay does not
+// hold is ignored: its publish was in a segment removed because nothing in it was live, or it
+// was never written (its waiter was never told).
+func (r *replay) apply(seg uint64, rec record) {
+	switch rec.typ {
+	case recPublish:
+		if b := r.bodies[rec.msgID]; b != nil {
+			// Written again by compaction: the message's current state follows.
+			r.live[b.seg]--
+			r.live[seg]++
+			b.seg = seg
+		} else {
+			r.bodies[rec.msgID] = &replayBody{msg: slices.Clone(rec.msg), seg: seg}
+			r.live[seg]++
+		}
+		r.place(rec.placement)
+	case recEnqueue:
+		if r.bodies[rec.msgID] != nil {
+			r.place(rec.placement)
+		}
+	default:
+		q := r.queues[rec.queueID]
+		if q == nil {
+			return
+		}
+		m := q.msgs[rec.seq]
+		if m == nil {
+			return
+		}
+		switch rec.typ {
+		case recDeliver:
+			m.delivered = true
+		case recReturn:
+			m.delivered, m.redelivered, m.returns = false, true, uint32(rec.n)
+		case recDelay:
+			m.delivered, m.due = false, rec.n
+		case recSettle:
+			delete(q.msgs, rec.seq)
+			r.unref(m.msgID)
+		}
+	}
+}
+
+// place puts a message into a queue, or replaces its state there (compaction writes it again).
+func (r *replay) place(p placement) {
+	q := r.queues[p.queueID]
+	if q == nil {
+		q = &replayQueue{msgs: map[uint64]*replayMsg{}}
+		r.queues[p.queueID] = q
+	}
+	q.last = max(q.last, p.seq)
+	r.bodies[p.msgID].refs++ // before the old placement lets go: it may be the same body
+	if old := q.msgs[p.seq]; old != nil {
+		r.unref(old.msgID)
+	}
+	q.msgs[p.seq] = &replayMsg{msgID: p.msgID, seq: p.seq, deadline: p.deadline, returns: p.returns, redelivered: p.returns > 0}
+}
+
+// unref drops one placement of a message's body, and the body with its last.
+func (r *replay) unref(msgID uint64) {
+	b := r.bodies[msgID]
+	if b == nil {
+		return
+	}
+	if b.refs--; b.refs <= 0 {
+		r.live[b.seg]--
+		delete(r.bodies, msgID)
+	}
+}
+
+// messages returns what queueID gets back, in sequence order: each message as it is to be put
+// back, a delivery outstanding at the end of the log returned (redelivered, one return more).
+func (r *replay) messages(queueID uint64) []replayMsg {
+	q := r.queues[queueID]
+	if q == nil {
+		return nil
+	}
+	ms := make([]replayMsg, 0, len(q.msgs))
+	for _, m := range q.msgs {
+		back := *m
+		if back.delivered {
+			back.delivered, back.redelivered = false, true
+			back.returns = min(back.returns+1, 1<<32-1)
+		}
+		ms = append(ms, back)
+	}
+	slices.SortFunc(ms, func(a, b replayMsg) int { return cmp.Compare(a.seq, b.seq) })
+	return ms
+}
+
+// body returns the encoding of a message held by the replay.
+func (r *replay) body(msgID uint64) []byte {
+	if b := r.bodies[msgID]; b != nil {
+		return b.msg
+	}
+	return nil
+}
