@@ -135,19 +135,13 @@ func (d *recordReader) fail(what string) {
 	}
 }
 
-func (d *recordReader) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated")
-		d.b = nil
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
+func (d *recordReader) uvarint() uint64 { return readVarint(d, binary.Uvarint) }
 
-func (d *recordReader) varint() int64 {
-	v, n := binary.Varint(d.b)
+func (d *recordReader) varint() int64 { return readVarint(d, binary.Varint) }
+
+// readVarint reads one varint with decode, or fails d.
+func readVarint[T uint64 | int64](d *recordReader, decode func([]byte) (T, int)) T {
+	v, n := decode(d.b)
 	if n <= 0 {
 		d.fail("truncated")
 		d.b = nil
