@@ -70,7 +70,7 @@ type LSN uint64
 type Recovery struct {
 	Segments int // segments read
 	Records  int // records handed to replay
-	// Truncated is set when the last segment ended in a torn write, cut off at Offset.
+	// Truncated is set when the last segment was cut at a bad batch (see Open).
 	Truncated *Damage
 	// Skipped are the damaged stretches Salvage skipped.
 	Skipped []Damage
@@ -81,6 +81,10 @@ type Damage struct {
 	File   string
 	Offset int64 // where it starts
 	Bytes  int64 // how long it is
+	// GoodAfter counts the good batches a cut at the end of the last segment dropped because
+	// they came after the damage: after a power loss, unsynced writes reach the disk in any
+	// order, so a hole may precede batches that landed (see Open).
+	GoodAfter int
 }
 
 const (
@@ -134,9 +138,16 @@ type chunk struct {
 
 // Open opens the log in fs, creating it if it is empty, and hands every record it holds to
 // replay, in order, with the number of the segment it is in; rec is valid only during the call.
-// An error from replay stops Open and is returned. A torn write at the end of the last segment
-// is cut off and reported in the Recovery; other damage fails Open with an error wrapping
-// ErrCorrupt, unless Options.Salvage.
+// An error from replay stops Open and is returned.
+//
+// The last segment is cut at its first bad batch, and the cut is reported in the Recovery: a
+// crash tore the write in progress, or, after a power loss, left unsynced writes on the disk in
+// any order, so a hole may come before batches that landed (Damage.GoodAfter counts them). None
+// of that was synced, since a sync covers everything before it; so the cut loses nothing
+// SyncAlways confirmed. (Damage to synced bytes of the last segment looks the same, and is
+// treated the same: reported, not refused.) Every other segment was synced whole when the log
+// moved past it, so damage there is corruption: Open fails with an error wrapping ErrCorrupt that
+// names the file and the offset, unless Options.Salvage, which skips the damaged batch.
 func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log, Recovery, error) {
 	if opts.SegmentSize <= 0 {
 		opts.SegmentSize = 64 << 20
@@ -221,7 +232,7 @@ func (l *Log) recover(n uint64, last bool, rec *Recovery, replay func(uint64, []
 	if len(data) < headerSize || string(data[:8]) != magic || binary.LittleEndian.Uint64(data[8:16]) != n {
 		if last && allZero(data) {
 			// Created and never written past its header: crashed while starting it.
-			return l.cut(f, name, 0, size, rec, n)
+			return l.cut(f, name, 0, size, rec, n, 0)
 		}
 		return fmt.Errorf("wal: %s offset 0: bad segment header: %w", name, ErrCorrupt)
 	}
@@ -243,8 +254,8 @@ func (l *Log) recover(n uint64, last bool, rec *Recovery, replay func(uint64, []
 			off = next
 			continue
 		}
-		if last && tornTail(data, off, n) {
-			return l.cut(f, name, off, size, rec, n)
+		if last {
+			return l.cut(f, name, off, size, rec, n, goodAfter(data, off, n))
 		}
 		if !l.opts.Salvage {
 			return fmt.Errorf("wal: %s offset %d: bad batch: %w", name, off, ErrCorrupt)
@@ -263,7 +274,7 @@ func (l *Log) recover(n uint64, last bool, rec *Recovery, replay func(uint64, []
 }
 
 // cut truncates the last segment at off, where a torn write begins.
-func (l *Log) cut(f File, name string, off, size int64, rec *Recovery, n uint64) error {
+func (l *Log) cut(f File, name string, off, size int64, rec *Recovery, n uint64, goodAfter int) error {
 	if off < headerSize {
 		// Nothing of it is usable: it is written again with a header.
 		if err := f.Truncate(0); err != nil {
@@ -272,13 +283,13 @@ func (l *Log) cut(f File, name string, off, size int64, rec *Recovery, n uint64)
 		if _, err := f.Write(segmentHeader(n)); err != nil {
 			return err
 		}
-		rec.Truncated = &Damage{File: name, Offset: 0, Bytes: size}
+		rec.Truncated = &Damage{File: name, Offset: 0, Bytes: size, GoodAfter: goodAfter}
 		return f.Sync()
 	}
 	if err := f.Truncate(off); err != nil {
 		return err
 	}
-	rec.Truncated = &Damage{File: name, Offset: off, Bytes: size - off}
+	rec.Truncated = &Damage{File: name, Offset: off, Bytes: size - off, GoodAfter: goodAfter}
 	return f.Sync()
 }
 
@@ -301,16 +312,16 @@ func batchAt(data []byte, off int64, seg uint64) (recs []byte, next int64, ok bo
 	return recs, end, true
 }
 
-// tornTail reports whether the bad batch at off in the last segment can be a write torn by a
-// crash: a torn write is the last thing in the file, so no good batch follows it. (Its frame
-// may be garbled too, so where it claims to end says nothing.)
-func tornTail(data []byte, off int64, seg uint64) bool {
+// goodAfter counts the good batches after the bad one at off.
+func goodAfter(data []byte, off int64, seg uint64) int {
+	n := 0
 	for at := off + 1; at+frameSize <= int64(len(data)); at++ {
-		if _, _, ok := batchAt(data, at, seg); ok {
-			return false
+		if _, next, ok := batchAt(data, at, seg); ok {
+			n++
+			at = next - 1
 		}
 	}
-	return true
+	return n
 }
 
 func allZero(b []byte) bool {
@@ -505,13 +516,12 @@ func (l *Log) write(chunks []chunk) error {
 	return nil
 }
 
-// rotate finishes the current segment, synced unless the policy is SyncNever, and starts
-// segment n.
+// rotate finishes the current segment, synced whatever the policy (once per segment: so that
+// damage in any segment but the last is corruption, never a crash's doing), and starts segment
+// n.
 func (l *Log) rotate(n uint64) error {
-	if l.opts.Sync != SyncNever {
-		if err := l.syncFile(); err != nil {
-			return err
-		}
+	if err := l.syncFile(); err != nil {
+		return err
 	}
 	if err := l.file.Close(); err != nil {
 		return err

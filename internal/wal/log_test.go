@@ -220,14 +220,19 @@ func TestLogCorruption(t *testing.T) {
 		require.Greater(t, len(r.recs), 190, "one batch lost, the rest kept")
 		require.NoError(t, l.Close())
 	})
-	t.Run("the last segment, before a good batch", func(t *testing.T) {
+	t.Run("the last segment, before good batches", func(t *testing.T) {
 		fs := setup(t)
 		names, err := fs.List()
 		require.NoError(t, err)
 		last, _ := segmentNumber(names[len(names)-1])
 		corrupt(t, fs, last, headerSize+frameSize+1)
-		_, _, err = Open(fs, Options{}, func(uint64, []byte) error { return nil })
-		require.ErrorIs(t, err, ErrCorrupt, "damage followed by good batches is not a torn write")
+		l, r, rec := openLog(t, fs, Options{})
+		require.NotNil(t, rec.Truncated, "cut at the damage, as after a power loss")
+		require.Equal(t, int64(headerSize), rec.Truncated.Offset)
+		require.Positive(t, rec.Truncated.GoodAfter, "and the batches after it are counted")
+		require.Less(t, len(r.recs), 200)
+		requireRecords(t, r, len(r.recs))
+		require.NoError(t, l.Close())
 	})
 	t.Run("a bad header", func(t *testing.T) {
 		fs := setup(t)
@@ -358,10 +363,12 @@ func FuzzRecover(f *testing.F) {
 	f.Add(append(bytes.Clone(good), 1, 2, 3), true)
 	f.Add(good[:headerSize], false)
 	f.Fuzz(func(t *testing.T, data []byte, salvage bool) {
-		fs := OSFS{Dir: t.TempDir()}
-		if err := os.WriteFile(filepath.Join(fs.Dir, segmentName(1)), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		fs := NewMemFS()
+		seg, err := fs.Create(segmentName(1))
+		require.NoError(t, err)
+		_, err = seg.Write(data)
+		require.NoError(t, err)
+		require.NoError(t, seg.Close())
 		var first replayed
 		l, _, err := Open(fs, Options{Salvage: salvage}, first.add)
 		if err != nil {
@@ -444,6 +451,143 @@ func TestLogFlushDelay(t *testing.T) {
 				_, r, _ := openLog(t, fs, Options{})
 				require.Equal(t, [][]byte{record(1), record(2)}, r.recs)
 			})
+		})
+	}
+}
+
+// Crashes and faults, on MemFS.
+
+// crashRun appends records one batch at a time and remembers which were confirmed (their Wait
+// returned nil).
+type crashRun struct {
+	l         *Log
+	appended  int // records appended: record(0) … record(appended-1)
+	confirmed int // records 0 … confirmed-1 were confirmed
+}
+
+func (c *crashRun) batch(t *testing.T, rng *rand.Rand) {
+	n := 1 + rng.IntN(4)
+	var recs [][]byte
+	for range n {
+		recs = append(recs, record(c.appended))
+		c.appended++
+	}
+	lsn, _, err := c.l.Append(recs...)
+	require.NoError(t, err)
+	if rng.IntN(4) > 0 { // some batches nobody waits for, like acks
+		require.NoError(t, c.l.Wait(lsn))
+		c.confirmed = c.appended
+	}
+}
+
+// TestLogCrashes: after any crash, the log opens (a torn tail is cut, never refused), and what
+// it holds is a prefix of what was appended, in order, with nothing invented; it holds every
+// confirmed record when the mode promised it: SyncAlways against a power loss, every mode
+// against a process crash.
+func TestLogCrashes(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAlways, SyncInterval, SyncNever} {
+		for _, crash := range []CrashMode{KeepSynced, KeepPrefix, TornTail, KeepWritten} {
+			t.Run(fmt.Sprint(mode, "/", crash), func(t *testing.T) {
+				for seed := range uint64(40) {
+					rng := rand.New(rand.NewPCG(seed, 7))
+					fs := NewMemFS()
+					opts := Options{Sync: mode, SegmentSize: 1 << 12, Interval: time.Hour, FlushDelay: time.Hour}
+					l, _, _ := openLog(t, fs, opts)
+					run := &crashRun{l: l}
+					for range 1 + rng.IntN(60) {
+						run.batch(t, rng)
+					}
+					fs.Crash(crash, rng)
+					l2, r, _ := openLog(t, fs, opts)
+					require.LessOrEqual(t, len(r.recs), run.appended, "seed %d", seed)
+					requireRecords(t, r, len(r.recs)) // a prefix, in order
+					if mode == SyncAlways || crash == KeepWritten {
+						require.GreaterOrEqual(t, len(r.recs), run.confirmed, "seed %d: a confirmed record is lost", seed)
+					}
+					// The log goes on from what it recovered.
+					lsn, _, err := l2.Append(record(len(r.recs)))
+					require.NoError(t, err)
+					require.NoError(t, l2.Wait(lsn))
+					require.NoError(t, l2.Close())
+					_, r, rec := openLog(t, fs, opts)
+					require.Nil(t, rec.Truncated)
+					requireRecords(t, r, len(r.recs))
+				}
+			})
+		}
+	}
+}
+
+// TestLogSyncIntervalLoss: under SyncInterval, a power loss loses at most what was confirmed in
+// the last interval.
+func TestLogSyncIntervalLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(3, 4))
+		fs := NewMemFS()
+		opts := Options{Sync: SyncInterval, Interval: 100 * time.Millisecond}
+		l, _, _ := openLog(t, fs, opts)
+		run := &crashRun{l: l}
+		var confirmedAt []time.Time // when each record was confirmed
+		for range 200 {
+			run.batch(t, rng)
+			for len(confirmedAt) < run.confirmed {
+				confirmedAt = append(confirmedAt, time.Now())
+			}
+			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+			synctest.Wait()
+		}
+		crashed := time.Now()
+		fs.Crash(KeepSynced, rng)
+		_, r, _ := openLog(t, fs, opts)
+		requireRecords(t, r, len(r.recs))
+		for i, at := range confirmedAt {
+			if crashed.Sub(at) > opts.Interval {
+				require.Greater(t, len(r.recs), i, "record %d, confirmed %v before the crash, is lost", i, crashed.Sub(at))
+			}
+		}
+		t.Logf("%d confirmed, %d recovered", run.confirmed, len(r.recs))
+	})
+}
+
+// TestLogFaults: a failed write or sync fails its waiters and the log (nothing is confirmed that
+// did not reach the file), and a reopen recovers what was confirmed.
+func TestLogFaults(t *testing.T) {
+	boom := errors.New("injected")
+	for _, tc := range []struct {
+		name   string
+		inject func(fs *MemFS, rng *rand.Rand)
+		crash  CrashMode
+	}{
+		{"a failed write", func(fs *MemFS, rng *rand.Rand) { fs.FailWrite(0, boom, rng) }, KeepWritten},
+		{"a failed sync", func(fs *MemFS, rng *rand.Rand) { fs.FailSync(0, boom, KeepUnsynced) }, KeepSynced},
+		{"a failed sync dropping pages", func(fs *MemFS, rng *rand.Rand) { fs.FailSync(0, boom, DropUnsynced) }, KeepSynced},
+		{"a full disk", func(fs *MemFS, rng *rand.Rand) { fs.Capacity(1) }, KeepWritten},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			fs := NewMemFS()
+			opts := Options{Sync: SyncAlways}
+			l, _, _ := openLog(t, fs, opts)
+			run := &crashRun{l: l}
+			for range 20 {
+				run.batch(t, rng)
+			}
+			require.NoError(t, l.Sync())
+			tc.inject(fs, rng)
+			lsn2, _, err := l.Append(record(run.appended))
+			require.NoError(t, err)
+			err = l.Wait(lsn2)
+			require.ErrorIs(t, err, ErrFailed)
+			_, _, err = l.Append(record(0))
+			require.ErrorIs(t, err, ErrFailed, "the log fails closed")
+			require.ErrorIs(t, l.Close(), ErrFailed)
+
+			fs.Crash(tc.crash, rng)
+			fs.Capacity(-1)
+			l, r, _ := openLog(t, fs, opts)
+			require.GreaterOrEqual(t, len(r.recs), run.confirmed)
+			requireRecords(t, r, len(r.recs))
+			require.NoError(t, l.Close())
 		})
 	}
 }
