@@ -378,9 +378,8 @@ func TestCodecCanonical(t *testing.T) {
 	first := appendMessage(nil, &m)
 	for range 20 {
 		h2 := Table{}
-		for k, v := range h { // another insertion order
-			h2[k] = v
-		}
+		// another insertion order
+		maps.Copy(h2, h)
 		require.Equal(t, first, appendMessage(nil, &Message{Headers: h2, Body: m.Body, Timestamp: m.Timestamp, MessageID: m.MessageID}))
 	}
 	for n := range len(first) {

@@ -81,23 +81,24 @@ type record struct {
 }
 
 // decodeRecord decodes one record. The message bytes of a publish record are not copied: they
-// are valid as long as b is.
+// are valid as long as b is. Every integer is in its shortest form (codec.go's decoder), so a
+// record that decodes encodes back to the same bytes.
 func decodeRecord(b []byte) (record, error) {
 	var r record
 	if len(b) == 0 {
-		return r, errorf("empty record: %w", errBadRecord)
+		return r, errorf("%w: empty record", errBadRecord)
 	}
-	r.typ, b = recordType(b[0]), b[1:]
-	d := recordReader{b: b}
+	r.typ = recordType(b[0])
+	d := decoder{b: b, off: 1}
 	switch r.typ {
 	case recPublish, recEnqueue:
 		r.msgID = d.uvarint()
 		r.queueID = d.uvarint()
 		r.seq = d.uvarint()
 		r.deadline = d.varint()
-		r.returns = uint32(min(d.uvarint(), 1<<32-1))
-		if r.typ == recPublish {
-			r.msg, d.b = d.b, nil
+		r.returns = uint32(d.unsigned(1<<32 - 1))
+		if r.typ == recPublish && d.err == nil {
+			r.msg, d.off = d.b[d.off:], len(d.b)
 			if len(r.msg) == 0 {
 				d.fail("publish without a message")
 			}
@@ -107,49 +108,15 @@ func decodeRecord(b []byte) (record, error) {
 		r.seq = d.uvarint()
 		switch r.typ {
 		case recReturn:
-			r.n = int64(min(d.uvarint(), 1<<32-1))
+			r.n = int64(d.unsigned(1<<32 - 1))
 		case recDelay:
 			r.n = d.varint()
 		}
 	default:
-		return r, errorf("record type %d: %w", r.typ, errBadRecord)
+		d.fail("record type %d", r.typ)
 	}
-	if d.err == nil && len(d.b) > 0 {
+	if d.err == nil && d.off < len(d.b) {
 		d.fail("trailing bytes")
 	}
-	if d.err != nil {
-		return r, errorf("record type %d: %s: %w", r.typ, d.err, errBadRecord)
-	}
-	return r, nil
+	return r, d.err
 }
-
-// recordReader reads varints from a record, remembering the first failure.
-type recordReader struct {
-	b   []byte
-	err error
-}
-
-func (d *recordReader) fail(what string) {
-	if d.err == nil {
-		d.err = newError(what)
-	}
-}
-
-func (d *recordReader) uvarint() uint64 { return readVarint(d, binary.Uvarint) }
-
-func (d *recordReader) varint() int64 { return readVarint(d, binary.Varint) }
-
-// readVarint reads one varint with decode, or fails d.
-func readVarint[T uint64 | int64](d *recordReader, decode func([]byte) (T, int)) T {
-	v, n := decode(d.b)
-	if n <= 0 {
-		d.fail("truncated")
-		d.b = nil
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// errBadRecord is wrapped by the error for a record that cannot be decoded.
-var errBadRecord = newError("bad log record")
