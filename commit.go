@@ -121,15 +121,16 @@ func (b *Broker) flush(src *Queue, batch []effect) (dead, lost uint64) {
 			if now.IsZero() {
 				now = time.Now()
 			}
-			if b.publishDeadLetter(src, ef.env, ef.reason, now) {
+			if b.publishDeadLetter(src, ef.e.env, ef.reason, now) {
 				dead++
 			} else {
 				lost++
 			}
 		case ef.kind == eventDelayed:
 		default:
-			b.emit(Event{Kind: ef.kind, Queue: src.name, Exchange: ef.env.exchange.name, RoutingKey: ef.env.routingKey,
-				Consumer: ef.tag, Message: &ef.env.msg, Reason: ef.reason})
+			env := ef.e.env
+			b.emit(Event{Kind: ef.kind, Queue: src.name, Exchange: env.exchange.name, RoutingKey: env.routingKey,
+				Consumer: ef.tag, Message: &env.msg, Reason: ef.reason})
 		}
 	}
 	return dead, lost

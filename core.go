@@ -79,14 +79,15 @@ type counters struct {
 	enqueued, delivered, redelivered, acked, nacked, rejected, expired, deadLettered, dropped uint64
 }
 
-// effect is one transition, as record saw it: a message event of kind (with the message, its
-// sequence id, the consumer's tag and a reason), or, with ev set, an event of the queue's own.
+// effect is one transition, as record saw it: a message event of kind (with the message's entry
+// as the transition left it, the consumer's tag and a reason), or, with ev set, an event of the
+// queue's own.
 type effect struct {
 	kind   EventKind
 	reason Reason
 	tag    string
-	env    *envelope
-	seq    uint64
+	e      entry
+	n      int64 // eventDelayed: when it is due, on the queue's clock
 	ev     *Event
 }
 
@@ -149,7 +150,7 @@ func (c *queueCore) recordAcked(e entry, tag string) {
 
 // keep appends an effect for the shell.
 func (c *queueCore) keep(kind EventKind, e entry, tag string, reason Reason) {
-	c.effects = append(c.effects, effect{kind: kind, reason: reason, tag: tag, env: e.env, seq: e.seq})
+	c.effects = append(c.effects, effect{kind: kind, reason: reason, tag: tag, e: e})
 }
 
 // count adds n transitions of kind to the counters.
@@ -342,8 +343,13 @@ func (c *queueCore) delay(e entry, d time.Duration) {
 	if c.delayed == nil {
 		c.delayed = btree.NewG(32, delayedLess)
 	}
-	c.record(eventDelayed, e, "", "")
-	c.delayed.ReplaceOrInsert(delayedEntry{later(c.clock(), d), e})
+	due := later(c.clock(), d)
+	c.delayed.ReplaceOrInsert(delayedEntry{due, e})
+	if c.observed() {
+		n := len(c.effects)
+		c.record(eventDelayed, e, "", "")
+		c.effects[n].n = due
+	}
 }
 
 // promoteDue moves the delayed messages that are due at now back into the ready set, at their
@@ -376,8 +382,8 @@ func redelivered(e entry) entry {
 // delay if it is positive; or expires it if its deadline passed meanwhile, or dead-letters it
 // past the delivery limit.
 func (c *queueCore) nack(e entry, tag string, delay time.Duration) {
-	c.record(EventRequeued, e, tag, ReasonNack)
 	e = redelivered(e)
+	c.record(EventRequeued, e, tag, ReasonNack)
 	switch {
 	case c.ended != "" || !c.mayReturn(e): // a deleted queue keeps nothing
 	case delay > 0:
@@ -428,7 +434,8 @@ func (c *queueCore) restoreAll(es []entry) {
 	c.dropHead()
 }
 
-// back records that a delivery of h's is on its way back to the queue: Requeued for why, or,
+// back records that a delivery of h's is on its way back to the queue, e as it comes back
+// (redelivered, or unchanged if the application never saw it): Requeued for why, or,
 // for an auto-acked delivery (why ReasonReturned), Enqueued, since its span ended when it was
 // delivered; nothing for why "". If the message cannot go back (its TTL passed, or the delivery
 // limit), a terminal effect follows when it comes back (restoreAll).
@@ -447,8 +454,9 @@ func (c *queueCore) back(h *holder, e entry, why Reason) {
 func (c *queueCore) takeBack(h *holder, back []entry, why Reason) []entry {
 	for d := range h.outstanding() {
 		c.release(d, deliveryReturned)
-		c.back(h, d.e, why)
-		back = append(back, redelivered(d.e))
+		e := redelivered(d.e)
+		c.back(h, e, why)
+		back = append(back, e)
 	}
 	return back
 }
@@ -663,7 +671,7 @@ func (c *queueCore) end(why Reason) {
 	clear(c.effects[len(kept):])
 	c.effects = kept
 	for _, ef := range dead {
-		c.drop(entry{env: ef.env, seq: ef.seq}, why)
+		c.drop(ef.e, why)
 	}
 }
 

@@ -142,7 +142,7 @@ func takeEffects(t *testing.T, c *queueCore) []coreFx {
 	fxs := make([]coreFx, 0, len(c.effects))
 	for _, ef := range c.effects {
 		holds(t, ef.ev == nil, "the core notes no event of the queue's own by itself")
-		fxs = append(fxs, coreFx{ef.kind, ef.reason, ef.tag, ef.seq, ef.env})
+		fxs = append(fxs, coreFx{ef.kind, ef.reason, ef.tag, ef.e.seq, ef.e.env})
 	}
 	c.effects = c.effects[:0]
 	return fxs

@@ -168,8 +168,9 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 		}
 		if how == settleNack {
 			q.core.release(d, deliverySettled)
-			q.core.back(&c.holder, d.e, ReasonNack)
-			back = append(back, redelivered(d.e))
+			e := redelivered(d.e)
+			q.core.back(&c.holder, e, ReasonNack)
+			back = append(back, e)
 		} else {
 			q.core.settle(d, how)
 		}

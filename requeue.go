@@ -90,8 +90,9 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool
 		for d := range q.core.gets.outstanding() {
 			if get(d) {
 				q.core.release(d, deliveryReturned)
-				q.core.back(&q.core.gets, d.e, why)
-				back = append(back, redelivered(d.e))
+				e := redelivered(d.e)
+				q.core.back(&q.core.gets, e, why)
+				back = append(back, e)
 			}
 		}
 		q.core.gets.trim()
