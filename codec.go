@@ -54,7 +54,8 @@ package warren
 // the decoder refuses a value deeper than maxFieldDepth, as checkTable does.
 //
 // A new format gets a new version byte; the decoder refuses a version it does not know.
-// appendTable's encoding is a bare table, versioned by the record that holds it.
+// appendTable's encoding is a bare table, versioned by the record that holds it; so is
+// appendEnvelope's (the exchange and routing key of a published message, before the message).
 
 import (
 	"bytes"
@@ -256,6 +257,31 @@ func appendValue(dst []byte, v any, depth int) []byte {
 		return dst
 	}
 	panic(fmt.Sprintf("warren: encoding a field of type %T (checkTable refuses it)", v))
+}
+
+// appendEnvelope appends what a publish record keeps of a published message: the exchange it
+// was published to, its routing key, and the message.
+//
+//	envelope = exchange:(len bytes) key:(len bytes) message
+func appendEnvelope(dst []byte, exchange, key string, m *Message) []byte {
+	dst = appendString(dst, exchange)
+	dst = appendString(dst, key)
+	return appendMessage(dst, m)
+}
+
+// decodeEnvelope decodes what appendEnvelope encoded, the whole of b.
+func decodeEnvelope(b []byte) (exchange, key string, m Message, err error) {
+	d := decoder{b: b}
+	exchange = d.string()
+	key = d.string()
+	m = d.message()
+	if d.err == nil && d.off != len(b) {
+		d.fail("%d bytes after the message", len(b)-d.off)
+	}
+	if d.err != nil {
+		return "", "", Message{}, d.err
+	}
+	return exchange, key, m, nil
 }
 
 // decodeMessage decodes the message at the front of b and returns it with the number of bytes

@@ -682,3 +682,19 @@ func FuzzMessageRoundTrip(f *testing.F) {
 		roundTrip(t, &m)
 	})
 }
+
+func TestCodecEnvelope(t *testing.T) {
+	m := Message{Body: []byte("job"), Headers: Table{"k": int8(1)}, Persistent: true, MessageID: "m-1"}
+	b := appendEnvelope(nil, "jobs", "email.send", &m)
+	x, key, got, err := decodeEnvelope(b)
+	require.NoError(t, err)
+	require.Equal(t, "jobs", x)
+	require.Equal(t, "email.send", key)
+	require.Equal(t, appendMessage(nil, &m), appendMessage(nil, &got), "the message comes back exactly")
+	for i := range b {
+		_, _, _, err := decodeEnvelope(b[:i])
+		require.ErrorIs(t, err, errBadRecord, "truncated at %d", i)
+	}
+	_, _, _, err = decodeEnvelope(append(b, 0))
+	require.ErrorIs(t, err, errBadRecord, "trailing bytes")
+}

@@ -7,9 +7,10 @@ import (
 // Records: what a durable broker writes to its log (internal/wal), one per transition of a
 // persistent message in a durable queue or a change of the durable topology. docs/DURABILITY.md
 // has the design. A record is a type byte and its fields, integers as uvarints (signed ones
-// zigzagged); the message itself is encoded by codec.go, once per publish.
+// zigzagged); the message itself, with the exchange and routing key it was published with, is
+// encoded by codec.go (appendEnvelope), once per publish.
 //
-//	publish   msgID, queueID, seq, deadline, returns, message   a message entered a queue (the first of a publish's queues)
+//	publish   msgID, queueID, seq, deadline, returns, envelope  a message entered a queue (the first of a publish's queues)
 //	enqueue   msgID, queueID, seq, deadline, returns            the same message entered another queue
 //	deliver   queueID, seq                                      it went out to a consumer or a Get
 //	return    queueID, seq, returns                             its delivery came back; returns is its new count
