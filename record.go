@@ -17,6 +17,15 @@ import (
 //	delay     queueID, seq, due                                 it is hidden until due
 //	settle    queueID, seq                                      it left the queue: acked, expired, dead-lettered, dropped
 //
+// and, for the durable topology (a binding is durable when both its ends are):
+//
+//	queue     queueID, name, flags, arguments                   a durable queue was declared
+//	unqueue   queueID                                           it was deleted, with its messages
+//	exchange  name, kind, flags, alternate, arguments           a durable exchange was declared
+//	unexchange name                                             it was deleted, with its bindings
+//	bind      source, destination, flags, key, arguments        a binding was made (flags: to a queue or an exchange)
+//	unbind    source, destination, flags, key, arguments        it was removed
+//
 // Deadlines and due times are wall-clock Unix nanoseconds (0 for none), so that what expired while
 // the process was down expires when it starts. Queue ids are the broker's, given when a durable
 // queue is declared; a message id names a publish's body across its queues.
@@ -31,7 +40,61 @@ const (
 	recReturn
 	recDelay
 	recSettle
+	recQueue
+	recUnqueue
+	recExchange
+	recUnexchange
+	recBind
+	recUnbind
 )
+
+// Declaration flags.
+const (
+	flagDurable    = 1 << iota
+	flagAutoDelete // queue or exchange
+	flagInternal   // exchange
+	flagToQueue    // binding: the destination is a queue
+)
+
+// decl is a declaration in a topology record: a queue's, an exchange's or a binding's.
+type decl struct {
+	name  string // queue or exchange; binding: the source exchange
+	dest  string // binding: the destination
+	kind  string // exchange: its kind; binding: its routing key
+	alt   string // exchange: its alternate exchange
+	flags uint64
+	args  Table
+	id    uint64 // queue: its id
+}
+
+// appendDecl appends a topology record of type t.
+func appendDecl(dst []byte, t recordType, d decl) []byte {
+	dst = append(dst, byte(t))
+	switch t {
+	case recQueue:
+		dst = binary.AppendUvarint(dst, d.id)
+		dst = appendString(dst, d.name)
+		dst = binary.AppendUvarint(dst, d.flags)
+		dst = appendTable(dst, d.args)
+	case recUnqueue:
+		dst = binary.AppendUvarint(dst, d.id)
+	case recExchange:
+		dst = appendString(dst, d.name)
+		dst = appendString(dst, d.kind)
+		dst = binary.AppendUvarint(dst, d.flags)
+		dst = appendString(dst, d.alt)
+		dst = appendTable(dst, d.args)
+	case recUnexchange:
+		dst = appendString(dst, d.name)
+	case recBind, recUnbind:
+		dst = appendString(dst, d.name)
+		dst = appendString(dst, d.dest)
+		dst = binary.AppendUvarint(dst, d.flags)
+		dst = appendString(dst, d.kind)
+		dst = appendTable(dst, d.args)
+	}
+	return dst
+}
 
 // placement is where a message is in a queue, as a publish or enqueue record says.
 type placement struct {
@@ -77,8 +140,9 @@ func appendSeqRecord(dst []byte, t recordType, queueID, seq uint64, n int64) []b
 type record struct {
 	typ recordType
 	placement
-	n   int64  // return: the new count; delay: the due time
-	msg []byte // publish: the message's encoding, shared with the log's buffer
+	n    int64  // return: the new count; delay: the due time
+	msg  []byte // publish: the message's encoding, shared with the log's buffer
+	decl        // topology records
 }
 
 // decodeRecord decodes one record. The message bytes of a publish record are not copied: they
@@ -113,6 +177,27 @@ func decodeRecord(b []byte) (record, error) {
 		case recDelay:
 			r.n = d.varint()
 		}
+	case recQueue:
+		r.id = d.uvarint()
+		r.decl.name = d.string()
+		r.flags = d.unsigned(flagDurable | flagAutoDelete)
+		r.args = d.table(0)
+	case recUnqueue:
+		r.id = d.uvarint()
+	case recExchange:
+		r.decl.name = d.string()
+		r.kind = d.string()
+		r.flags = d.unsigned(flagDurable | flagAutoDelete | flagInternal)
+		r.alt = d.string()
+		r.args = d.table(0)
+	case recUnexchange:
+		r.decl.name = d.string()
+	case recBind, recUnbind:
+		r.decl.name = d.string()
+		r.dest = d.string()
+		r.flags = d.unsigned(flagToQueue)
+		r.kind = d.string()
+		r.args = d.table(0)
 	default:
 		d.fail("record type %d", r.typ)
 	}

@@ -44,6 +44,9 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(appendPlacement(nil, placement{msgID: 1, queueID: 2, seq: 3, deadline: -1, returns: 2}, nil))
 	f.Add(appendSeqRecord(nil, recReturn, 1, 2, 3))
 	f.Add(appendSeqRecord(nil, recDelay, 1, 2, -3))
+	for _, tc := range declRecords {
+		f.Add(appendDecl(nil, tc.typ, tc.d))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rec, err := decodeRecord(b)
 		if err != nil {
@@ -54,12 +57,39 @@ func FuzzDecodeRecord(f *testing.F) {
 		switch rec.typ {
 		case recPublish, recEnqueue:
 			again = appendPlacement(nil, rec.placement, rec.msg)
-		default:
+		case recDeliver, recSettle, recReturn, recDelay:
 			again = appendSeqRecord(nil, rec.typ, rec.queueID, rec.seq, rec.n)
+		default:
+			again = appendDecl(nil, rec.typ, rec.decl)
 		}
 		require.Equal(t, b, again, "one encoding per record")
 		r := newReplay()
 		r.apply(1, rec)
 		r.messages(rec.queueID)
 	})
+}
+
+// declRecords are a topology record of each type.
+var declRecords = []struct {
+	typ recordType
+	d   decl
+}{
+	{recQueue, decl{id: 4, name: "jobs", flags: flagDurable, args: Table{"x-max-length": int64(10)}}},
+	{recUnqueue, decl{id: 4}},
+	{recExchange, decl{name: "events", kind: ExchangeTopic, flags: flagDurable | flagInternal, alt: "lost"}},
+	{recUnexchange, decl{name: "events"}},
+	{recBind, decl{name: "events", dest: "jobs", flags: flagToQueue, kind: "a.*", args: Table{}}},
+	{recUnbind, decl{name: "events", dest: "other", kind: "#"}},
+}
+
+func TestRecordDeclRoundTrip(t *testing.T) {
+	for _, tc := range declRecords {
+		rec, err := decodeRecord(appendDecl(nil, tc.typ, tc.d))
+		require.NoError(t, err)
+		require.Equal(t, tc.typ, rec.typ)
+		require.Equal(t, tc.d, rec.decl)
+	}
+	b := appendDecl(nil, recQueue, decl{id: 1, name: "q", flags: flagDurable | flagInternal})
+	_, err := decodeRecord(b)
+	require.ErrorIs(t, err, errBadRecord, "a flag a queue cannot have")
 }

@@ -23,6 +23,11 @@ type replay struct {
 	queues map[uint64]*replayQueue
 	bodies map[uint64]*replayBody // by message id
 	live   map[uint64]int         // segment → live messages whose body is in it
+
+	// The durable topology, as declared and not deleted.
+	queueDecls    map[uint64]decl // by queue id
+	exchangeDecls map[string]decl
+	bindings      []decl // in the order they were made
 }
 
 // replayQueue is one durable queue's messages during a replay.
@@ -50,7 +55,8 @@ type replayBody struct {
 }
 
 func newReplay() *replay {
-	return &replay{queues: map[uint64]*replayQueue{}, bodies: map[uint64]*replayBody{}, live: map[uint64]int{}}
+	return &replay{queues: map[uint64]*replayQueue{}, bodies: map[uint64]*replayBody{}, live: map[uint64]int{},
+		queueDecls: map[uint64]decl{}, exchangeDecls: map[string]decl{}}
 }
 
 // apply replays one record read from segment seg. A record about a message the replay does not
@@ -73,6 +79,32 @@ func (r *replay) apply(seg uint64, rec record) {
 		if r.bodies[rec.msgID] != nil {
 			r.place(rec.placement)
 		}
+	case recQueue:
+		r.queueDecls[rec.id] = rec.decl
+	case recUnqueue:
+		d, ok := r.queueDecls[rec.id]
+		if !ok {
+			return
+		}
+		delete(r.queueDecls, rec.id)
+		if q := r.queues[rec.id]; q != nil {
+			for _, m := range q.msgs {
+				r.unref(m.msgID)
+			}
+			delete(r.queues, rec.id)
+		}
+		r.unbind(func(b decl) bool { return b.flags&flagToQueue != 0 && b.dest == d.name })
+	case recExchange:
+		r.exchangeDecls[rec.name] = rec.decl
+	case recUnexchange:
+		delete(r.exchangeDecls, rec.name)
+		r.unbind(func(b decl) bool { return b.name == rec.name || b.flags&flagToQueue == 0 && b.dest == rec.name })
+	case recBind:
+		if !slices.ContainsFunc(r.bindings, rec.decl.sameBinding) {
+			r.bindings = append(r.bindings, rec.decl)
+		}
+	case recUnbind:
+		r.unbind(rec.decl.sameBinding)
 	default:
 		q := r.queues[rec.queueID]
 		if q == nil {
@@ -94,6 +126,16 @@ func (r *replay) apply(seg uint64, rec record) {
 			r.unref(m.msgID)
 		}
 	}
+}
+
+// unbind removes the bindings for which drop returns true.
+func (r *replay) unbind(drop func(decl) bool) {
+	r.bindings = slices.DeleteFunc(r.bindings, drop)
+}
+
+// sameBinding reports whether b binds what d binds: the same ends, key and arguments.
+func (d decl) sameBinding(b decl) bool {
+	return b.name == d.name && b.dest == d.dest && b.flags == d.flags && b.kind == d.kind && sameField(b.args, d.args)
 }
 
 // place puts a message into a queue, or replaces its state there (compaction writes it again).

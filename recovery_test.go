@@ -89,3 +89,39 @@ func TestReplayCompactedRewrite(t *testing.T) {
 	require.Equal(t, 1, r.live[7])
 	require.Equal(t, []byte("old"), r.body(1))
 }
+
+func TestReplayTopology(t *testing.T) {
+	q := func(id uint64, name string) []byte {
+		return appendDecl(nil, recQueue, decl{id: id, name: name, flags: flagDurable})
+	}
+	bind := func(typ recordType, src, dst string, toQueue bool, key string) []byte {
+		d := decl{name: src, dest: dst, kind: key}
+		if toQueue {
+			d.flags = flagToQueue
+		}
+		return appendDecl(nil, typ, d)
+	}
+	r := replayLog(t, [][]byte{
+		q(1, "a"), q(2, "b"),
+		appendDecl(nil, recExchange, decl{name: "x", kind: ExchangeTopic, flags: flagDurable}),
+		appendDecl(nil, recExchange, decl{name: "y", kind: ExchangeFanout, flags: flagDurable}),
+		bind(recBind, "x", "a", true, "k.*"),
+		bind(recBind, "x", "a", true, "k.*"), // the same binding again: one
+		bind(recBind, "x", "b", true, "#"),
+		bind(recBind, "x", "y", false, "y.#"),
+		bind(recBind, "y", "b", true, ""),
+		pub(1, 2, 1, "m"),
+		appendDecl(nil, recUnqueue, decl{id: 2}), // b goes, with its message and bindings
+		bind(recUnbind, "x", "a", true, "k.*"),
+		q(3, "b"), // declared again: a new queue
+	})
+	require.Equal(t, map[uint64]decl{1: {id: 1, name: "a", flags: flagDurable}, 3: {id: 3, name: "b", flags: flagDurable}}, r.queueDecls)
+	require.Len(t, r.exchangeDecls, 2)
+	require.Equal(t, []decl{{name: "x", dest: "y", kind: "y.#"}}, r.bindings)
+	require.Empty(t, r.messages(2))
+	require.Empty(t, r.messages(3))
+	require.Nil(t, r.body(1), "the deleted queue's message is gone")
+
+	r.apply(2, record{typ: recUnexchange, decl: decl{name: "y"}})
+	require.Empty(t, r.bindings, "an exchange goes with the bindings to it")
+}
