@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/btree"
+	"github.com/warrenmq/warren/internal/wal"
 )
 
 // freeNodesMax bounds the btree nodes a broker keeps for reuse (about 2 KiB each): enough for
@@ -35,6 +36,8 @@ type Broker struct {
 	idle      idleWaiters    // WaitIdle (idle.go)
 	// unroutable counts publishes that reached no queue (BrokerStats).
 	unroutable atomic.Uint64
+	// store is the log of a durable broker (store.go); nil for one in memory only.
+	store *store
 	// noWait is a context that is already done: an internal publish (a dead letter) passes it so
 	// that a full queue with the Block policy refuses it instead of waiting.
 	noWait context.Context
@@ -124,6 +127,9 @@ func (b *Broker) Close() error {
 		// Every feeder was started under its queue's mu before that queue ended, so none
 		// can be added from here on.
 		b.wg.Wait()
+		if b.store != nil {
+			b.store.close()
+		}
 	})
 	return nil
 }
@@ -135,7 +141,7 @@ func (b *Broker) Close() error {
 //
 // Other errors: names longer than 255 bytes or not UTF-8 ([ErrInvalidArgument]), names starting
 // with "amq." ([ErrAccessRefused]), a closed broker ([ErrClosed]).
-func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) {
+func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (_ *Queue, err error) {
 	if b.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -165,10 +171,16 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	if cfg.owner != nil && cfg.owner.Err() != nil {
 		return nil, errorf("declare exclusive queue %q: owner: %w", name, cfg.owner.Err())
 	}
-	var created *Queue
+	var (
+		created *Queue
+		logged  wal.LSN // a durable queue's declaration, in the log
+	)
 	defer func() {
 		if created != nil {
 			created.flushOutbox() // its creation event, first of its events
+		}
+		if lerr := b.confirm(logged); lerr != nil && err == nil {
+			err = errorf("declare queue %q: %w", name, lerr)
 		}
 	}()
 	b.mu.Lock()
@@ -195,6 +207,9 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (*Queue, error) 
 	}
 	q := newQueue(b, name, cfg)
 	b.queues[name] = q
+	if q.durable {
+		logged = b.store.declareQueue(q)
+	}
 	if b.listening() {
 		// Among the queue's effects, so that every listener hears of the queue before any of
 		// its messages, also one a listener publishes on hearing of it.
@@ -372,11 +387,18 @@ func (b *Broker) deleteQueue(q *Queue, del deletion) (int, error) {
 		return 0, nil
 	}
 	n, feeders, err := b.endQueueLocked(q, del.err, del.reason, del.unless)
+	var logged wal.LSN
 	if err == nil {
 		b.removeQueueLocked(q)
+		if q.durable {
+			logged, _, _ = b.store.log.Append(appendDecl(nil, recUnqueue, decl{id: q.qid}))
+		}
 	}
 	b.unlockTopology()
 	q.flushOutbox()
+	if lerr := b.confirm(logged); lerr != nil && err == nil {
+		err = errorf("delete queue %q: %w", q.name, lerr)
+	}
 	if del.wait {
 		for _, c := range feeders {
 			<-c.done // its Deliveries channel is closed: the deletion is complete

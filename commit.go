@@ -1,6 +1,10 @@
 package warren
 
-import "time"
+import (
+	"time"
+
+	"github.com/warrenmq/warren/internal/wal"
+)
 
 // Leaving a critical section.
 //
@@ -26,7 +30,12 @@ import "time"
 // to find no flush in progress — takes the effects batch by batch until there are none. A dead
 // letter routed back into this queue, or a listener publishing into it, adds to the effects of
 // the flush in progress, so nothing waits on itself.
-func (q *Queue) commit() {
+func (q *Queue) commit() (lsn wal.LSN) {
+	if q.durable && len(q.core.effects) > q.logged {
+		// Under mu, so that the log's order is the critical sections'.
+		lsn = q.b.store.logEffects(q, q.core.effects[q.logged:])
+		q.logged = len(q.core.effects)
+	}
 	if q.panics != nil {
 		defer q.logPanics(q.panics) // after mu is released
 		q.panics = nil
@@ -51,12 +60,12 @@ func (q *Queue) commit() {
 	if q.flushing || len(q.core.effects) == 0 {
 		q.mu.Unlock()
 		q.b.idle.pokeIfWaiting()
-		return
+		return lsn
 	}
 	q.flushing = true
 	for len(q.core.effects) > 0 {
 		batch := q.core.effects
-		q.core.effects = nil
+		q.core.effects, q.logged = nil, 0
 		q.mu.Unlock()
 		dead, lost := q.b.flush(q, batch)
 		q.mu.Lock()
@@ -76,6 +85,7 @@ func (q *Queue) commit() {
 	q.mu.Unlock()
 	// Only now: a WaitIdle that began during the flush saw it in progress and waits for this.
 	q.b.idle.pokeIfWaiting()
+	return lsn
 }
 
 // view runs read, which must only read the queue, in a critical section. (No defer: so that
@@ -109,6 +119,7 @@ func (q *Queue) waitFlushedLocked() {
 // were dropped.
 func (b *Broker) flush(src *Queue, batch []effect) (dead, lost uint64) {
 	var now time.Time
+	listening := b.listening()
 	for _, ef := range batch {
 		switch {
 		case ef.ev != nil:
@@ -126,7 +137,10 @@ func (b *Broker) flush(src *Queue, batch []effect) (dead, lost uint64) {
 			} else {
 				lost++
 			}
-		case ef.kind == eventDelayed:
+			if src.durable {
+				b.store.settleDeadLetter(src, ef.e)
+			}
+		case ef.kind == eventDelayed, !listening:
 		default:
 			env := ef.e.env
 			b.emit(Event{Kind: ef.kind, Queue: src.name, Exchange: env.exchange.name, RoutingKey: env.routingKey,

@@ -682,6 +682,28 @@ func (c *queueCore) reset(free *btree.FreeListG[entry]) {
 	c.stamps = ring[stamp]{}
 }
 
+// restore puts back what a durable queue held when its broker last stopped (recovery.go): ready
+// entries sorted by key, delayed ones, and the next sequence id. They count as enqueued; no
+// effect is recorded, since they are in the log already.
+func (c *queueCore) restore(ready []entry, delayed []delayedEntry, nextSeq uint64) {
+	if len(ready) > 0 {
+		least := ready[0].seq
+		for _, e := range ready {
+			least = min(least, e.seq)
+		}
+		c.cover(least)
+		c.ready.merge(ready)
+	}
+	for _, k := range delayed {
+		if c.delayed == nil {
+			c.delayed = btree.NewG(32, delayedLess)
+		}
+		c.delayed.ReplaceOrInsert(k)
+	}
+	c.nextSeq = max(c.nextSeq, nextSeq)
+	c.count(EventEnqueued, "", uint64(len(ready)+len(delayed)))
+}
+
 // Arrival stamps: the oldest message's age without a clock read per message.
 //
 // A clock read costs about a sixth of a publish, so a message carries no arrival time. Instead

@@ -124,8 +124,8 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 	if src.cfg.hasDLRK {
 		key = src.cfg.dlrk
 		delete(msg.Headers, "CC")
-	} else if env.bcc != nil {
-		bcc = *env.bcc
+	} else if env.more != nil {
+		bcc = env.more.bcc
 	}
 	dl := &envelope{msg: msg} // the copy: routed, enqueued and evented as one message
 	outcome := func(kind EventKind, why Reason) {
@@ -167,7 +167,7 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 			continue
 		}
 		// A queue deleted or full meanwhile takes nothing (and events the refusal).
-		if q.enqueue(b.noWait, dl, -1, publishConfig{deadReason: reason}) == nil {
+		if _, err := q.enqueue(b.noWait, dl, -1, publishConfig{deadReason: reason}); err == nil {
 			took = true
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/warrenmq/warren/internal/wal"
 )
 
 // Exchange kinds (AMQP exchange types).
@@ -568,22 +570,27 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 		env.msg.Headers = h
 		var keys []string
 		headerKeys(bcc, func(k string) { keys = append(keys, k) })
-		env.bcc = &keys
+		env.more = &envelopeMore{bcc: keys}
 	}
 	if b.listening() {
 		b.emit(Event{Kind: EventPublished, Exchange: x.name, RoutingKey: key, Message: &env.msg})
 	}
 	routed, took := 0, 0
-	var full error
+	var (
+		full error
+		lsn  wal.LSN // where the log must be written to before the publish is confirmed
+	)
 	for _, q := range r.queues {
 		// A queue deleted since routing chose it takes nothing; as in RabbitMQ, that is not
 		// an error for the publisher. A broker closed meanwhile is, and so is a context that
 		// ended while a Block queue was full. A queue that refused the message leaves the
 		// others to take it, and the publisher is told.
-		switch err := q.enqueue(ctx, env, ttl, cfg); {
+		at, err := q.enqueue(ctx, env, ttl, cfg)
+		switch {
 		case err == nil:
 			routed++
 			took++
+			lsn = max(lsn, at)
 		case errors.Is(err, ErrNoConsumers):
 			routed++
 		case errors.Is(err, ErrQueueFull):
@@ -595,6 +602,9 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 	}
 	if routed == 0 { // no route, or every queue routed to went meanwhile
 		b.noRoute(x.name, key, &env.msg)
+	}
+	if err := b.confirm(lsn); err != nil {
+		return err
 	}
 	if full != nil {
 		return full
@@ -623,8 +633,11 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 		b.emit(Event{Kind: EventPublished, RoutingKey: key, Message: &env.msg})
 	}
 	if q != nil {
-		err := q.enqueue(ctx, env, ttl, cfg)
+		lsn, err := q.enqueue(ctx, env, ttl, cfg)
 		if !errors.Is(err, ErrNotFound) { // nil, or why it was not taken
+			if cerr := b.confirm(lsn); cerr != nil {
+				return cerr
+			}
 			return err
 		}
 	}

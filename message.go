@@ -95,5 +95,11 @@ type envelope struct {
 	msg        Message
 	exchange   *Exchange // the exchange it was published to (a pointer: 8 bytes, not a string's 16)
 	routingKey string
-	bcc        *[]string // the keys of its BCC header, which publishing strips; nil without
+	more       *envelopeMore // what few messages need; nil for the others
+}
+
+// envelopeMore is what an envelope rarely needs, out of line so that the others stay small.
+type envelopeMore struct {
+	bcc   []string // the keys of its BCC header, which publishing strips
+	logID uint64   // a durable broker's: its id in the log, once a durable queue took it (store.go)
 }

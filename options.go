@@ -6,6 +6,8 @@ import (
 	"maps"
 	"strconv"
 	"time"
+
+	"github.com/warrenmq/warren/internal/wal"
 )
 
 // Limits shared by names, keys and tags (AMQP's shortstr) and by prefetch (a 16-bit field).
@@ -73,6 +75,7 @@ type DeleteOption = CallOption
 
 type brokerConfig struct {
 	logger *slog.Logger
+	wal    wal.Options // a durable broker's log (store.go)
 }
 
 func defaultBrokerConfig() brokerConfig {

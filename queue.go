@@ -5,7 +5,10 @@ import (
 	"iter"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/warrenmq/warren/internal/wal"
 )
 
 // Queue is an ordered store of messages with its consumers: RabbitMQ's classic queue. Ready
@@ -49,12 +52,25 @@ type Queue struct {
 	// not yet closed: it is, once the dead letters of what they held are out (finishOrphans).
 	ending      []*Consumer
 	alertStates [alertKinds]alertState // per threshold of cfg.alerts (alerts.go)
-	doomed      error                  // the Delete policy's reason, until commit deletes the queue
+	// A durable queue of a durable broker (store.go): its id in the log, and its effects'
+	// records being built. logged counts the effects already logged.
+	durable bool
+	qid     uint64
+	keep    atomic.Pointer[[]*listener] // never nil: the core records every effect
+	logged  int
+	logBuf  []byte
+	logRecs [][]byte
+	doomed  error // the Delete policy's reason, until commit deletes the queue
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
 	q := &Queue{b: b, name: name, cfg: cfg, lastUsed: 1}
 	q.core = newCore(&q.cfg, b.freeNodes, &b.listeners.list)
+	if b.store != nil && cfg.durable && cfg.owner == nil {
+		q.durable = true
+		q.keep.Store(new([]*listener))
+		q.core.heard = &q.keep
+	}
 	q.flushed.L = &q.mu
 	q.scan.visit = q.selectorVisit
 	return q
@@ -91,14 +107,14 @@ func (q *Queue) ConsumerCount() (n int) {
 // was deleted after routing chose it, and [ErrQueueFull] when a length limit refuses the
 // message. With the Block policy it waits for room until ctx ends; a ctx already done (a dead
 // letter's) makes it refuse at once instead.
-func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, opt publishConfig) error {
+func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, opt publishConfig) (wal.LSN, error) {
 	q.mu.Lock()
 	for {
 		if q.endErr != nil {
 			err := q.endErrLocked()
 			q.core.drop(entry{env: env}, q.endReasonLocked()) // routed here, and the queue went meanwhile
 			q.commit()
-			return err
+			return 0, err
 		}
 		if !q.cfg.limited() || q.cfg.overflow == DropHead || q.core.room(len(env.msg.Body)) {
 			break
@@ -110,7 +126,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 			if err := q.waitRoomLocked(ctx, len(env.msg.Body)); err != nil {
 				q.core.drop(entry{env: env}, ReasonQueueFull)
 				q.commit()
-				return err
+				return 0, err
 			}
 			continue
 		}
@@ -120,7 +136,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 			q.core.drop(entry{env: env}, ReasonQueueFull)
 		}
 		q.commit()
-		return errorf("queue %q: %w", q.name, ErrQueueFull)
+		return 0, errorf("queue %q: %w", q.name, ErrQueueFull)
 	}
 	e := entry{env: env}
 	now := q.core.admit(&e, ttl)
@@ -134,8 +150,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		q.core.enqueued(e, at, opt.deadReason)
 		q.core.pushStamp(e.seq, now)
 		q.core.delay(e, opt.delay)
-		q.commit()
-		return nil
+		return q.commit(), nil
 	}
 	if opt.immediate || !q.deliverArrivingLocked(e) {
 		q.core.ready.push(e)
@@ -148,7 +163,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		if _, ok := q.core.ready.remove(e.key()); ok { // no consumer took it: it was never here
 			q.core.drop(e, ReasonNoConsumers)
 			q.commit()
-			return errorf("queue %q: %w", q.name, ErrNoConsumers)
+			return 0, errorf("queue %q: %w", q.name, ErrNoConsumers)
 		}
 	}
 	q.core.enqueued(e, at, opt.deadReason)
@@ -158,8 +173,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		q.core.expireDue(q.core.clock()) // a TTL-0 message no consumer took expires now
 	}
 	q.core.dropHead()
-	q.commit()
-	return nil
+	return q.commit(), nil
 }
 
 // blockedPublisher is a publisher waiting for room for a body of need bytes in a Block queue.
@@ -324,6 +338,7 @@ func (q *Queue) endLocked(err error, reason Reason) []*Consumer {
 		q.dropHandoffLocked(c, why)
 	}
 	q.core.end(why)
+	q.logged = len(q.core.effects) // what an end drops stays in the log: see store.logEffects
 	q.flushedDead = q.core.queuedDead
 	q.flushed.Broadcast()
 	for _, p := range q.blocked {

@@ -3,6 +3,7 @@ package warren
 import (
 	"cmp"
 	"slices"
+	"time"
 )
 
 // Recovery: the picture of the durable queues that the log's records leave, RabbitMQ's picture
@@ -23,6 +24,8 @@ type replay struct {
 	queues map[uint64]*replayQueue
 	bodies map[uint64]*replayBody // by message id
 	live   map[uint64]int         // segment → live messages whose body is in it
+
+	maxMsg uint64 // the greatest message id seen
 
 	// The durable topology, as declared and not deleted.
 	queueDecls    map[uint64]decl // by queue id
@@ -65,6 +68,7 @@ func newReplay() *replay {
 func (r *replay) apply(seg uint64, rec record) {
 	switch rec.typ {
 	case recPublish:
+		r.maxMsg = max(r.maxMsg, rec.msgID)
 		if b := r.bodies[rec.msgID]; b != nil {
 			// Written again by compaction: the message's current state follows.
 			r.live[b.seg]--
@@ -190,5 +194,54 @@ func (r *replay) body(msgID uint64) []byte {
 	if b := r.bodies[msgID]; b != nil {
 		return b.msg
 	}
+	return nil
+}
+
+// restore puts back into q, a durable queue just declared again, what the replay holds for it:
+// messages at their sequence ids, deadlines and due times moved from the wall clock to the
+// queue's (what passed them while the process was down is due at once), envelopes shared by
+// the queues a message went to.
+func (q *Queue) restore(r *replay, envs map[uint64]*envelope) error {
+	rq := r.queues[q.qid]
+	if rq == nil {
+		return nil
+	}
+	now, wall := q.core.clock(), time.Now().UnixNano()
+	onClock := func(t int64) int64 { return max(1, now+(t-wall)) }
+	var (
+		ready   []entry
+		delayed []delayedEntry
+	)
+	for _, m := range r.messages(q.qid) {
+		env := envs[m.msgID]
+		if env == nil {
+			x, key, msg, err := decodeEnvelope(r.body(m.msgID))
+			if err != nil {
+				return errorf("queue %q, message %d: %w", q.name, m.seq, err)
+			}
+			ex := q.b.exchanges[x]
+			if ex == nil {
+				ex = &Exchange{name: x} // gone since: its name is all a delivery says of it
+			}
+			env = &envelope{msg: msg, exchange: ex, routingKey: key, more: &envelopeMore{logID: m.msgID}}
+			envs[m.msgID] = env
+		}
+		e := entry{env: env, seq: m.seq, returns: m.returns, redelivered: m.redelivered}
+		if p := q.cfg.maxPriority; p > 0 {
+			e.rank = uint8(p - min(p, int(env.msg.Priority)))
+		}
+		if m.deadline != 0 {
+			e.deadline = onClock(m.deadline)
+		}
+		if m.due != 0 {
+			delayed = append(delayed, delayedEntry{onClock(m.due), e})
+		} else {
+			ready = append(ready, e)
+		}
+	}
+	slices.SortFunc(ready, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
+	q.mu.Lock()
+	q.core.restore(ready, delayed, rq.last+1)
+	q.commit() // arms the timer: what expired while the process was down expires now
 	return nil
 }

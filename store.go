@@ -1,0 +1,186 @@
+package warren
+
+import (
+	"log/slog"
+	"maps"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/warrenmq/warren/internal/wal"
+)
+
+// The store: a durable broker's log (docs/DURABILITY.md). It turns the effects of persistent
+// messages in durable queues, and changes of the durable topology, into records (record.go),
+// appends them to the log under the lock of the critical section that made them, so that the
+// log's order is theirs, and lets the caller wait for them with no lock held.
+
+// store is a durable broker's log and its counters.
+type store struct {
+	log     *wal.Log
+	nextMsg atomic.Uint64 // the last message id given
+	// nextQueue is the last queue id given; guarded by the broker's topology lock.
+	nextQueue uint64
+	// restoring is the id of the queue being declared while the log is replayed (open): it
+	// is in the log already. 0 otherwise.
+	restoring uint64
+	logger    *slog.Logger
+}
+
+// logEffects appends the records of q's effects efs (those of persistent messages) and returns
+// the log position after them, 0 if there were none. The caller holds q's lock. A log that
+// failed takes nothing; whoever waits is told (wal.Log.Wait).
+func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
+	buf := q.logBuf[:0]
+	q.logRecs = q.logRecs[:0]
+	var now, wall int64 // the queue's clock and the wall clock, read once, when needed
+	for _, ef := range efs {
+		if ef.ev != nil || !ef.e.env.msg.Persistent {
+			continue
+		}
+		env, start := ef.e.env, len(buf)
+		switch ef.kind {
+		case EventEnqueued:
+			p := placement{queueID: q.qid, seq: ef.e.seq, returns: ef.e.returns}
+			if ef.e.deadline != 0 {
+				if now == 0 {
+					now, wall = q.core.clock(), time.Now().UnixNano()
+				}
+				p.deadline = wall + (ef.e.deadline - now)
+			}
+			var msg []byte
+			if env.more == nil {
+				env.more = &envelopeMore{} // set and read by the publishing goroutine only
+			}
+			if env.more.logID == 0 {
+				env.more.logID = s.nextMsg.Add(1)
+				msg = appendEnvelope(nil, env.exchange.name, env.routingKey, &env.msg)
+			}
+			p.msgID = env.more.logID
+			buf = appendPlacement(buf, p, msg)
+		case EventDelivered:
+			buf = appendSeqRecord(buf, recDeliver, q.qid, ef.e.seq, 0)
+		case EventRequeued:
+			buf = appendSeqRecord(buf, recReturn, q.qid, ef.e.seq, int64(ef.e.returns))
+		case eventDelayed:
+			if now == 0 {
+				now, wall = q.core.clock(), time.Now().UnixNano()
+			}
+			buf = appendSeqRecord(buf, recDelay, q.qid, ef.e.seq, wall+(ef.n-now))
+		case EventAcked, EventExpired:
+			buf = appendSeqRecord(buf, recSettle, q.qid, ef.e.seq, 0)
+		case EventDropped:
+			if ef.reason == ReasonClosed || ef.reason == ReasonQueueDeleted {
+				continue // the queue's end, not the message's: a closed broker keeps it
+			}
+			buf = appendSeqRecord(buf, recSettle, q.qid, ef.e.seq, 0)
+		default:
+			// A dead letter is settled once it is in its target queues (settleDeadLetter).
+			continue
+		}
+		q.logRecs = append(q.logRecs, buf[start:len(buf):len(buf)])
+	}
+	q.logBuf = buf
+	if len(q.logRecs) == 0 {
+		return 0
+	}
+	lsn, _, err := s.log.Append(q.logRecs...)
+	if err != nil {
+		return 0 // the log failed: Wait says so
+	}
+	return lsn
+}
+
+// declareQueue records the declaration of a new durable queue, under the broker's topology
+// lock, and gives it its id (or, while the store restores the log, the id it had).
+func (s *store) declareQueue(q *Queue) wal.LSN {
+	if s.restoring != 0 {
+		q.qid = s.restoring
+		return 0
+	}
+	s.nextQueue++
+	q.qid = s.nextQueue
+	d := decl{id: q.qid, name: q.name, flags: flagDurable, args: q.cfg.args}
+	if q.cfg.autoDelete {
+		d.flags |= flagAutoDelete
+	}
+	lsn, _, _ := s.log.Append(appendDecl(nil, recQueue, d))
+	return lsn
+}
+
+// close closes the log, once every queue has ended.
+func (s *store) close() {
+	if err := s.log.Close(); err != nil {
+		s.logger.Error("warren: closing the durable log", "err", err)
+	}
+}
+
+// confirm waits until the log holds everything a publish wrote to it, up to lsn (0: nothing).
+func (b *Broker) confirm(lsn wal.LSN) error {
+	if lsn == 0 {
+		return nil
+	}
+	if err := b.store.log.Wait(lsn); err != nil {
+		return errorf("publish: durable log: %w", err)
+	}
+	return nil
+}
+
+// settleDeadLetter records that a message dead-lettered from the durable queue q left it, once
+// its copy is in the queues it went to (at least once: a crash in between leaves it in both).
+func (s *store) settleDeadLetter(q *Queue, e entry) {
+	if !e.env.msg.Persistent {
+		return
+	}
+	s.log.Append(appendSeqRecord(nil, recSettle, q.qid, e.seq, 0))
+}
+
+// openBroker opens a durable broker whose log is in fs: it replays the log into the durable
+// queues and their messages (recovery.go), and from then on logs them.
+func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
+	b := New(opts...)
+	r := newReplay()
+	log, rec, err := wal.Open(fs, b.cfg.wal, func(seg uint64, raw []byte) error {
+		rc, err := decodeRecord(raw)
+		if err != nil {
+			return err
+		}
+		r.apply(seg, rc)
+		return nil
+	})
+	if err != nil {
+		b.Close()
+		return nil, errorf("open durable broker: %w", err)
+	}
+	b.store = &store{log: log, logger: b.cfg.logger}
+	b.store.nextMsg.Store(r.maxMsg)
+	if d := rec.Truncated; d != nil {
+		b.cfg.logger.Warn("warren: durable log: cut a torn or damaged end", "file", d.File,
+			"offset", d.Offset, "bytes", d.Bytes, "good batches dropped", d.GoodAfter)
+	}
+	envs := map[uint64]*envelope{}
+	for _, id := range slices.Sorted(maps.Keys(r.queueDecls)) {
+		d := r.queueDecls[id]
+		qopts := []QueueOption{Durable(), Arguments(d.args)}
+		if d.flags&flagAutoDelete != 0 {
+			qopts = append(qopts, AutoDelete())
+		}
+		b.store.restoring = id
+		q, err := b.DeclareQueue(d.name, qopts...)
+		b.store.restoring = 0
+		if err == nil {
+			err = q.restore(r, envs)
+		}
+		if err != nil {
+			b.Close()
+			return nil, errorf("open durable broker: %w", err)
+		}
+		b.store.nextQueue = max(b.store.nextQueue, id)
+	}
+	return b, nil
+}
+
+// logOptions sets a durable broker's log options.
+type logOptions wal.Options
+
+func (o logOptions) applyBroker(c *brokerConfig) { c.wal = wal.Options(o) }
