@@ -62,8 +62,17 @@ type Broker struct {
 func (b *Broker) unlockTopology() {
 	evs := b.topology
 	b.topology = nil
+	var logged wal.LSN
+	if b.store != nil {
+		logged, b.store.topology = b.store.topology, 0
+	}
 	b.mu.Unlock()
 	b.emitAll(evs)
+	if err := b.confirm(logged); err != nil {
+		// The durable topology change is in memory, not surely in the log; the log failed,
+		// and every later publish to a durable queue says so.
+		b.cfg.logger.Error("warren: durable log: a topology change is not logged", "err", err)
+	}
 }
 
 // topologyEventLocked records an event of the topology change in progress, if anyone listens.

@@ -135,6 +135,16 @@ func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Ex
 	}
 	x := newExchange(b, name, kind, cfg)
 	b.exchanges[name] = x
+	if x.durableLocked() {
+		d := decl{name: name, kind: kind, flags: flagDurable, alt: cfg.alternate, args: cfg.args}
+		if cfg.autoDelete {
+			d.flags |= flagAutoDelete
+		}
+		if cfg.internal {
+			d.flags |= flagInternal
+		}
+		b.store.logTopologyLocked(recExchange, d)
+	}
 	b.topologyEventLocked(Event{Kind: EventExchangeCreated, Exchange: name})
 	return x, nil
 }
@@ -175,6 +185,9 @@ func (b *Broker) deleteExchangeLocked(x *Exchange, reason Reason) {
 	}
 	x.deleted = true
 	delete(b.exchanges, x.name)
+	if x.durableLocked() {
+		b.store.logTopologyLocked(recUnexchange, decl{name: x.name})
+	}
 	if b.listening() {
 		for _, bd := range x.bindings {
 			b.topology = append(b.topology, bd.event(EventBindingDeleted))
@@ -265,6 +278,9 @@ func (b *Broker) bind(dst destination, src, key string, args Table, cfg callConf
 	case ExchangeTopic:
 		x.topic.add(key, bd)
 	}
+	if bd.durable() {
+		b.store.logTopologyLocked(recBind, bd.decl())
+	}
 	b.topologyEventLocked(bd.event(EventBindingCreated))
 	return nil
 }
@@ -345,6 +361,9 @@ func (x *Exchange) unbindLocked(drop func(*binding) bool) {
 			x.bindings[n] = bd
 			n++
 			continue
+		}
+		if bd.durable() {
+			x.b.store.logTopologyLocked(recUnbind, bd.decl())
 		}
 		removeBinding(x.byDest, bd.dest(), bd)
 		x.b.topologyEventLocked(bd.event(EventBindingDeleted))

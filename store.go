@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,7 +25,12 @@ type store struct {
 	// restoring is the id of the queue being declared while the log is replayed (open): it
 	// is in the log already. 0 otherwise.
 	restoring uint64
-	logger    *slog.Logger
+	// replaying is set while open declares what the log holds: nothing is logged again.
+	replaying bool
+	// topology is the log position of the topology change in progress, which the broker's
+	// unlockTopology waits for; guarded by the broker's topology lock.
+	topology wal.LSN
+	logger   *slog.Logger
 }
 
 // logEffects appends the records of q's effects efs (those of persistent messages) and returns
@@ -158,6 +164,24 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 		b.cfg.logger.Warn("warren: durable log: cut a torn or damaged end", "file", d.File,
 			"offset", d.Offset, "bytes", d.Bytes, "good batches dropped", d.GoodAfter)
 	}
+	b.store.replaying = true
+	for _, name := range slices.Sorted(maps.Keys(r.exchangeDecls)) {
+		d := r.exchangeDecls[name]
+		xopts := []ExchangeOption{Durable(), Arguments(d.args)}
+		if d.flags&flagAutoDelete != 0 {
+			xopts = append(xopts, AutoDelete())
+		}
+		if d.flags&flagInternal != 0 {
+			xopts = append(xopts, Internal())
+		}
+		if d.alt != "" {
+			xopts = append(xopts, AlternateExchange(d.alt))
+		}
+		if _, err := b.DeclareExchange(name, d.kind, xopts...); err != nil {
+			b.Close()
+			return nil, errorf("open durable broker: %w", err)
+		}
+	}
 	envs := map[uint64]*envelope{}
 	for _, id := range slices.Sorted(maps.Keys(r.queueDecls)) {
 		d := r.queueDecls[id]
@@ -177,6 +201,19 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 		}
 		b.store.nextQueue = max(b.store.nextQueue, id)
 	}
+	for _, d := range r.bindings {
+		var err error
+		if d.flags&flagToQueue != 0 {
+			err = b.Bind(d.dest, d.name, d.kind, d.args)
+		} else {
+			err = b.BindExchange(d.dest, d.name, d.kind, d.args)
+		}
+		if err != nil {
+			b.Close()
+			return nil, errorf("open durable broker: binding %q to %q: %w", d.name, d.dest, err)
+		}
+	}
+	b.store.replaying = false
 	return b, nil
 }
 
@@ -184,3 +221,42 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 type logOptions wal.Options
 
 func (o logOptions) applyBroker(c *brokerConfig) { c.wal = wal.Options(o) }
+
+// logTopologyLocked logs a change of the durable topology; the caller holds the broker's
+// topology lock, and unlockTopology waits for the record.
+func (s *store) logTopologyLocked(t recordType, d decl) {
+	if s.replaying {
+		return
+	}
+	if lsn, _, err := s.log.Append(appendDecl(nil, t, d)); err == nil {
+		s.topology = lsn
+	}
+}
+
+// durableLocked reports whether x is a durable exchange of a durable broker, other than a
+// predeclared one (those exist in every broker).
+func (x *Exchange) durableLocked() bool {
+	return x.b.store != nil && x.cfg.durable && x.name != "" && !strings.HasPrefix(x.name, "amq.")
+}
+
+// durable reports whether a binding is durable: both its ends are (predeclared exchanges are).
+func (bd *binding) durable() bool {
+	if bd.src.b.store == nil || !bd.src.cfg.durable {
+		return false
+	}
+	if bd.queue != nil {
+		return bd.queue.durable
+	}
+	return bd.exchange.cfg.durable
+}
+
+// decl returns a binding's declaration, for its records.
+func (bd *binding) decl() decl {
+	d := decl{name: bd.src.name, kind: bd.key, args: bd.args}
+	if bd.queue != nil {
+		d.dest, d.flags = bd.queue.name, flagToQueue
+	} else {
+		d.dest = bd.exchange.name
+	}
+	return d
+}

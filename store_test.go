@@ -132,3 +132,62 @@ func TestDurableCrashes(t *testing.T) {
 		})
 	}
 }
+
+func TestDurableTopology(t *testing.T) {
+	fs := wal.NewMemFS()
+	b := openTest(t, fs)
+	ctx := context.Background()
+	_, err := b.DeclareExchange("events", ExchangeTopic, Durable(), AlternateExchange("lost-x"))
+	require.NoError(t, err)
+	_, err = b.DeclareExchange("lost-x", ExchangeFanout, Durable())
+	require.NoError(t, err)
+	_, err = b.DeclareExchange("fan", ExchangeFanout, Durable(), Internal())
+	require.NoError(t, err)
+	_, err = b.DeclareExchange("gone", ExchangeDirect, Durable())
+	require.NoError(t, err)
+	_, err = b.DeclareExchange("temp", ExchangeDirect) // not durable
+	require.NoError(t, err)
+	for _, q := range []string{"a", "b", "lost"} {
+		_, err := b.DeclareQueue(q, Durable(), Arguments(Table{"x-max-length": int64(100)}))
+		require.NoError(t, err)
+	}
+	_, err = b.DeclareQueue("c") // not durable
+	require.NoError(t, err)
+	require.NoError(t, b.Bind("a", "events", "order.*", nil))
+	require.NoError(t, b.Bind("c", "events", "order.*", nil)) // to a transient queue: not durable
+	require.NoError(t, b.BindExchange("fan", "events", "audit.#", nil))
+	require.NoError(t, b.Bind("b", "fan", "", nil))
+	require.NoError(t, b.Bind("b", "amq.topic", "x.y", nil))
+	require.NoError(t, b.Bind("lost", "gone", "k", nil))
+	require.NoError(t, b.Bind("lost", "lost-x", "", nil))
+	require.NoError(t, b.Bind("a", "events", "tmp", nil))
+	require.NoError(t, b.Unbind("a", "events", "tmp", nil))
+	require.NoError(t, b.DeleteExchange("gone"))
+	require.NoError(t, b.Close())
+
+	b = openTest(t, fs)
+	defer b.Close()
+	var names []string
+	for x := range b.Exchanges() {
+		names = append(names, x.Name())
+	}
+	require.Contains(t, names, "events")
+	require.Contains(t, names, "fan")
+	require.NotContains(t, names, "gone")
+	require.NotContains(t, names, "temp")
+	_, err = b.DeclareExchange("events", ExchangeTopic, Durable(), AlternateExchange("lost-x"))
+	require.NoError(t, err, "declared as before: equivalent")
+	_, err = b.DeclareQueue("a", Durable(), Arguments(Table{"x-max-length": int64(100)}))
+	require.NoError(t, err, "its arguments survive")
+
+	persistent := func(x, key, body string) {
+		require.NoError(t, b.Publish(ctx, x, key, Message{Body: []byte(body), Persistent: true}))
+	}
+	persistent("events", "order.new", "1")   // → a
+	persistent("events", "audit.login", "2") // → fan → b
+	persistent("amq.topic", "x.y", "3")      // → b
+	persistent("events", "tmp", "4")         // unbound: → the alternate, lost
+	require.Equal(t, []string{"1"}, held(t, b, "a"))
+	require.Equal(t, []string{"2", "3"}, held(t, b, "b"))
+	require.Equal(t, []string{"4"}, held(t, b, "lost"))
+}
