@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	iofs "io/fs"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,6 +119,8 @@ type Log struct {
 	lastSeg  uint64         // the segment appends go to
 	writing  bool           // a writer owns the files
 	err      error          // the log failed: ErrFailed wrapping the first I/O error; or ErrClosed
+	release  uint64         // segments before it may be removed (ReleaseBelow)
+	first    uint64         // the first segment not removed
 	syncer   background     // SyncInterval: syncs what was written
 	flusher  background     // writes what nobody waits for, after FlushDelay
 	timers   sync.WaitGroup // the background timers' callbacks in flight
@@ -127,6 +130,7 @@ type Log struct {
 	fileSeg uint64 // its number
 	fileOff int64  // its size
 	dirty   bool   // written since the last sync
+
 }
 
 // chunk is records appended for one segment, behind a reserved frame.
@@ -196,6 +200,10 @@ func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log,
 		l.file, l.fileSeg, l.fileOff = f, n, size
 	}
 	l.lastSeg, l.segBytes = l.fileSeg, l.fileOff
+	l.first = l.fileSeg
+	if len(segs) > 0 {
+		l.first = segs[0]
+	}
 	return l, rec, nil
 }
 
@@ -448,7 +456,7 @@ func (l *Log) await(lsn LSN, sync bool) error {
 		switch {
 		case l.err != nil:
 			return l.err
-		case sync && l.synced >= lsn, !sync && l.written >= lsn:
+		case sync && l.synced >= lsn && !l.releasing(), !sync && l.written >= lsn:
 			return nil
 		case !l.writing:
 			l.writeLocked(sync)
@@ -463,13 +471,17 @@ func (l *Log) writeLocked(sync bool) {
 	l.writing = true
 	chunks := l.pending
 	l.pending = nil
-	end := l.appended
+	end, release, first := l.appended, l.release, l.first
 	l.mu.Unlock()
 	err := l.write(chunks)
 	if err == nil && sync {
 		err = l.syncFile()
 	}
+	if err == nil {
+		first, err = l.removeReleased(first, release)
+	}
 	l.mu.Lock()
+	l.first = first
 	l.writing = false
 	for _, c := range chunks {
 		if cap(c.buf) <= 1<<20 {
@@ -583,24 +595,40 @@ func (l *Log) background(b *background, sync bool) {
 	for l.writing && l.err == nil {
 		l.cond.Wait()
 	}
-	if l.err == nil && (len(l.pending) > 0 || sync) {
+	if l.err == nil && (len(l.pending) > 0 || sync || l.releasing()) {
 		l.writeLocked(sync)
 	}
 }
 
-// Remove deletes segment n, which must not be the segment being appended to: the caller knows
-// nothing in it is live.
-func (l *Log) Remove(n uint64) error {
+// ReleaseBelow says that nothing in the segments before segment n is needed any more: the
+// log removes them (never the segment being appended to) the next time it writes, which it does
+// within FlushDelay.
+func (l *Log) ReleaseBelow(n uint64) {
 	l.mu.Lock()
-	last := l.lastSeg
-	l.mu.Unlock()
-	if n >= last {
-		return fmt.Errorf("wal: remove segment %d: it is the last", n)
+	defer l.mu.Unlock()
+	if n > l.release {
+		l.release = n
+		l.arm(&l.flusher, l.opts.FlushDelay, l.flushTick)
 	}
-	if err := l.fs.Remove(segmentName(n)); err != nil {
-		return err
+}
+
+// releasing reports whether released segments wait to be removed. The caller holds mu.
+func (l *Log) releasing() bool { return min(l.release, l.lastSeg) > l.first }
+
+// removeReleased removes the segments from first up to below (never the one being written to),
+// and returns the first segment left. Only the writer calls it, with mu released.
+func (l *Log) removeReleased(first, below uint64) (uint64, error) {
+	removed := false
+	for ; first < below && first < l.fileSeg; first++ {
+		if err := l.fs.Remove(segmentName(first)); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			return first, err
+		}
+		removed = true
 	}
-	return l.fs.SyncDir()
+	if removed {
+		return first, l.fs.SyncDir()
+	}
+	return first, nil
 }
 
 // Close writes and syncs everything appended, and closes the log. It returns the error that

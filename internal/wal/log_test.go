@@ -115,18 +115,28 @@ func TestLogSegments(t *testing.T) {
 	requireRecords(t, r, 400)
 	require.Equal(t, segs, r.segs, "each record is replayed with the segment Append said")
 
-	// Removing the first segments leaves the others readable.
-	require.Error(t, l.Remove(r.segs[len(r.segs)-1]), "the last segment cannot go")
-	for seg := uint64(1); seg < 4; seg++ {
-		require.NoError(t, l.Remove(seg))
-	}
+	// Releasing the first segments removes them, and leaves the others readable; the last
+	// segment never goes.
+	l.ReleaseBelow(4)
+	require.NoError(t, l.Sync())
+	names, err = fs.List()
+	require.NoError(t, err)
+	require.NotContains(t, names, segmentName(1))
+	require.NotContains(t, names, segmentName(3))
+	require.Contains(t, names, segmentName(4))
 	require.NoError(t, l.Close())
-	_, r2, _ := openLog(t, fs, opts)
+	l, r2, _ := openLog(t, fs, opts)
 	first := 0
 	for segs[first] < 4 {
 		first++
 	}
 	require.Equal(t, r.recs[first:], r2.recs)
+	l.ReleaseBelow(1 << 40)
+	require.NoError(t, l.Sync())
+	names, err = fs.List()
+	require.NoError(t, err)
+	require.Equal(t, []string{segmentName(segs[len(segs)-1])}, names, "all but the last")
+	require.NoError(t, l.Close())
 }
 
 // corrupt flips one byte of a segment file at offset off (from the end when negative).
