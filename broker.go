@@ -396,18 +396,14 @@ func (b *Broker) deleteQueue(q *Queue, del deletion) (int, error) {
 		return 0, nil
 	}
 	n, feeders, err := b.endQueueLocked(q, del.err, del.reason, del.unless)
-	var logged wal.LSN
 	if err == nil {
 		b.removeQueueLocked(q)
 		if q.durable {
-			logged, _, _ = b.store.log.Append(appendDecl(nil, recUnqueue, decl{id: q.qid}))
+			b.store.logTopologyLocked(recUnqueue, decl{id: q.qid}) // unlockTopology waits for it
 		}
 	}
 	b.unlockTopology()
 	q.flushOutbox()
-	if lerr := b.confirm(logged); lerr != nil && err == nil {
-		err = errorf("delete queue %q: %w", q.name, lerr)
-	}
 	if del.wait {
 		for _, c := range feeders {
 			<-c.done // its Deliveries channel is closed: the deletion is complete

@@ -1,6 +1,7 @@
 package warren
 
 import (
+	"sync/atomic"
 	"time"
 )
 
@@ -100,6 +101,8 @@ type envelope struct {
 
 // envelopeMore is what an envelope rarely needs, out of line so that the others stay small.
 type envelopeMore struct {
-	bcc   []string // the keys of its BCC header, which publishing strips
-	logID uint64   // a durable broker's: its id in the log, once a durable queue took it (store.go)
+	bcc   []string     // the keys of its BCC header, which publishing strips
+	logID uint64       // a durable broker's: its id in the log, once a durable queue took it (store.go)
+	seg   uint64       // the log segment its body is in
+	refs  atomic.Int32 // the durable queues that hold it
 }

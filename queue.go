@@ -338,7 +338,6 @@ func (q *Queue) endLocked(err error, reason Reason) []*Consumer {
 		q.dropHandoffLocked(c, why)
 	}
 	q.core.end(why)
-	q.logged = len(q.core.effects) // what an end drops stays in the log: see store.logEffects
 	q.flushedDead = q.core.queuedDead
 	q.flushed.Broadcast()
 	for _, p := range q.blocked {

@@ -223,9 +223,10 @@ func (q *Queue) restore(r *replay, envs map[uint64]*envelope) error {
 			if ex == nil {
 				ex = &Exchange{name: x} // gone since: its name is all a delivery says of it
 			}
-			env = &envelope{msg: msg, exchange: ex, routingKey: key, more: &envelopeMore{logID: m.msgID}}
+			env = &envelope{msg: msg, exchange: ex, routingKey: key, more: &envelopeMore{logID: m.msgID, seg: r.bodies[m.msgID].seg}}
 			envs[m.msgID] = env
 		}
+		env.more.refs.Add(1)
 		e := entry{env: env, seq: m.seq, returns: m.returns, redelivered: m.redelivered}
 		if p := q.cfg.maxPriority; p > 0 {
 			e.rank = uint8(p - min(p, int(env.msg.Priority)))

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,19 @@ type store struct {
 	// unlockTopology waits for; guarded by the broker's topology lock.
 	topology wal.LSN
 	logger   *slog.Logger
+
+	// The durable topology as it stands, and the oldest segment holding a record of it.
+	topo    *replay
+	topoSeg uint64
+
+	// Which segments are needed: a segment is removed once it and every segment before it
+	// hold no body of a message a durable queue holds (a later segment may hold the state of
+	// such a message: its returns, its delay). mu is a leaf, taken under a queue's lock.
+	mu      sync.Mutex
+	live    map[uint64]int // segment → bodies in it that a durable queue holds
+	oldest  uint64         // the oldest segment still needed
+	lastSeg uint64         // the segment the log last appended to
+	bodies  []*envelope    // logEffects' scratch: the bodies of the batch being appended
 }
 
 // logEffects appends the records of q's effects efs (those of persistent messages) and returns
@@ -56,12 +70,18 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 			}
 			var msg []byte
 			if env.more == nil {
-				env.more = &envelopeMore{} // set and read by the publishing goroutine only
+				env.more = &envelopeMore{} // set by the publishing goroutine, before other queues see it
 			}
-			if env.more.logID == 0 {
-				env.more.logID = s.nextMsg.Add(1)
+			if env.more.logID == 0 || env.more.refs.Load() == 0 {
+				// Its body, once: the first durable queue to take it, or again when every
+				// queue let it go and it came back (an auto-acked delivery returned unread).
+				if env.more.logID == 0 {
+					env.more.logID = s.nextMsg.Add(1)
+				}
 				msg = appendEnvelope(nil, env.exchange.name, env.routingKey, &env.msg)
+				s.bodies = append(s.bodies, env)
 			}
+			env.more.refs.Add(1)
 			p.msgID = env.more.logID
 			buf = appendPlacement(buf, p, msg)
 		case EventDelivered:
@@ -75,11 +95,17 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 			buf = appendSeqRecord(buf, recDelay, q.qid, ef.e.seq, wall+(ef.n-now))
 		case EventAcked, EventExpired:
 			buf = appendSeqRecord(buf, recSettle, q.qid, ef.e.seq, 0)
+			s.unref(env)
 		case EventDropped:
-			if ef.reason == ReasonClosed || ef.reason == ReasonQueueDeleted {
-				continue // the queue's end, not the message's: a closed broker keeps it
+			switch ef.reason {
+			case ReasonClosed:
+				continue // the broker's end, not the message's: it stays in the log
+			case ReasonQueueDeleted:
+				s.unref(env) // the queue's deletion record says it
+				continue
 			}
 			buf = appendSeqRecord(buf, recSettle, q.qid, ef.e.seq, 0)
+			s.unref(env)
 		default:
 			// A dead letter is settled once it is in its target queues (settleDeadLetter).
 			continue
@@ -90,11 +116,55 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 	if len(q.logRecs) == 0 {
 		return 0
 	}
-	lsn, _, err := s.log.Append(q.logRecs...)
+	lsn, seg, err := s.log.Append(q.logRecs...)
 	if err != nil {
+		s.bodies = s.bodies[:0]
 		return 0 // the log failed: Wait says so
 	}
+	s.mu.Lock()
+	for _, env := range s.bodies {
+		env.more.seg = seg
+		s.live[seg]++
+	}
+	s.lastSeg = max(s.lastSeg, seg)
+	s.mu.Unlock()
+	clear(s.bodies)
+	s.bodies = s.bodies[:0]
 	return lsn
+}
+
+// unref records that a durable queue let go of a persistent message; the last to let go frees
+// its body's segment, and the segments that then need keeping no more are released.
+func (s *store) unref(env *envelope) {
+	if env.more == nil || env.more.refs.Add(-1) != 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live[env.more.seg]--
+	s.advanceLocked()
+}
+
+// advanceLocked moves oldest past the segments nothing needs, and releases them. The durable
+// topology's records are among what they may hold: it is written again first, whole, at the
+// head of the log.
+func (s *store) advanceLocked() {
+	start := s.oldest
+	for s.oldest < s.lastSeg && s.live[s.oldest] <= 0 {
+		delete(s.live, s.oldest)
+		s.oldest++
+	}
+	if s.oldest == start {
+		return
+	}
+	if s.topoSeg != 0 && s.topoSeg < s.oldest {
+		_, seg, err := s.log.Append(s.topologyRecords()...)
+		if err != nil {
+			return
+		}
+		s.topoSeg, s.lastSeg = seg, max(s.lastSeg, seg)
+	}
+	s.log.ReleaseBelow(s.oldest)
 }
 
 // declareQueue records the declaration of a new durable queue, under the broker's topology
@@ -110,8 +180,8 @@ func (s *store) declareQueue(q *Queue) wal.LSN {
 	if q.cfg.autoDelete {
 		d.flags |= flagAutoDelete
 	}
-	lsn, _, _ := s.log.Append(appendDecl(nil, recQueue, d))
-	return lsn
+	s.logTopologyLocked(recQueue, d)
+	return s.topology
 }
 
 // close closes the log, once every queue has ended.
@@ -139,6 +209,7 @@ func (s *store) settleDeadLetter(q *Queue, e entry) {
 		return
 	}
 	s.log.Append(appendSeqRecord(nil, recSettle, q.qid, e.seq, 0))
+	s.unref(e.env)
 }
 
 // openBroker opens a durable broker whose log is in fs: it replays the log into the durable
@@ -158,7 +229,9 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 		b.Close()
 		return nil, errorf("open durable broker: %w", err)
 	}
-	b.store = &store{log: log, logger: b.cfg.logger}
+	topo := newReplay()
+	topo.queueDecls, topo.exchangeDecls, topo.bindings = r.queueDecls, r.exchangeDecls, r.bindings
+	b.store = &store{log: log, logger: b.cfg.logger, live: r.live, oldest: 1, lastSeg: rec.Last, topo: topo, topoSeg: 1}
 	b.store.nextMsg.Store(r.maxMsg)
 	if d := rec.Truncated; d != nil {
 		b.cfg.logger.Warn("warren: durable log: cut a torn or damaged end", "file", d.File,
@@ -201,6 +274,9 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 		}
 		b.store.nextQueue = max(b.store.nextQueue, id)
 	}
+	b.store.mu.Lock()
+	b.store.advanceLocked()
+	b.store.mu.Unlock()
 	for _, d := range r.bindings {
 		var err error
 		if d.flags&flagToQueue != 0 {
@@ -228,9 +304,32 @@ func (s *store) logTopologyLocked(t recordType, d decl) {
 	if s.replaying {
 		return
 	}
-	if lsn, _, err := s.log.Append(appendDecl(nil, t, d)); err == nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.topo.apply(0, record{typ: t, decl: d})
+	if lsn, seg, err := s.log.Append(appendDecl(nil, t, d)); err == nil {
 		s.topology = lsn
+		s.lastSeg = max(s.lastSeg, seg)
+		if s.topoSeg == 0 {
+			s.topoSeg = seg
+		}
 	}
+}
+
+// topologyRecords returns the records of the durable topology as it stands. The caller holds
+// mu.
+func (s *store) topologyRecords() [][]byte {
+	var recs [][]byte
+	for _, name := range slices.Sorted(maps.Keys(s.topo.exchangeDecls)) {
+		recs = append(recs, appendDecl(nil, recExchange, s.topo.exchangeDecls[name]))
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.topo.queueDecls)) {
+		recs = append(recs, appendDecl(nil, recQueue, s.topo.queueDecls[id]))
+	}
+	for _, d := range s.topo.bindings {
+		recs = append(recs, appendDecl(nil, recBind, d))
+	}
+	return recs
 }
 
 // durableLocked reports whether x is a durable exchange of a durable broker, other than a

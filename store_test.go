@@ -191,3 +191,47 @@ func TestDurableTopology(t *testing.T) {
 	require.Equal(t, []string{"2", "3"}, held(t, b, "b"))
 	require.Equal(t, []string{"4"}, held(t, b, "lost"))
 }
+
+// TestDurableSegmentsGo: a segment goes once it and every segment before it hold no body of a
+// message a durable queue holds; a message kept long keeps the segments after it (they may hold
+// its state), until it goes too.
+func TestDurableSegmentsGo(t *testing.T) {
+	fs := wal.NewMemFS()
+	opts := logOptions(wal.Options{SegmentSize: 1024})
+	b := openTest(t, fs, opts)
+	q, err := b.DeclareQueue("jobs", Durable())
+	require.NoError(t, err)
+	_, err = b.DeclareExchange("x", ExchangeDirect, Durable())
+	require.NoError(t, err)
+	require.NoError(t, b.Bind("jobs", "x", "k", nil))
+	segments := func() int {
+		require.NoError(t, b.store.log.Sync()) // releases are done by the log's next write
+		names, err := fs.List()
+		require.NoError(t, err)
+		return len(names)
+	}
+	persistent(t, b, "jobs", "pinned")
+	pinned, err := q.Get(context.Background())
+	require.NoError(t, err)
+	for i := range 200 {
+		persistent(t, b, "jobs", fmt.Sprint("message ", i))
+	}
+	require.Greater(t, segments(), 5)
+	for range 200 {
+		d, err := q.Get(context.Background())
+		require.NoError(t, err)
+		require.NoError(t, d.Ack())
+	}
+	require.Greater(t, segments(), 5, "the first segment holds a message still held: every later one stays")
+	require.NoError(t, pinned.Nack())
+	require.Greater(t, segments(), 5, "returned, it is still held")
+	require.Equal(t, []string{"pinned(1)"}, held(t, b, "jobs"))
+	require.LessOrEqual(t, segments(), 2, "all acked: the old segments are gone")
+	require.NoError(t, b.Close())
+
+	b = openTest(t, fs, opts)
+	defer b.Close()
+	require.Empty(t, held(t, b, "jobs"))
+	require.NoError(t, b.Publish(context.Background(), "x", "k", Message{Body: []byte("after"), Persistent: true}))
+	require.Equal(t, []string{"after"}, held(t, b, "jobs"), "the topology was written again before its segment went")
+}

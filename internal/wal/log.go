@@ -75,6 +75,8 @@ type Recovery struct {
 	Truncated *Damage
 	// Skipped are the damaged stretches Salvage skipped.
 	Skipped []Damage
+	// Last is the segment appends go to: the last one read, or the first, created.
+	Last uint64
 }
 
 // Damage is a damaged stretch of a segment.
@@ -200,6 +202,7 @@ func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log,
 		l.file, l.fileSeg, l.fileOff = f, n, size
 	}
 	l.lastSeg, l.segBytes = l.fileSeg, l.fileOff
+	rec.Last = l.fileSeg
 	l.first = l.fileSeg
 	if len(segs) > 0 {
 		l.first = segs[0]
