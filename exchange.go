@@ -550,6 +550,13 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 	if err != nil {
 		return err
 	}
+	if b.store != nil && msg.Persistent && msg.Headers != nil {
+		// The log encodes AMQP field values only (codec.go): a durable broker checks them
+		// before a persistent message can reach a durable queue.
+		if err := checkTable(msg.Headers); err != nil {
+			return errorf("publish: headers: %w", err)
+		}
+	}
 	if name == "" && x == nil && msg.Headers == nil {
 		return b.publishDefault(ctx, key, msg, ttl, cfg)
 	}

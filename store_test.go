@@ -235,3 +235,17 @@ func TestDurableSegmentsGo(t *testing.T) {
 	require.NoError(t, b.Publish(context.Background(), "x", "k", Message{Body: []byte("after"), Persistent: true}))
 	require.Equal(t, []string{"after"}, held(t, b, "jobs"), "the topology was written again before its segment went")
 }
+
+// TestDurableHeadersChecked: a durable broker refuses a persistent message whose headers hold a
+// value AMQP has no type for, rather than failing to log it.
+func TestDurableHeadersChecked(t *testing.T) {
+	b := openTest(t, wal.NewMemFS())
+	defer b.Close()
+	_, err := b.DeclareQueue("jobs", Durable())
+	require.NoError(t, err)
+	bad := Message{Body: []byte("x"), Persistent: true, Headers: Table{"k": struct{}{}}}
+	require.ErrorIs(t, b.Publish(context.Background(), "", "jobs", bad), ErrPreconditionFailed)
+	good := Message{Body: []byte("y"), Persistent: true, Headers: Table{"k": int16(1), "t": Table{"n": nil}}}
+	require.NoError(t, b.Publish(context.Background(), "", "jobs", good))
+	require.Equal(t, []string{"y"}, held(t, b, "jobs"))
+}
