@@ -135,7 +135,7 @@ func (b *Broker) DeclareExchange(name, kind string, opts ...ExchangeOption) (*Ex
 	}
 	x := newExchange(b, name, kind, cfg)
 	b.exchanges[name] = x
-	if x.durableLocked() {
+	if x.durable() {
 		d := decl{name: name, kind: kind, flags: flagDurable, alt: cfg.alternate, args: cfg.args}
 		if cfg.autoDelete {
 			d.flags |= flagAutoDelete
@@ -185,7 +185,7 @@ func (b *Broker) deleteExchangeLocked(x *Exchange, reason Reason) {
 	}
 	x.deleted = true
 	delete(b.exchanges, x.name)
-	if x.durableLocked() {
+	if x.durable() {
 		b.store.logTopologyLocked(recUnexchange, decl{name: x.name})
 	}
 	if b.listening() {

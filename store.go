@@ -332,9 +332,9 @@ func (s *store) topologyRecords() [][]byte {
 	return recs
 }
 
-// durableLocked reports whether x is a durable exchange of a durable broker, other than a
+// durable reports whether x is a durable exchange of a durable broker, other than a
 // predeclared one (those exist in every broker).
-func (x *Exchange) durableLocked() bool {
+func (x *Exchange) durable() bool {
 	return x.b.store != nil && x.cfg.durable && x.name != "" && !strings.HasPrefix(x.name, "amq.")
 }
 
