@@ -216,7 +216,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (_ *Queue, err e
 	}
 	q := newQueue(b, name, cfg)
 	b.queues[name] = q
-	if q.durable {
+	if q.log != nil {
 		logged = b.store.declareQueue(q)
 	}
 	if b.listening() {
@@ -398,8 +398,8 @@ func (b *Broker) deleteQueue(q *Queue, del deletion) (int, error) {
 	n, feeders, err := b.endQueueLocked(q, del.err, del.reason, del.unless)
 	if err == nil {
 		b.removeQueueLocked(q)
-		if q.durable {
-			b.store.logTopologyLocked(recUnqueue, decl{id: q.qid}) // unlockTopology waits for it
+		if q.log != nil {
+			b.store.logTopologyLocked(recUnqueue, decl{id: q.log.qid}) // unlockTopology waits for it
 		}
 	}
 	b.unlockTopology()

@@ -31,10 +31,10 @@ import (
 // letter routed back into this queue, or a listener publishing into it, adds to the effects of
 // the flush in progress, so nothing waits on itself.
 func (q *Queue) commit() (lsn wal.LSN) {
-	if q.durable && len(q.core.effects) > q.logged {
+	if q.log != nil && len(q.core.effects) > q.log.logged {
 		// Under mu, so that the log's order is the critical sections'.
-		lsn = q.b.store.logEffects(q, q.core.effects[q.logged:])
-		q.logged = len(q.core.effects)
+		lsn = q.b.store.logEffects(q, q.core.effects[q.log.logged:])
+		q.log.logged = len(q.core.effects)
 	}
 	if q.panics != nil {
 		defer q.logPanics(q.panics) // after mu is released
@@ -65,7 +65,10 @@ func (q *Queue) commit() (lsn wal.LSN) {
 	q.flushing = true
 	for len(q.core.effects) > 0 {
 		batch := q.core.effects
-		q.core.effects, q.logged = nil, 0
+		q.core.effects = nil
+		if q.log != nil {
+			q.log.logged = 0
+		}
 		q.mu.Unlock()
 		dead, lost := q.b.flush(q, batch)
 		q.mu.Lock()
@@ -137,7 +140,7 @@ func (b *Broker) flush(src *Queue, batch []effect) (dead, lost uint64) {
 			} else {
 				lost++
 			}
-			if src.durable {
+			if src.log != nil {
 				b.store.settleDeadLetter(src, ef.e)
 			}
 		case ef.kind == eventDelayed, !listening:

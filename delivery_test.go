@@ -298,16 +298,18 @@ func TestSettleUnknownDelivery(t *testing.T) {
 	})
 }
 
+// upToOps are the consumer's multiple-settlement methods.
+var upToOps = []struct {
+	name string
+	f    func(*warren.Consumer, uint64) error
+}{
+	{"AckUpTo", (*warren.Consumer).AckUpTo},
+	{"NackUpTo", (*warren.Consumer).NackUpTo},
+	{"RejectUpTo", (*warren.Consumer).RejectUpTo},
+}
+
 func TestUpToUnknownTag(t *testing.T) {
-	ops := []struct {
-		name string
-		f    func(*warren.Consumer, uint64) error
-	}{
-		{"AckUpTo", (*warren.Consumer).AckUpTo},
-		{"NackUpTo", (*warren.Consumer).NackUpTo},
-		{"RejectUpTo", (*warren.Consumer).RejectUpTo},
-	}
-	for _, op := range ops {
+	for _, op := range upToOps {
 		t.Run(op.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newBroker(t)
@@ -340,15 +342,7 @@ func TestUpToUnknownTag(t *testing.T) {
 // their own tag. Settling must not block (dispatch refills the channel) nor let anything acked
 // come back.
 func TestUpToBufferedDeliveries(t *testing.T) {
-	ops := []struct {
-		name string
-		f    func(*warren.Consumer, uint64) error
-	}{
-		{"AckUpTo", (*warren.Consumer).AckUpTo},
-		{"NackUpTo", (*warren.Consumer).NackUpTo},
-		{"RejectUpTo", (*warren.Consumer).RejectUpTo},
-	}
-	for _, op := range ops {
+	for _, op := range upToOps {
 		t.Run(op.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newBroker(t)

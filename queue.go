@@ -5,7 +5,6 @@ import (
 	"iter"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/warrenmq/warren/internal/wal"
@@ -52,24 +51,17 @@ type Queue struct {
 	// not yet closed: it is, once the dead letters of what they held are out (finishOrphans).
 	ending      []*Consumer
 	alertStates [alertKinds]alertState // per threshold of cfg.alerts (alerts.go)
-	// A durable queue of a durable broker (store.go): its id in the log, and its effects'
-	// records being built. logged counts the effects already logged.
-	durable bool
-	qid     uint64
-	keep    atomic.Pointer[[]*listener] // never nil: the core records every effect
-	logged  int
-	logBuf  []byte
-	logRecs [][]byte
-	doomed  error // the Delete policy's reason, until commit deletes the queue
+	log         *queueLog              // a durable queue of a durable broker: what it logs (store.go); nil otherwise
+	doomed      error                  // the Delete policy's reason, until commit deletes the queue
 }
 
 func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
 	q := &Queue{b: b, name: name, cfg: cfg, lastUsed: 1}
 	q.core = newCore(&q.cfg, b.freeNodes, &b.listeners.list)
 	if b.store != nil && cfg.durable && cfg.owner == nil {
-		q.durable = true
-		q.keep.Store(new([]*listener))
-		q.core.heard = &q.keep
+		q.log = &queueLog{}
+		q.log.keep.Store(new([]*listener))
+		q.core.heard = &q.log.keep
 	}
 	q.flushed.L = &q.mu
 	q.scan.visit = q.selectorVisit

@@ -202,7 +202,7 @@ func (r *replay) body(msgID uint64) []byte {
 // queue's (what passed them while the process was down is due at once), envelopes shared by
 // the queues a message went to.
 func (q *Queue) restore(r *replay, envs map[uint64]*envelope) error {
-	rq := r.queues[q.qid]
+	rq := r.queues[q.log.qid]
 	if rq == nil {
 		return nil
 	}
@@ -212,7 +212,7 @@ func (q *Queue) restore(r *replay, envs map[uint64]*envelope) error {
 		ready   []entry
 		delayed []delayedEntry
 	)
-	for _, m := range r.messages(q.qid) {
+	for _, m := range r.messages(q.log.qid) {
 		env := envs[m.msgID]
 		if env == nil {
 			x, key, msg, err := decodeEnvelope(r.body(m.msgID))

@@ -47,12 +47,22 @@ type store struct {
 	bodies  []*envelope    // logEffects' scratch: the bodies of the batch being appended
 }
 
+// queueLog is what a durable queue of a durable broker keeps for its log; guarded by the
+// queue's mu.
+type queueLog struct {
+	qid    uint64                      // its id in the log
+	keep   atomic.Pointer[[]*listener] // never nil: the core records every effect (core.heard)
+	logged int                         // effects of the core already logged
+	buf    []byte                      // records being built
+	recs   [][]byte
+}
+
 // logEffects appends the records of q's effects efs (those of persistent messages) and returns
 // the log position after them, 0 if there were none. The caller holds q's lock. A log that
 // failed takes nothing; whoever waits is told (wal.Log.Wait).
 func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
-	buf := q.logBuf[:0]
-	q.logRecs = q.logRecs[:0]
+	buf := q.log.buf[:0]
+	q.log.recs = q.log.recs[:0]
 	var now, wall int64 // the queue's clock and the wall clock, read once, when needed
 	for _, ef := range efs {
 		if ef.ev != nil || !ef.e.env.msg.Persistent {
@@ -61,7 +71,7 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 		env, start := ef.e.env, len(buf)
 		switch ef.kind {
 		case EventEnqueued:
-			p := placement{queueID: q.qid, seq: ef.e.seq, returns: ef.e.returns}
+			p := placement{queueID: q.log.qid, seq: ef.e.seq, returns: ef.e.returns}
 			if ef.e.deadline != 0 {
 				if now == 0 {
 					now, wall = q.core.clock(), time.Now().UnixNano()
@@ -85,16 +95,16 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 			p.msgID = env.more.logID
 			buf = appendPlacement(buf, p, msg)
 		case EventDelivered:
-			buf = appendSeqRecord(buf, recDeliver, q.qid, ef.e.seq, 0)
+			buf = appendSeqRecord(buf, recDeliver, q.log.qid, ef.e.seq, 0)
 		case EventRequeued:
-			buf = appendSeqRecord(buf, recReturn, q.qid, ef.e.seq, int64(ef.e.returns))
+			buf = appendSeqRecord(buf, recReturn, q.log.qid, ef.e.seq, int64(ef.e.returns))
 		case eventDelayed:
 			if now == 0 {
 				now, wall = q.core.clock(), time.Now().UnixNano()
 			}
-			buf = appendSeqRecord(buf, recDelay, q.qid, ef.e.seq, wall+(ef.n-now))
+			buf = appendSeqRecord(buf, recDelay, q.log.qid, ef.e.seq, wall+(ef.n-now))
 		case EventAcked, EventExpired:
-			buf = appendSeqRecord(buf, recSettle, q.qid, ef.e.seq, 0)
+			buf = appendSeqRecord(buf, recSettle, q.log.qid, ef.e.seq, 0)
 			s.unref(env)
 		case EventDropped:
 			switch ef.reason {
@@ -104,19 +114,19 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 				s.unref(env) // the queue's deletion record says it
 				continue
 			}
-			buf = appendSeqRecord(buf, recSettle, q.qid, ef.e.seq, 0)
+			buf = appendSeqRecord(buf, recSettle, q.log.qid, ef.e.seq, 0)
 			s.unref(env)
 		default:
 			// A dead letter is settled once it is in its target queues (settleDeadLetter).
 			continue
 		}
-		q.logRecs = append(q.logRecs, buf[start:len(buf):len(buf)])
+		q.log.recs = append(q.log.recs, buf[start:len(buf):len(buf)])
 	}
-	q.logBuf = buf
-	if len(q.logRecs) == 0 {
+	q.log.buf = buf
+	if len(q.log.recs) == 0 {
 		return 0
 	}
-	lsn, seg, err := s.log.Append(q.logRecs...)
+	lsn, seg, err := s.log.Append(q.log.recs...)
 	if err != nil {
 		s.bodies = s.bodies[:0]
 		return 0 // the log failed: Wait says so
@@ -171,12 +181,12 @@ func (s *store) advanceLocked() {
 // lock, and gives it its id (or, while the store restores the log, the id it had).
 func (s *store) declareQueue(q *Queue) wal.LSN {
 	if s.restoring != 0 {
-		q.qid = s.restoring
+		q.log.qid = s.restoring
 		return 0
 	}
 	s.nextQueue++
-	q.qid = s.nextQueue
-	d := decl{id: q.qid, name: q.name, flags: flagDurable, args: q.cfg.args}
+	q.log.qid = s.nextQueue
+	d := decl{id: q.log.qid, name: q.name, flags: flagDurable, args: q.cfg.args}
 	if q.cfg.autoDelete {
 		d.flags |= flagAutoDelete
 	}
@@ -208,7 +218,7 @@ func (s *store) settleDeadLetter(q *Queue, e entry) {
 	if !e.env.msg.Persistent {
 		return
 	}
-	s.log.Append(appendSeqRecord(nil, recSettle, q.qid, e.seq, 0))
+	s.log.Append(appendSeqRecord(nil, recSettle, q.log.qid, e.seq, 0))
 	s.unref(e.env)
 }
 
@@ -344,7 +354,7 @@ func (bd *binding) durable() bool {
 		return false
 	}
 	if bd.queue != nil {
-		return bd.queue.durable
+		return bd.queue.log != nil
 	}
 	return bd.exchange.cfg.durable
 }
