@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"iter"
 	"maps"
 	"slices"
@@ -96,6 +97,9 @@ func New(opts ...BrokerOption) *Broker {
 		if o != nil {
 			o.applyBroker(&b.cfg)
 		}
+	}
+	for _, fn := range b.cfg.listeners {
+		b.Listen(fn)
 	}
 	b.routers.New = func() any { return new(router) }
 	noWait, cancel := context.WithCancel(context.Background())
@@ -512,3 +516,61 @@ func (b *Broker) Publish(ctx context.Context, exchange, key string, msg Message,
 	}
 	return b.publish(ctx, nil, exchange, key, &msg, opts)
 }
+
+// Publishing is one message of a [Broker.PublishBatch]: the exchange and routing key to publish
+// it with, and the message.
+type Publishing struct {
+	Exchange, Key string
+	Message       Message
+}
+
+// PublishBatch publishes each of ps in order, as [Broker.Publish] would with opts, and confirms
+// them together: on a durable broker it waits for the log once, for the whole batch, where
+// Publish waits once per message. Under [SyncAlways] a lone publisher gets one sync per batch
+// rather than one per message; concurrent publishers share syncs anyway, so the batch is for a
+// publisher with many messages at hand (an import, a fan-out of jobs). On a broker from [New] it
+// is Publish in a loop.
+//
+// It stops at the first publish that fails and returns a [*BatchError] with its index: the
+// messages before it are published and confirmed, the ones after it are not published, and the
+// failed one is as Publish leaves it ([ErrQueueFull]: the other queues took it). When the log
+// fails, no message of the batch is confirmed ([ErrStorage]).
+func (b *Broker) PublishBatch(ctx context.Context, ps []Publishing, opts ...PublishOption) error {
+	var (
+		lsn wal.LSN
+		err error
+		at  int
+	)
+	for i := range ps {
+		if err = ctx.Err(); err == nil {
+			var l wal.LSN
+			msg := ps[i].Message // send may set its Expiration: the caller's stays as it was
+			l, err = b.send(ctx, nil, ps[i].Exchange, ps[i].Key, &msg, opts)
+			lsn = max(lsn, l)
+		}
+		if err != nil {
+			at = i
+			break
+		}
+	}
+	if cerr := b.confirm(lsn); cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		return &BatchError{Index: at, Err: err}
+	}
+	return nil
+}
+
+// BatchError is the error of a [Broker.PublishBatch] that stopped at the publish of message
+// Index, which failed with Err. errors.Is and errors.As see Err.
+type BatchError struct {
+	Index int
+	Err   error
+}
+
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("warren: publish batch: message %d: %s", e.Index, strings.TrimPrefix(e.Err.Error(), "warren: "))
+}
+
+func (e *BatchError) Unwrap() error { return e.Err }

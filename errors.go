@@ -86,6 +86,20 @@ var (
 	ErrNoConsumers = newError("no consumers")
 )
 
+// Errors of a durable broker ([Open]).
+var (
+	// ErrCorrupt is returned by [Open] when the log is damaged other than at its end, where a
+	// crash can tear a write: the error names the file and the offset. [WithSalvage] opens it
+	// anyway, skipping what is damaged. An [EventLogRepaired] wraps it too.
+	ErrCorrupt = newError("durable log corrupt")
+
+	// ErrStorage is returned by a publish to a durable queue, and by any later one, once a write
+	// or a sync of the log failed (a full disk, an I/O error): what reached the disk is unknown,
+	// so the broker confirms nothing more. It keeps serving what it holds in memory; reopening
+	// the directory recovers what was written.
+	ErrStorage = newError("durable storage failed")
+)
+
 // Errors returned by consuming and settling ([Queue.Get], [Queue.Consume], [Delivery.Ack],
 // [Consumer.AckUpTo], …).
 var (

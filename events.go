@@ -105,6 +105,12 @@ const (
 	// count, bytes, or nanoseconds) and Limit (the threshold); Message for AlertMessageSize.
 	EventAlert
 
+	// EventLogRepaired: [Open] found the durable log damaged and went on: it cut a torn or
+	// damaged end of the last segment (what a crash leaves), or skipped damaged stretches
+	// elsewhere ([WithSalvage]). Err names the file and offset (it wraps [ErrCorrupt]); Value
+	// is the bytes dropped. Only a listener given with [WithListener] hears it.
+	EventLogRepaired
+
 	// eventDeadLetter is not emitted: the effect of a message leaving for the dead-letter
 	// exchange (core.go), which the flush publishes.
 	eventDeadLetter
@@ -130,6 +136,7 @@ var eventNames = [...]string{
 	EventDeadLettered:    "dead-lettered",
 	EventDropped:         "dropped",
 	EventAlert:           "alert",
+	EventLogRepaired:     "log-repaired",
 }
 
 func (k EventKind) String() string {

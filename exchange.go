@@ -525,36 +525,48 @@ func headerKeys(v any, fn func(string)) {
 	}
 }
 
-// publish routes msg from x (or, when x is nil, the exchange named name) and enqueues it.
+// publish routes msg from x (or, when x is nil, the exchange named name), enqueues it and, on a
+// durable broker, waits until the log holds it: the publisher confirm.
 func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg *Message, opts []PublishOption) error {
+	lsn, err := b.send(ctx, x, name, key, msg, opts)
+	if cerr := b.confirm(lsn); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// send is publish without the wait for the log: it returns the log position that the publish
+// is confirmed at (0 when it wrote nothing), with the publish's error. A publish may fail and
+// still have reached some queues (ErrQueueFull): the position is theirs.
+func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *Message, opts []PublishOption) (wal.LSN, error) {
 	var cfg publishConfig
 	if len(opts) > 0 {
 		cfg = publishOptions(opts) // only here: the options' interface calls move cfg to the heap
 	}
 	if b.closed.Load() {
-		return ErrClosed
+		return 0, ErrClosed
 	}
 	if cfg.err != nil {
-		return cfg.err
+		return 0, cfg.err
 	}
 	if cfg.immediate && cfg.delay > 0 {
-		return errorf("publish: immediate with a delay: %w", ErrInvalidArgument)
+		return 0, errorf("publish: immediate with a delay: %w", ErrInvalidArgument)
 	}
 	if cfg.expiration != nil {
 		msg.Expiration = *cfg.expiration // msg is Publish's copy
 	}
 	if len(key) > maxNameLen {
-		return errorf("publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
+		return 0, errorf("publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
 	ttl, err := parseExpiration(msg.Expiration)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if b.store != nil && msg.Persistent && msg.Headers != nil {
 		// The log encodes AMQP field values only (codec.go): a durable broker checks them
 		// before a persistent message can reach a durable queue.
 		if err := checkTable(msg.Headers); err != nil {
-			return errorf("publish: headers: %w", err)
+			return 0, errorf("publish: headers: %w", err)
 		}
 	}
 	if name == "" && x == nil && msg.Headers == nil {
@@ -568,7 +580,7 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 	b.mu.RLock()
 	if b.closed.Load() {
 		b.mu.RUnlock()
-		return ErrClosed
+		return 0, ErrClosed
 	}
 	if x == nil {
 		x = b.exchanges[name]
@@ -576,10 +588,10 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 	switch {
 	case x == nil || x.deleted:
 		b.mu.RUnlock()
-		return errorf("publish to exchange %q: %w", name, ErrNotFound)
+		return 0, errorf("publish to exchange %q: %w", name, ErrNotFound)
 	case x.cfg.internal:
 		b.mu.RUnlock()
-		return errorf("publish to internal exchange %q: %w", name, ErrAccessRefused)
+		return 0, errorf("publish to internal exchange %q: %w", name, ErrAccessRefused)
 	}
 	r.routeLocked(b, x, key, msg.Headers, nil)
 	b.mu.RUnlock()
@@ -623,36 +635,33 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 			routed++
 			full = err
 		case !errors.Is(err, ErrNotFound):
-			return err
+			return lsn, err
 		}
 	}
 	if routed == 0 { // no route, or every queue routed to went meanwhile
 		b.noRoute(x.name, key, &env.msg)
 	}
-	if err := b.confirm(lsn); err != nil {
-		return err
-	}
 	if full != nil {
-		return full
+		return lsn, full
 	}
 	if routed == 0 && cfg.mandatory {
-		return errorf("publish to exchange %q with key %q: %w", name, key, ErrUnroutable)
+		return lsn, errorf("publish to exchange %q with key %q: %w", name, key, ErrUnroutable)
 	}
 	if took == 0 && cfg.immediate {
-		return errorf("immediate publish to exchange %q with key %q: %w", name, key, ErrNoConsumers)
+		return lsn, errorf("immediate publish to exchange %q with key %q: %w", name, key, ErrNoConsumers)
 	}
-	return nil
+	return lsn, nil
 }
 
 // publishDefault is publish's fast path for the commonest case: the default exchange, which
 // routes to the one queue named by the key, with no headers, so no CC or BCC keys.
-func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, ttl time.Duration, cfg publishConfig) error {
+func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, ttl time.Duration, cfg publishConfig) (wal.LSN, error) {
 	b.mu.RLock()
 	q := b.queues[key]
 	closed := b.closed.Load()
 	b.mu.RUnlock()
 	if closed {
-		return ErrClosed
+		return 0, ErrClosed
 	}
 	env := &envelope{msg: *msg, exchange: b.defaultX, routingKey: key}
 	if b.listening() {
@@ -661,20 +670,17 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 	if q != nil {
 		lsn, err := q.enqueue(ctx, env, ttl, cfg)
 		if !errors.Is(err, ErrNotFound) { // nil, or why it was not taken
-			if cerr := b.confirm(lsn); cerr != nil {
-				return cerr
-			}
-			return err
+			return lsn, err
 		}
 	}
 	b.noRoute("", key, &env.msg) // no such queue, or it went meanwhile
 	switch {
 	case cfg.mandatory:
-		return errorf("publish to exchange \"\" with key %q: %w", key, ErrUnroutable)
+		return 0, errorf("publish to exchange \"\" with key %q: %w", key, ErrUnroutable)
 	case cfg.immediate:
-		return errorf("immediate publish with key %q: %w", key, ErrNoConsumers)
+		return 0, errorf("immediate publish with key %q: %w", key, ErrNoConsumers)
 	}
-	return nil
+	return 0, nil
 }
 
 // noRoute counts and events a publish that reached no queue. The caller holds no lock.

@@ -75,7 +75,9 @@ type DeleteOption = CallOption
 
 type brokerConfig struct {
 	logger *slog.Logger
-	wal    wal.Options // a durable broker's log (store.go)
+	wal    wal.Options // a durable broker's log (durable.go)
+	// listeners are registered before the broker does anything (WithListener).
+	listeners []func(Event)
 }
 
 func defaultBrokerConfig() brokerConfig {
@@ -130,8 +132,9 @@ func (o loggerOption) applyBroker(c *brokerConfig) {
 	}
 }
 
-// Durable marks a queue or exchange durable. It is kept and takes part in declare equivalence;
-// warren does not persist anything yet, so it has no other effect. Default: transient.
+// Durable marks a queue or exchange durable: a durable broker ([Open]) keeps it, its bindings to
+// and from other durable ends, and (a queue) its persistent messages. It takes part in declare
+// equivalence; in a broker from [New] it has no other effect. Default: transient.
 func Durable() DeclareOption {
 	return flagOption{durable: true}
 }

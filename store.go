@@ -1,6 +1,8 @@
 package warren
 
 import (
+	"errors"
+	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -32,6 +34,7 @@ type store struct {
 	// unlockTopology waits for; guarded by the broker's topology lock.
 	topology wal.LSN
 	logger   *slog.Logger
+	lock     io.Closer // the directory's lock (Open); nil on other file systems
 
 	// The durable topology as it stands, and the oldest segment holding a record of it.
 	topo    *replay
@@ -199,6 +202,9 @@ func (s *store) close() {
 	if err := s.log.Close(); err != nil {
 		s.logger.Error("warren: closing the durable log", "err", err)
 	}
+	if s.lock != nil {
+		s.lock.Close()
+	}
 }
 
 // confirm waits until the log holds everything a publish wrote to it, up to lsn (0: nothing).
@@ -206,8 +212,11 @@ func (b *Broker) confirm(lsn wal.LSN) error {
 	if lsn == 0 {
 		return nil
 	}
-	if err := b.store.log.Wait(lsn); err != nil {
-		return errorf("publish: durable log: %w", err)
+	switch err := b.store.log.Wait(lsn); {
+	case errors.Is(err, wal.ErrClosed):
+		return ErrClosed // the broker closed while the publish waited
+	case err != nil:
+		return errorf("publish: %w: %w", ErrStorage, err)
 	}
 	return nil
 }
@@ -221,92 +230,6 @@ func (s *store) settleDeadLetter(q *Queue, e entry) {
 	s.log.Append(appendSeqRecord(nil, recSettle, q.log.qid, e.seq, 0))
 	s.unref(e.env)
 }
-
-// openBroker opens a durable broker whose log is in fs: it replays the log into the durable
-// queues and their messages (recovery.go), and from then on logs them.
-func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
-	b := New(opts...)
-	r := newReplay()
-	log, rec, err := wal.Open(fs, b.cfg.wal, func(seg uint64, raw []byte) error {
-		rc, err := decodeRecord(raw)
-		if err != nil {
-			return err
-		}
-		r.apply(seg, rc)
-		return nil
-	})
-	if err != nil {
-		b.Close()
-		return nil, errorf("open durable broker: %w", err)
-	}
-	topo := newReplay()
-	topo.queueDecls, topo.exchangeDecls, topo.bindings = r.queueDecls, r.exchangeDecls, r.bindings
-	b.store = &store{log: log, logger: b.cfg.logger, live: r.live, oldest: 1, lastSeg: rec.Last, topo: topo, topoSeg: 1}
-	b.store.nextMsg.Store(r.maxMsg)
-	if d := rec.Truncated; d != nil {
-		b.cfg.logger.Warn("warren: durable log: cut a torn or damaged end", "file", d.File,
-			"offset", d.Offset, "bytes", d.Bytes, "good batches dropped", d.GoodAfter)
-	}
-	b.store.replaying = true
-	for _, name := range slices.Sorted(maps.Keys(r.exchangeDecls)) {
-		d := r.exchangeDecls[name]
-		xopts := []ExchangeOption{Durable(), Arguments(d.args)}
-		if d.flags&flagAutoDelete != 0 {
-			xopts = append(xopts, AutoDelete())
-		}
-		if d.flags&flagInternal != 0 {
-			xopts = append(xopts, Internal())
-		}
-		if d.alt != "" {
-			xopts = append(xopts, AlternateExchange(d.alt))
-		}
-		if _, err := b.DeclareExchange(name, d.kind, xopts...); err != nil {
-			b.Close()
-			return nil, errorf("open durable broker: %w", err)
-		}
-	}
-	envs := map[uint64]*envelope{}
-	for _, id := range slices.Sorted(maps.Keys(r.queueDecls)) {
-		d := r.queueDecls[id]
-		qopts := []QueueOption{Durable(), Arguments(d.args)}
-		if d.flags&flagAutoDelete != 0 {
-			qopts = append(qopts, AutoDelete())
-		}
-		b.store.restoring = id
-		q, err := b.DeclareQueue(d.name, qopts...)
-		b.store.restoring = 0
-		if err == nil {
-			err = q.restore(r, envs)
-		}
-		if err != nil {
-			b.Close()
-			return nil, errorf("open durable broker: %w", err)
-		}
-		b.store.nextQueue = max(b.store.nextQueue, id)
-	}
-	b.store.mu.Lock()
-	b.store.advanceLocked()
-	b.store.mu.Unlock()
-	for _, d := range r.bindings {
-		var err error
-		if d.flags&flagToQueue != 0 {
-			err = b.Bind(d.dest, d.name, d.kind, d.args)
-		} else {
-			err = b.BindExchange(d.dest, d.name, d.kind, d.args)
-		}
-		if err != nil {
-			b.Close()
-			return nil, errorf("open durable broker: binding %q to %q: %w", d.name, d.dest, err)
-		}
-	}
-	b.store.replaying = false
-	return b, nil
-}
-
-// logOptions sets a durable broker's log options.
-type logOptions wal.Options
-
-func (o logOptions) applyBroker(c *brokerConfig) { c.wal = wal.Options(o) }
 
 // logTopologyLocked logs a change of the durable topology; the caller holds the broker's
 // topology lock, and unlockTopology waits for the record.

@@ -20,6 +20,8 @@ var (
 	// ErrFailed is wrapped, with the first I/O error, by every call once a write or a sync
 	// failed: what reached the file is unknown, so the log takes nothing more.
 	ErrFailed = errors.New("wal: log failed")
+	// ErrLocked is returned by LockDir when another log holds the directory.
+	ErrLocked = errors.New("wal: directory in use by another log")
 	// ErrClosed is returned by calls after Close.
 	ErrClosed = errors.New("wal: log closed")
 )
