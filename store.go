@@ -50,6 +50,10 @@ type store struct {
 	bodies  []*envelope    // logEffects' scratch: the bodies of the batch being appended
 }
 
+// unreached is a log position that a failed log never reaches: waiting for it returns the
+// log's error. It is what an append to a failed log returns, so that its caller's wait fails.
+const unreached = ^wal.LSN(0)
+
 // queueLog is what a durable queue of a durable broker keeps for its log; guarded by the
 // queue's mu.
 type queueLog struct {
@@ -131,8 +135,9 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 	}
 	lsn, seg, err := s.log.Append(q.log.recs...)
 	if err != nil {
+		clear(s.bodies)
 		s.bodies = s.bodies[:0]
-		return 0 // the log failed: Wait says so
+		return unreached // the log failed: Wait says so
 	}
 	s.mu.Lock()
 	for _, env := range s.bodies {
@@ -240,12 +245,15 @@ func (s *store) logTopologyLocked(t recordType, d decl) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.topo.apply(0, record{typ: t, decl: d})
-	if lsn, seg, err := s.log.Append(appendDecl(nil, t, d)); err == nil {
-		s.topology = lsn
-		s.lastSeg = max(s.lastSeg, seg)
-		if s.topoSeg == 0 {
-			s.topoSeg = seg
-		}
+	lsn, seg, err := s.log.Append(appendDecl(nil, t, d))
+	if err != nil {
+		s.topology = unreached
+		return
+	}
+	s.topology = lsn
+	s.lastSeg = max(s.lastSeg, seg)
+	if s.topoSeg == 0 {
+		s.topoSeg = seg
 	}
 }
 

@@ -1,0 +1,255 @@
+package warren
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren/internal/wal"
+)
+
+// Opening a durable broker (durable.go): the directory, its lock, the options, and what Open
+// does with a damaged log. What a restart brings back is in recovery_test.go and store_test.go.
+
+func TestOpenDirectory(t *testing.T) {
+	dir := t.TempDir() + "/data" // created by Open
+	b, err := Open(dir, WithSync(SyncNever))
+	require.NoError(t, err)
+	_, err = b.DeclareQueue("jobs", Durable())
+	require.NoError(t, err)
+	persistent(t, b, "jobs", "m1", "m2")
+
+	_, err = Open(dir)
+	require.ErrorIs(t, err, ErrResourceLocked, "a directory is one broker's at a time")
+	require.NoError(t, b.Close())
+
+	b, err = Open(dir, WithSync(SyncInterval(0)))
+	require.NoError(t, err, "Close let go of the directory")
+	defer b.Close()
+	require.Equal(t, []string{"m1", "m2"}, held(t, b, "jobs"))
+}
+
+// corruptByte flips a byte of a file of fs in the middle of its batches.
+func corruptByte(t *testing.T, fs *wal.MemFS, name string, off int) {
+	t.Helper()
+	data := fs.Contents(name)
+	require.Greater(t, len(data), off)
+	data[off] ^= 0xff
+	require.NoError(t, fs.Remove(name))
+	f, err := fs.Create(name)
+	require.NoError(t, err)
+	_, err = f.Write(data)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+}
+
+// segmentNames lists the log's segment files.
+func segmentNames(t *testing.T, fs wal.FS) []string {
+	t.Helper()
+	names, err := fs.List()
+	require.NoError(t, err)
+	var segs []string
+	for _, n := range names {
+		if strings.HasSuffix(n, ".wal") {
+			segs = append(segs, n)
+		}
+	}
+	return segs
+}
+
+// repairs collects the EventLogRepaired events of a broker opened with it as its listener.
+type repairs struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func (r *repairs) listen(e Event) {
+	if e.Kind == EventLogRepaired {
+		r.mu.Lock()
+		r.evs = append(r.evs, e)
+		r.mu.Unlock()
+	}
+}
+
+func TestOpenCorrupt(t *testing.T) {
+	fs := wal.NewMemFS()
+	opts := logOptions(wal.Options{SegmentSize: 512})
+	b := openTest(t, fs, opts)
+	_, err := b.DeclareQueue("jobs", Durable())
+	require.NoError(t, err)
+	var bodies []string
+	for i := range 40 {
+		bodies = append(bodies, fmt.Sprintf("message %02d", i))
+	}
+	persistent(t, b, "jobs", bodies...)
+	require.NoError(t, b.Close())
+	segs := segmentNames(t, fs)
+	require.Greater(t, len(segs), 2)
+	corruptByte(t, fs, segs[1], 40) // the second segment, past its header and its first frame's
+
+	_, err = openBroker(fs, opts)
+	require.ErrorIs(t, err, ErrCorrupt, "damage before the last segment is refused")
+	require.ErrorContains(t, err, segs[1], "the error names the file")
+
+	var heard repairs
+	b, err = openBroker(fs, opts, WithSalvage(), WithListener(heard.listen))
+	require.NoError(t, err, "WithSalvage opens it")
+	defer b.Close()
+	got := held(t, b, "jobs")
+	require.Less(t, len(got), len(bodies), "what the damaged batch held is lost")
+	require.Subset(t, bodies, got)
+	require.Equal(t, bodies[0], got[0], "the first segment is whole")
+	require.Equal(t, bodies[len(bodies)-1], got[len(got)-1], "and so is the last")
+	require.Len(t, heard.evs, 1)
+	require.ErrorIs(t, heard.evs[0].Err, ErrCorrupt)
+	require.ErrorContains(t, heard.evs[0].Err, segs[1])
+	require.Positive(t, heard.evs[0].Value, "the bytes skipped")
+}
+
+// TestOpenTornTail: a torn write at the end of the log, which a crash leaves, is cut, and
+// Open says so in an event; every batch before it is kept.
+func TestOpenTornTail(t *testing.T) {
+	fs := wal.NewMemFS()
+	b := openTest(t, fs)
+	_, err := b.DeclareQueue("jobs", Durable())
+	require.NoError(t, err)
+	persistent(t, b, "jobs", "m1", "m2")
+	require.NoError(t, b.Close())
+	segs := segmentNames(t, fs)
+	f, err := fs.Open(segs[len(segs)-1])
+	require.NoError(t, err)
+	_, err = f.Write([]byte{40, 0, 0, 0, 1, 2, 3, 4, 5}) // a frame that claims 40 bytes and has 5
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	var heard repairs
+	b = openTest(t, fs, WithListener(heard.listen))
+	defer b.Close()
+	require.Len(t, heard.evs, 1)
+	require.ErrorIs(t, heard.evs[0].Err, ErrCorrupt)
+	require.EqualValues(t, 9, heard.evs[0].Value)
+	require.Equal(t, []string{"m1", "m2"}, held(t, b, "jobs"))
+	persistent(t, b, "jobs", "m3")
+	require.NoError(t, b.Close())
+	b = openTest(t, fs)
+	defer b.Close()
+	require.Equal(t, []string{"m3"}, held(t, b, "jobs"), "the log goes on after the cut")
+}
+
+// TestDurableStorageFails: once a write of the log fails, no publish to a durable queue is
+// confirmed (ErrStorage), and the broker goes on serving what it holds and what is transient.
+func TestDurableStorageFails(t *testing.T) {
+	fs := wal.NewMemFS()
+	b := openTest(t, fs)
+	defer b.Close()
+	ctx := context.Background()
+	_, err := b.DeclareQueue("jobs", Durable())
+	require.NoError(t, err)
+	_, err = b.DeclareQueue("temp")
+	require.NoError(t, err)
+	persistent(t, b, "jobs", "m1")
+
+	fs.FailWrite(0, wal.ErrNoSpace, nil)
+	for range 2 {
+		err := b.Publish(ctx, "", "jobs", Message{Body: []byte("m2"), Persistent: true})
+		require.ErrorIs(t, err, ErrStorage)
+		require.ErrorIs(t, err, wal.ErrNoSpace, "the cause is kept")
+	}
+	require.NoError(t, b.Publish(ctx, "", "jobs", Message{Body: []byte("t1")}), "a transient message is not logged")
+	require.NoError(t, b.Publish(ctx, "", "temp", Message{Body: []byte("t2"), Persistent: true}), "nor is a transient queue's")
+	require.Equal(t, []string{"t2"}, held(t, b, "temp"))
+	got := held(t, b, "jobs")
+	require.Equal(t, "m1", got[0], "what the queue held is served")
+	require.Contains(t, got, "t1")
+}
+
+// TestPublishBatchConfirmsOnce: a batch waits for the log once; under SyncAlways a lone
+// publisher's batch costs one sync, where a publish per message costs one each.
+func TestPublishBatchConfirmsOnce(t *testing.T) {
+	fs := &syncCounter{MemFS: wal.NewMemFS()}
+	b := openTest(t, fs)
+	defer b.Close()
+	_, err := b.DeclareQueue("jobs", Durable())
+	require.NoError(t, err)
+	var batch []Publishing
+	for i := range 50 {
+		batch = append(batch, Publishing{Key: "jobs", Message: Message{Body: fmt.Appendf(nil, "m%d", i), Persistent: true}})
+	}
+	before := fs.syncs()
+	require.NoError(t, b.PublishBatch(context.Background(), batch))
+	require.Equal(t, 1, fs.syncs()-before, "one sync for the batch")
+	before = fs.syncs()
+	persistent(t, b, "jobs", "a", "b", "c")
+	require.Equal(t, 3, fs.syncs()-before, "one per Publish")
+	require.Len(t, held(t, b, "jobs"), 53)
+}
+
+// syncCounter is a MemFS that counts the syncs of its files.
+type syncCounter struct {
+	*wal.MemFS
+	mu sync.Mutex
+	n  int
+}
+
+func (c *syncCounter) syncs() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *syncCounter) Create(name string) (wal.File, error) { return c.wrap(c.MemFS.Create(name)) }
+func (c *syncCounter) Open(name string) (wal.File, error)   { return c.wrap(c.MemFS.Open(name)) }
+
+func (c *syncCounter) wrap(f wal.File, err error) (wal.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return countedFile{f, c}, nil
+}
+
+type countedFile struct {
+	wal.File
+	c *syncCounter
+}
+
+func (f countedFile) Sync() error {
+	f.c.mu.Lock()
+	f.c.n++
+	f.c.mu.Unlock()
+	return f.File.Sync()
+}
+
+// TestPublishBatchStops: a batch stops at the first publish that fails and says which; the
+// messages before it are published, the ones after it are not.
+func TestPublishBatchStops(t *testing.T) {
+	b := New()
+	defer b.Close()
+	_, err := b.DeclareQueue("jobs")
+	require.NoError(t, err)
+	batch := []Publishing{
+		{Key: "jobs", Message: Message{Body: []byte("m1")}},
+		{Key: "jobs", Message: Message{Body: []byte("m2")}},
+		{Key: "nowhere", Message: Message{Body: []byte("lost")}},
+		{Key: "jobs", Message: Message{Body: []byte("m3")}},
+	}
+	err = b.PublishBatch(context.Background(), batch, Mandatory())
+	require.ErrorIs(t, err, ErrUnroutable)
+	var be *BatchError
+	require.True(t, errors.As(err, &be))
+	require.Equal(t, 2, be.Index)
+	require.Equal(t, []string{"m1", "m2"}, held(t, b, "jobs"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = b.PublishBatch(ctx, batch)
+	require.ErrorIs(t, err, context.Canceled)
+	require.True(t, errors.As(err, &be))
+	require.Equal(t, 0, be.Index)
+	require.NoError(t, b.PublishBatch(context.Background(), nil), "an empty batch")
+}
