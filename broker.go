@@ -432,6 +432,11 @@ func (b *Broker) endQueueLocked(q *Queue, err error, reason Reason, unless func(
 		}
 	}
 	n := q.core.ready.len()
+	if reason == ReasonClosed && q.log != nil {
+		// The broker's end is not the messages': they stay in the log, so only the
+		// broker's listeners need the effects of dropping them.
+		q.core.heard = &b.listeners.list
+	}
 	feeders := q.endLocked(err, reason)
 	q.release()
 	return n, feeders, nil

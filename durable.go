@@ -156,7 +156,6 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 			return nil, errorf("open durable broker: %w", err)
 		}
 	}
-	envs := map[uint64]*envelope{}
 	for _, id := range slices.Sorted(maps.Keys(r.queueDecls)) {
 		d := r.queueDecls[id]
 		qopts := []QueueOption{Durable(), Arguments(d.args)}
@@ -167,7 +166,7 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 		q, err := b.DeclareQueue(d.name, qopts...)
 		b.store.restoring = 0
 		if err == nil {
-			err = q.restore(r, envs)
+			err = q.restore(r)
 		}
 		if err != nil {
 			b.Close()

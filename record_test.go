@@ -65,7 +65,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		require.Equal(t, b, again, "one encoding per record")
 		r := newReplay()
 		r.apply(1, rec)
-		r.messages(rec.queueID)
+		replayed(r, rec.queueID)
 	})
 }
 

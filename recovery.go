@@ -2,6 +2,7 @@ package warren
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 )
@@ -22,8 +23,9 @@ import (
 // replay is the state recovery builds from the log's records.
 type replay struct {
 	queues map[uint64]*replayQueue
-	bodies map[uint64]*replayBody // by message id
-	live   map[uint64]int         // segment → live messages whose body is in it
+	bodies idTable[replayBody] // by message id
+	live   map[uint64]int      // segment → live messages whose body is in it
+	arena  []byte              // holds the bodies' encodings: one allocation per MiB, not per body
 
 	maxMsg uint64 // the greatest message id seen
 
@@ -35,8 +37,8 @@ type replay struct {
 
 // replayQueue is one durable queue's messages during a replay.
 type replayQueue struct {
-	msgs map[uint64]*replayMsg // by sequence id
-	last uint64                // the greatest sequence id seen, live or not
+	msgs idTable[replayMsg] // by sequence id
+	last uint64             // the greatest sequence id seen, live or not
 }
 
 // replayMsg is one message in one queue during a replay.
@@ -52,13 +54,105 @@ type replayMsg struct {
 
 // replayBody is a message's encoding, with the placements that still need it.
 type replayBody struct {
-	msg  []byte // copied out of the log's buffer
-	seg  uint64 // the segment its publish record is in
-	refs int    // live placements
+	msg  []byte    // copied out of the log's buffer into the replay's arena
+	seg  uint64    // the segment its publish record is in
+	refs int       // live placements
+	env  *envelope // made by the first queue restored that holds it; shared by the others
+}
+
+// arenaChunk is the size of the arena's allocations.
+const arenaChunk = 1 << 20
+
+// keep copies b into the arena: the replay lives only while the broker opens, so the bodies'
+// encodings need not be freed one by one (restore decodes them into memory of their own).
+func (r *replay) keep(b []byte) []byte {
+	if len(b) > arenaChunk/8 {
+		return slices.Clone(b)
+	}
+	if cap(r.arena)-len(r.arena) < len(b) {
+		r.arena = make([]byte, 0, arenaChunk)
+	}
+	start := len(r.arena)
+	r.arena = append(r.arena, b...)
+	return r.arena[start:len(r.arena):len(r.arena)]
+}
+
+// idTable maps ids that are given in increasing order and mostly live in runs (sequence ids,
+// message ids) to values, in pages of idPage consecutive ids: a replay of a million messages
+// makes thousands of map entries rather than a million, and reads its values in id order.
+type idTable[V any] struct {
+	pages map[uint64]*idPageOf[V]
+	n     int
+}
+
+const idPage = 256
+
+type idPageOf[V any] struct {
+	used [idPage / 64]uint64 // which slots hold a value
+	n    int
+	v    [idPage]V
+}
+
+// get returns the value of id, or nil.
+func (t *idTable[V]) get(id uint64) *V {
+	p := t.pages[id/idPage]
+	if p == nil || p.used[id%idPage/64]&(1<<(id%64)) == 0 {
+		return nil
+	}
+	return &p.v[id%idPage]
+}
+
+// put returns the slot of id, zeroed if it was empty.
+func (t *idTable[V]) put(id uint64) *V {
+	if t.pages == nil {
+		t.pages = map[uint64]*idPageOf[V]{}
+	}
+	p := t.pages[id/idPage]
+	if p == nil {
+		p = new(idPageOf[V])
+		t.pages[id/idPage] = p
+	}
+	i := id % idPage
+	if p.used[i/64]&(1<<(i%64)) == 0 {
+		p.used[i/64] |= 1 << (i % 64)
+		p.n++
+		t.n++
+		var zero V
+		p.v[i] = zero
+	}
+	return &p.v[i]
+}
+
+// del removes id, and its page with its last value.
+func (t *idTable[V]) del(id uint64) {
+	p := t.pages[id/idPage]
+	i := id % idPage
+	if p == nil || p.used[i/64]&(1<<(i%64)) == 0 {
+		return
+	}
+	p.used[i/64] &^= 1 << (i % 64)
+	var zero V
+	p.v[i] = zero
+	t.n--
+	if p.n--; p.n == 0 {
+		delete(t.pages, id/idPage)
+	}
+}
+
+// ascend calls fn with each id and its value, in id order.
+func (t *idTable[V]) ascend(fn func(id uint64, v *V)) {
+	for _, k := range slices.Sorted(maps.Keys(t.pages)) {
+		p := t.pages[k]
+		for i := range uint64(idPage) {
+			if p.used[i/64]&(1<<(i%64)) != 0 {
+				fn(k*idPage+i, &p.v[i])
+			}
+		}
+	}
 }
 
 func newReplay() *replay {
-	return &replay{queues: map[uint64]*replayQueue{}, bodies: map[uint64]*replayBody{}, live: map[uint64]int{},
+	return &replay{queues: map[uint64]*replayQueue{}, live: map[uint64]int{},
 		queueDecls: map[uint64]decl{}, exchangeDecls: map[string]decl{}}
 }
 
@@ -69,18 +163,18 @@ func (r *replay) apply(seg uint64, rec record) {
 	switch rec.typ {
 	case recPublish:
 		r.maxMsg = max(r.maxMsg, rec.msgID)
-		if b := r.bodies[rec.msgID]; b != nil {
+		if b := r.bodies.get(rec.msgID); b != nil {
 			// Written again by compaction: the message's current state follows.
 			r.live[b.seg]--
 			r.live[seg]++
 			b.seg = seg
 		} else {
-			r.bodies[rec.msgID] = &replayBody{msg: slices.Clone(rec.msg), seg: seg}
+			*r.bodies.put(rec.msgID) = replayBody{msg: r.keep(rec.msg), seg: seg}
 			r.live[seg]++
 		}
 		r.place(rec.placement)
 	case recEnqueue:
-		if r.bodies[rec.msgID] != nil {
+		if r.bodies.get(rec.msgID) != nil {
 			r.place(rec.placement)
 		}
 	case recQueue:
@@ -92,9 +186,7 @@ func (r *replay) apply(seg uint64, rec record) {
 		}
 		delete(r.queueDecls, rec.id)
 		if q := r.queues[rec.id]; q != nil {
-			for _, m := range q.msgs {
-				r.unref(m.msgID)
-			}
+			q.msgs.ascend(func(_ uint64, m *replayMsg) { r.unref(m.msgID) })
 			delete(r.queues, rec.id)
 		}
 		r.unbind(func(b decl) bool { return b.flags&flagToQueue != 0 && b.dest == d.name })
@@ -114,7 +206,7 @@ func (r *replay) apply(seg uint64, rec record) {
 		if q == nil {
 			return
 		}
-		m := q.msgs[rec.seq]
+		m := q.msgs.get(rec.seq)
 		if m == nil {
 			return
 		}
@@ -126,8 +218,9 @@ func (r *replay) apply(seg uint64, rec record) {
 		case recDelay:
 			m.delivered, m.due = false, rec.n
 		case recSettle:
-			delete(q.msgs, rec.seq)
-			r.unref(m.msgID)
+			id := m.msgID
+			q.msgs.del(rec.seq)
+			r.unref(id)
 		}
 	}
 }
@@ -146,52 +239,50 @@ func (d decl) sameBinding(b decl) bool {
 func (r *replay) place(p placement) {
 	q := r.queues[p.queueID]
 	if q == nil {
-		q = &replayQueue{msgs: map[uint64]*replayMsg{}}
+		q = &replayQueue{}
 		r.queues[p.queueID] = q
 	}
 	q.last = max(q.last, p.seq)
-	r.bodies[p.msgID].refs++ // before the old placement lets go: it may be the same body
-	if old := q.msgs[p.seq]; old != nil {
+	r.bodies.get(p.msgID).refs++ // before the old placement lets go: it may be the same body
+	if old := q.msgs.get(p.seq); old != nil {
 		r.unref(old.msgID)
 	}
-	q.msgs[p.seq] = &replayMsg{msgID: p.msgID, seq: p.seq, deadline: p.deadline, returns: p.returns, redelivered: p.returns > 0}
+	*q.msgs.put(p.seq) = replayMsg{msgID: p.msgID, seq: p.seq, deadline: p.deadline, returns: p.returns, redelivered: p.returns > 0}
 }
 
 // unref drops one placement of a message's body, and the body with its last.
 func (r *replay) unref(msgID uint64) {
-	b := r.bodies[msgID]
+	b := r.bodies.get(msgID)
 	if b == nil {
 		return
 	}
 	if b.refs--; b.refs <= 0 {
 		r.live[b.seg]--
-		delete(r.bodies, msgID)
+		r.bodies.del(msgID)
 	}
 }
 
-// messages returns what queueID gets back, in sequence order: each message as it is to be put
-// back, a delivery outstanding at the end of the log returned (redelivered, one return more).
-func (r *replay) messages(queueID uint64) []replayMsg {
+// messages calls fn with what queueID gets back, in sequence order: each message as it is to be
+// put back, a delivery outstanding at the end of the log returned (redelivered, one return
+// more).
+func (r *replay) messages(queueID uint64, fn func(m replayMsg)) {
 	q := r.queues[queueID]
 	if q == nil {
-		return nil
+		return
 	}
-	ms := make([]replayMsg, 0, len(q.msgs))
-	for _, m := range q.msgs {
+	q.msgs.ascend(func(_ uint64, m *replayMsg) {
 		back := *m
 		if back.delivered {
 			back.delivered, back.redelivered = false, true
 			back.returns = min(back.returns+1, 1<<32-1)
 		}
-		ms = append(ms, back)
-	}
-	slices.SortFunc(ms, func(a, b replayMsg) int { return cmp.Compare(a.seq, b.seq) })
-	return ms
+		fn(back)
+	})
 }
 
 // body returns the encoding of a message held by the replay.
 func (r *replay) body(msgID uint64) []byte {
-	if b := r.bodies[msgID]; b != nil {
+	if b := r.bodies.get(msgID); b != nil {
 		return b.msg
 	}
 	return nil
@@ -201,7 +292,7 @@ func (r *replay) body(msgID uint64) []byte {
 // messages at their sequence ids, deadlines and due times moved from the wall clock to the
 // queue's (what passed them while the process was down is due at once), envelopes shared by
 // the queues a message went to.
-func (q *Queue) restore(r *replay, envs map[uint64]*envelope) error {
+func (q *Queue) restore(r *replay) error {
 	rq := r.queues[q.log.qid]
 	if rq == nil {
 		return nil
@@ -209,27 +300,31 @@ func (q *Queue) restore(r *replay, envs map[uint64]*envelope) error {
 	now, wall := q.core.clock(), time.Now().UnixNano()
 	onClock := func(t int64) int64 { return max(1, now+(t-wall)) }
 	var (
-		ready   []entry
+		ready   = make([]entry, 0, rq.msgs.n)
 		delayed []delayedEntry
+		err     error
 	)
-	for _, m := range r.messages(q.log.qid) {
-		env := envs[m.msgID]
-		if env == nil {
-			x, key, msg, err := decodeEnvelope(r.body(m.msgID))
-			if err != nil {
-				return errorf("queue %q, message %d: %w", q.name, m.seq, err)
+	r.messages(q.log.qid, func(m replayMsg) {
+		if err != nil {
+			return
+		}
+		b := r.bodies.get(m.msgID)
+		if b.env == nil {
+			x, key, msg, derr := decodeEnvelope(b.msg)
+			if derr != nil {
+				err = errorf("queue %q, message %d: %w", q.name, m.seq, derr)
+				return
 			}
 			ex := q.b.exchanges[x]
 			if ex == nil {
 				ex = &Exchange{name: x} // gone since: its name is all a delivery says of it
 			}
-			env = &envelope{msg: msg, exchange: ex, routingKey: key, more: &envelopeMore{logID: m.msgID, seg: r.bodies[m.msgID].seg}}
-			envs[m.msgID] = env
+			b.env = &envelope{msg: msg, exchange: ex, routingKey: key, more: &envelopeMore{logID: m.msgID, seg: b.seg}}
 		}
-		env.more.refs.Add(1)
-		e := entry{env: env, seq: m.seq, returns: m.returns, redelivered: m.redelivered}
+		b.env.more.refs.Add(1)
+		e := entry{env: b.env, seq: m.seq, returns: m.returns, redelivered: m.redelivered}
 		if p := q.cfg.maxPriority; p > 0 {
-			e.rank = uint8(p - min(p, int(env.msg.Priority)))
+			e.rank = uint8(p - min(p, int(b.env.msg.Priority)))
 		}
 		if m.deadline != 0 {
 			e.deadline = onClock(m.deadline)
@@ -239,8 +334,13 @@ func (q *Queue) restore(r *replay, envs map[uint64]*envelope) error {
 		} else {
 			ready = append(ready, e)
 		}
+	})
+	if err != nil {
+		return err
 	}
-	slices.SortFunc(ready, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
+	if q.cfg.maxPriority > 0 { // in seq order already otherwise
+		slices.SortFunc(ready, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
+	}
 	q.mu.Lock()
 	q.core.restore(ready, delayed, rq.last+1)
 	q.commit() // arms the timer: what expired while the process was down expires now

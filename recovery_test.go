@@ -26,6 +26,13 @@ func replayLog(t *testing.T, recs [][]byte, segs ...uint64) *replay {
 	return r
 }
 
+// replayed returns what the replay gives queueID back, in order.
+func replayed(r *replay, queueID uint64) []replayMsg {
+	var ms []replayMsg
+	r.messages(queueID, func(m replayMsg) { ms = append(ms, m) })
+	return ms
+}
+
 func TestReplayPicture(t *testing.T) {
 	r := replayLog(t, [][]byte{
 		pub(1, 10, 1, "a"),
@@ -46,7 +53,7 @@ func TestReplayPicture(t *testing.T) {
 		appendSeqRecord(nil, recDelay, 10, 4, 12345),
 		appendSeqRecord(nil, recSettle, 10, 99, 0), // unknown: ignored
 	})
-	got := r.messages(10)
+	got := replayed(r, 10)
 	require.Equal(t, []replayMsg{
 		{msgID: 1, seq: 1, returns: 1, redelivered: true},
 		{msgID: 3, seq: 3, returns: 3, redelivered: true},
@@ -65,8 +72,8 @@ func TestReplayBodiesAcrossQueues(t *testing.T) {
 		appendPlacement(nil, placement{msgID: 2, queueID: 20, seq: 8}, nil), // its publish is gone: ignored
 		appendSeqRecord(nil, recSettle, 10, 1, 0),
 	}, 1, 1, 2, 3)
-	require.Empty(t, r.messages(10))
-	require.Equal(t, []replayMsg{{msgID: 1, seq: 7}}, r.messages(20))
+	require.Empty(t, replayed(r, 10))
+	require.Equal(t, []replayMsg{{msgID: 1, seq: 7}}, replayed(r, 20))
 	require.Equal(t, []byte("fanout"), r.body(1), "kept while a queue holds it")
 	require.Equal(t, 1, r.live[1])
 
@@ -84,7 +91,7 @@ func TestReplayCompactedRewrite(t *testing.T) {
 		appendSeqRecord(nil, recReturn, 10, 5, 1),
 		appendPlacement(nil, placement{msgID: 1, queueID: 10, seq: 5, returns: 1}, []byte("old")),
 	}, 1, 1, 1, 7)
-	require.Equal(t, []replayMsg{{msgID: 1, seq: 5, returns: 1, redelivered: true}}, r.messages(10))
+	require.Equal(t, []replayMsg{{msgID: 1, seq: 5, returns: 1, redelivered: true}}, replayed(r, 10))
 	require.Equal(t, 0, r.live[1])
 	require.Equal(t, 1, r.live[7])
 	require.Equal(t, []byte("old"), r.body(1))
@@ -118,8 +125,8 @@ func TestReplayTopology(t *testing.T) {
 	require.Equal(t, map[uint64]decl{1: {id: 1, name: "a", flags: flagDurable}, 3: {id: 3, name: "b", flags: flagDurable}}, r.queueDecls)
 	require.Len(t, r.exchangeDecls, 2)
 	require.Equal(t, []decl{{name: "x", dest: "y", kind: "y.#"}}, r.bindings)
-	require.Empty(t, r.messages(2))
-	require.Empty(t, r.messages(3))
+	require.Empty(t, replayed(r, 2))
+	require.Empty(t, replayed(r, 3))
 	require.Nil(t, r.body(1), "the deleted queue's message is gone")
 
 	r.apply(2, record{typ: recUnexchange, decl: decl{name: "y"}})
