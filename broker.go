@@ -123,8 +123,15 @@ func New(opts ...BrokerOption) *Broker {
 // [Consumer.Err] returns [ErrClosed]), every message is discarded, and every later call on the
 // broker, its exchanges, queues, consumers and deliveries returns an error wrapping [ErrClosed].
 // Close waits for the broker's goroutines to exit. It is idempotent and always returns nil.
+//
+// A durable broker's persistent messages in durable queues stay in its log, with the
+// acknowledgements made so far; Close first compacts the log close to what is live, so that
+// the next [Open] reads little more than what it restores, then writes and syncs it.
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
+		if b.store != nil {
+			b.store.closing(b)
+		}
 		b.mu.Lock()
 		b.closed.Store(true)
 		ended := slices.Collect(maps.Values(b.queues))

@@ -642,6 +642,25 @@ func (c *queueCore) outstanding() iter.Seq[*Delivery] {
 	}
 }
 
+// each calls fn with every message the queue holds: the ready ones in delivery order, then the
+// delayed ones with when they are due (on the queue's clock), then the outstanding ones (out).
+// fn must not change the queue.
+func (c *queueCore) each(fn func(e entry, due int64, out bool)) {
+	c.ready.ascend(0, func(e entry) bool {
+		fn(e, 0, false)
+		return true
+	})
+	if c.delayed != nil {
+		c.delayed.Ascend(func(k delayedEntry) bool {
+			fn(k.e, k.due, false)
+			return true
+		})
+	}
+	for d := range c.outstanding() {
+		fn(d.e, 0, true)
+	}
+}
+
 // end drops everything the queue holds — ready, delayed, outstanding, and dead letters not yet
 // published (a deleted queue dead-letters nothing more) — with reason why. Effects recorded
 // before stay, for the shell to apply; what is dropped after (a publish that raced the deletion)

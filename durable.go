@@ -190,6 +190,7 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 		}
 	}
 	b.store.replaying = false
+	b.store.startCompactor(b)
 	return b, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,6 +41,12 @@ func corruptByte(t *testing.T, fs *wal.MemFS, name string, off int) {
 	data := fs.Contents(name)
 	require.Greater(t, len(data), off)
 	data[off] ^= 0xff
+	rewrite(t, fs, name, data)
+}
+
+// rewrite replaces the file name of fs with data, synced.
+func rewrite(t *testing.T, fs *wal.MemFS, name string, data []byte) {
+	t.Helper()
 	require.NoError(t, fs.Remove(name))
 	f, err := fs.Create(name)
 	require.NoError(t, err)
@@ -252,4 +259,74 @@ func TestPublishBatchStops(t *testing.T) {
 	require.True(t, errors.As(err, &be))
 	require.Equal(t, 0, be.Index)
 	require.NoError(t, b.PublishBatch(context.Background(), nil), "an empty batch")
+}
+
+// FuzzOpenDamaged: a durable broker's log, damaged anywhere (a run of bytes flipped, the end cut
+// off), opens with an error or with queues that work; never a panic. With WithSalvage too.
+func FuzzOpenDamaged(f *testing.F) {
+	// A log with every kind of record: topology, publishes to two queues, deliveries, returns,
+	// a delay, acks; in three segments or more.
+	base := wal.NewMemFS()
+	opts := logOptions(wal.Options{SegmentSize: 400})
+	b, err := openBroker(base, opts)
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx := context.Background()
+	b.DeclareExchange("x", ExchangeFanout, Durable())
+	for _, name := range []string{"a", "b"} {
+		b.DeclareQueue(name, Durable(), DeliveryLimit(3), MessageTTL(time.Hour))
+		b.Bind(name, "x", "", nil)
+	}
+	for i := range 12 {
+		b.Publish(ctx, "x", "", Message{Body: fmt.Appendf(nil, "m%d", i), Persistent: true, Headers: Table{"i": int32(i)}})
+	}
+	qa, _ := b.Queue("a")
+	for i := range 6 {
+		d, err := qa.Get(ctx)
+		if err != nil {
+			f.Fatal(err)
+		}
+		switch i % 3 {
+		case 0:
+			d.Ack()
+		case 1:
+			d.Nack()
+		default:
+			d.NackWithDelay(time.Minute)
+		}
+	}
+	b.Close()
+	segs, _ := base.List()
+	f.Add(uint8(0), uint16(100), uint8(1), uint8(1), uint16(0))
+	f.Add(uint8(1), uint16(20), uint8(0xff), uint8(4), uint16(0))
+	f.Add(uint8(2), uint16(0), uint8(0), uint8(0), uint16(30))
+	f.Fuzz(func(t *testing.T, file uint8, off uint16, mask, run uint8, cut uint16) {
+		fs := base.Clone()
+		name := segs[int(file)%len(segs)]
+		data := fs.Contents(name)
+		for i := int(off); i < int(off)+int(run) && i < len(data); i++ {
+			data[i] ^= mask
+		}
+		rewrite(t, fs, name, data[:len(data)-min(len(data), int(cut))])
+		for _, o := range []BrokerOption{nil, WithSalvage()} {
+			b, err := openBroker(fs.Clone(), opts, o)
+			if err != nil {
+				continue
+			}
+			for _, name := range []string{"a", "b"} {
+				q, err := b.Queue(name)
+				if err != nil {
+					continue
+				}
+				n := q.Len()
+				for range n {
+					d, err := q.Get(ctx)
+					require.NoError(t, err)
+					require.NoError(t, d.Ack())
+				}
+			}
+			require.NoError(t, b.Close())
+		}
+	})
 }

@@ -104,5 +104,7 @@ type envelopeMore struct {
 	bcc   []string     // the keys of its BCC header, which publishing strips
 	logID uint64       // a durable broker's: its id in the log, once a durable queue took it (store.go)
 	seg   uint64       // the log segment its body is in
+	size  int64        // the bytes of its body's record
+	pass  uint64       // the compaction pass that last wrote its body (compact.go)
 	refs  atomic.Int32 // the durable queues that hold it
 }

@@ -24,7 +24,7 @@ import (
 type replay struct {
 	queues map[uint64]*replayQueue
 	bodies idTable[replayBody] // by message id
-	live   map[uint64]int      // segment → live messages whose body is in it
+	live   liveSegments        // what each segment holds that is live
 	arena  []byte              // holds the bodies' encodings: one allocation per MiB, not per body
 
 	maxMsg uint64 // the greatest message id seen
@@ -152,7 +152,7 @@ func (t *idTable[V]) ascend(fn func(id uint64, v *V)) {
 }
 
 func newReplay() *replay {
-	return &replay{queues: map[uint64]*replayQueue{}, live: map[uint64]int{},
+	return &replay{queues: map[uint64]*replayQueue{}, live: liveSegments{},
 		queueDecls: map[uint64]decl{}, exchangeDecls: map[string]decl{}}
 }
 
@@ -165,12 +165,12 @@ func (r *replay) apply(seg uint64, rec record) {
 		r.maxMsg = max(r.maxMsg, rec.msgID)
 		if b := r.bodies.get(rec.msgID); b != nil {
 			// Written again by compaction: the message's current state follows.
-			r.live[b.seg]--
-			r.live[seg]++
+			r.live.add(b.seg, -1, -int64(len(b.msg)))
+			r.live.add(seg, 1, int64(len(b.msg)))
 			b.seg = seg
 		} else {
 			*r.bodies.put(rec.msgID) = replayBody{msg: r.keep(rec.msg), seg: seg}
-			r.live[seg]++
+			r.live.add(seg, 1, int64(len(rec.msg)))
 		}
 		r.place(rec.placement)
 	case recEnqueue:
@@ -257,7 +257,7 @@ func (r *replay) unref(msgID uint64) {
 		return
 	}
 	if b.refs--; b.refs <= 0 {
-		r.live[b.seg]--
+		r.live.add(b.seg, -1, -int64(len(b.msg)))
 		r.bodies.del(msgID)
 	}
 }
@@ -319,7 +319,8 @@ func (q *Queue) restore(r *replay) error {
 			if ex == nil {
 				ex = &Exchange{name: x} // gone since: its name is all a delivery says of it
 			}
-			b.env = &envelope{msg: msg, exchange: ex, routingKey: key, more: &envelopeMore{logID: m.msgID, seg: b.seg}}
+			b.env = &envelope{msg: msg, exchange: ex, routingKey: key,
+				more: &envelopeMore{logID: m.msgID, seg: b.seg, size: int64(len(b.msg))}}
 		}
 		b.env.more.refs.Add(1)
 		e := entry{env: b.env, seq: m.seq, returns: m.returns, redelivered: m.redelivered}

@@ -62,7 +62,7 @@ func TestReplayPicture(t *testing.T) {
 	}, got, "in seq order; what was out comes back redelivered with one return more; counts and due times kept")
 	require.Nil(t, r.body(2), "acked: its body is gone")
 	require.Equal(t, []byte("c"), r.body(3))
-	require.Equal(t, 4, r.live[1])
+	require.Equal(t, 4, r.live[1].bodies)
 }
 
 func TestReplayBodiesAcrossQueues(t *testing.T) {
@@ -75,11 +75,11 @@ func TestReplayBodiesAcrossQueues(t *testing.T) {
 	require.Empty(t, replayed(r, 10))
 	require.Equal(t, []replayMsg{{msgID: 1, seq: 7}}, replayed(r, 20))
 	require.Equal(t, []byte("fanout"), r.body(1), "kept while a queue holds it")
-	require.Equal(t, 1, r.live[1])
+	require.Equal(t, 1, r.live[1].bodies)
 
 	r.apply(4, record{typ: recSettle, placement: placement{queueID: 20, seq: 7}})
 	require.Nil(t, r.body(1))
-	require.Equal(t, 0, r.live[1], "segment 1 holds nothing live")
+	require.Equal(t, 0, r.live[1].bodies, "segment 1 holds nothing live")
 }
 
 func TestReplayCompactedRewrite(t *testing.T) {
@@ -92,8 +92,8 @@ func TestReplayCompactedRewrite(t *testing.T) {
 		appendPlacement(nil, placement{msgID: 1, queueID: 10, seq: 5, returns: 1}, []byte("old")),
 	}, 1, 1, 1, 7)
 	require.Equal(t, []replayMsg{{msgID: 1, seq: 5, returns: 1, redelivered: true}}, replayed(r, 10))
-	require.Equal(t, 0, r.live[1])
-	require.Equal(t, 1, r.live[7])
+	require.Equal(t, 0, r.live[1].bodies)
+	require.Equal(t, 1, r.live[7].bodies)
 	require.Equal(t, []byte("old"), r.body(1))
 }
 

@@ -44,10 +44,35 @@ type store struct {
 	// hold no body of a message a durable queue holds (a later segment may hold the state of
 	// such a message: its returns, its delay). mu is a leaf, taken under a queue's lock.
 	mu      sync.Mutex
-	live    map[uint64]int // segment → bodies in it that a durable queue holds
-	oldest  uint64         // the oldest segment still needed
-	lastSeg uint64         // the segment the log last appended to
-	bodies  []*envelope    // logEffects' scratch: the bodies of the batch being appended
+	live    liveSegments // what each segment holds that a durable queue holds
+	oldest  uint64       // the oldest segment still needed
+	lastSeg uint64       // the segment the log last appended to
+	// compacting is set while a compaction pass runs (compact.go); pass counts them.
+	compacting bool
+	pass       uint64
+	compactor  compactor
+}
+
+// liveSegments says, for each segment of the log, what it holds that is live: bodies of
+// messages a durable queue holds, and their records' bytes. A segment with nothing live is
+// absent.
+type liveSegments map[uint64]segUse
+
+type segUse struct {
+	bodies int
+	bytes  int64
+}
+
+// add adds n bodies of the given bytes (negative: removes them) to seg's.
+func (l liveSegments) add(seg uint64, n int, bytes int64) {
+	u := l[seg]
+	u.bodies += n
+	u.bytes += bytes
+	if u.bodies <= 0 {
+		delete(l, seg)
+	} else {
+		l[seg] = u
+	}
 }
 
 // unreached is a log position that a failed log never reaches: waiting for it returns the
@@ -62,6 +87,15 @@ type queueLog struct {
 	logged int                         // effects of the core already logged
 	buf    []byte                      // records being built
 	recs   [][]byte
+	bodies []loggedBody // the messages whose bodies are in the records being built
+}
+
+// loggedBody is a message whose body is in the records being built, and the bytes of its
+// record. Its envelope's seg and size are set under the store's mu once they are appended: a
+// queue that lets go of the message reads them there.
+type loggedBody struct {
+	env  *envelope
+	size int64
 }
 
 // logEffects appends the records of q's effects efs (those of persistent messages) and returns
@@ -96,7 +130,7 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 					env.more.logID = s.nextMsg.Add(1)
 				}
 				msg = appendEnvelope(nil, env.exchange.name, env.routingKey, &env.msg)
-				s.bodies = append(s.bodies, env)
+				q.log.bodies = append(q.log.bodies, loggedBody{env, int64(len(msg))})
 			}
 			env.more.refs.Add(1)
 			p.msgID = env.more.logID
@@ -134,20 +168,19 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 		return 0
 	}
 	lsn, seg, err := s.log.Append(q.log.recs...)
-	if err != nil {
-		clear(s.bodies)
-		s.bodies = s.bodies[:0]
-		return unreached // the log failed: Wait says so
+	if err == nil {
+		s.mu.Lock()
+		for _, b := range q.log.bodies {
+			b.env.more.seg, b.env.more.size = seg, b.size
+			s.live.add(seg, 1, b.size)
+		}
+		s.wrote(seg)
+		s.mu.Unlock()
+	} else {
+		lsn = unreached // the log failed: Wait says so
 	}
-	s.mu.Lock()
-	for _, env := range s.bodies {
-		env.more.seg = seg
-		s.live[seg]++
-	}
-	s.lastSeg = max(s.lastSeg, seg)
-	s.mu.Unlock()
-	clear(s.bodies)
-	s.bodies = s.bodies[:0]
+	clear(q.log.bodies)
+	q.log.bodies = q.log.bodies[:0]
 	return lsn
 }
 
@@ -159,7 +192,7 @@ func (s *store) unref(env *envelope) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.live[env.more.seg]--
+	s.live.add(env.more.seg, -1, -env.more.size)
 	s.advanceLocked()
 }
 
@@ -168,8 +201,10 @@ func (s *store) unref(env *envelope) {
 // head of the log.
 func (s *store) advanceLocked() {
 	start := s.oldest
-	for s.oldest < s.lastSeg && s.live[s.oldest] <= 0 {
-		delete(s.live, s.oldest)
+	if s.compacting {
+		return // a pass is moving bodies: their queues' placements are not all moved yet
+	}
+	for s.oldest < s.lastSeg && s.live[s.oldest].bodies <= 0 {
 		s.oldest++
 	}
 	if s.oldest == start {
@@ -180,7 +215,8 @@ func (s *store) advanceLocked() {
 		if err != nil {
 			return
 		}
-		s.topoSeg, s.lastSeg = seg, max(s.lastSeg, seg)
+		s.topoSeg = seg
+		s.wrote(seg)
 	}
 	s.log.ReleaseBelow(s.oldest)
 }
@@ -251,7 +287,7 @@ func (s *store) logTopologyLocked(t recordType, d decl) {
 		return
 	}
 	s.topology = lsn
-	s.lastSeg = max(s.lastSeg, seg)
+	s.wrote(seg)
 	if s.topoSeg == 0 {
 		s.topoSeg = seg
 	}

@@ -5,15 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -204,47 +208,63 @@ func TestDurableTopology(t *testing.T) {
 }
 
 // TestDurableSegmentsGo: a segment goes once it and every segment before it hold no body of a
-// message a durable queue holds; a message kept long keeps the segments after it (they may hold
-// its state), until it goes too.
+// message a durable queue holds; a message held for long is written again at the head
+// (compaction, compact.go), so that it does not keep every later segment; after a restart every
+// message is back as it was: the one out with a consumer redelivered, the delayed one delayed, the
+// one in two queues in both.
 func TestDurableSegmentsGo(t *testing.T) {
-	fs := wal.NewMemFS()
-	opts := logOptions(wal.Options{SegmentSize: 1024})
-	b := openTest(t, fs, opts)
-	q, err := b.DeclareQueue("jobs", Durable())
-	require.NoError(t, err)
-	_, err = b.DeclareExchange("x", ExchangeDirect, Durable())
-	require.NoError(t, err)
-	require.NoError(t, b.Bind("jobs", "x", "k", nil))
-	segments := func() int {
-		require.NoError(t, b.store.log.Sync()) // releases are done by the log's next write
-		names, err := fs.List()
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		opts := logOptions(wal.Options{SegmentSize: 1024})
+		b := openTest(t, fs, opts)
+		defer b.Close() // if the test fails before its Close: nothing is left in the bubble
+		ctx := context.Background()
+		q, err := b.DeclareQueue("jobs", Durable())
 		require.NoError(t, err)
-		return len(names)
-	}
-	persistent(t, b, "jobs", "pinned")
-	pinned, err := q.Get(context.Background())
-	require.NoError(t, err)
-	for i := range 200 {
-		persistent(t, b, "jobs", fmt.Sprint("message ", i))
-	}
-	require.Greater(t, segments(), 5)
-	for range 200 {
-		d, err := q.Get(context.Background())
+		_, err = b.DeclareQueue("audit", Durable())
 		require.NoError(t, err)
-		require.NoError(t, d.Ack())
-	}
-	require.Greater(t, segments(), 5, "the first segment holds a message still held: every later one stays")
-	require.NoError(t, pinned.Nack())
-	require.Greater(t, segments(), 5, "returned, it is still held")
-	require.Equal(t, []string{"pinned(1)"}, held(t, b, "jobs"))
-	require.LessOrEqual(t, segments(), 2, "all acked: the old segments are gone")
-	require.NoError(t, b.Close())
+		_, err = b.DeclareExchange("x", ExchangeFanout, Durable())
+		require.NoError(t, err)
+		require.NoError(t, b.Bind("jobs", "x", "", nil))
+		require.NoError(t, b.Bind("audit", "x", "", nil))
+		segments := func() int {
+			synctest.Wait()                        // the compactor's pass, if one started
+			require.NoError(t, b.store.log.Sync()) // releases are done by the log's next write
+			return len(segmentNames(t, fs))
+		}
+		require.NoError(t, b.Publish(ctx, "x", "", Message{Body: []byte("both"), Persistent: true}))
+		persistent(t, b, "jobs", "held", "later")
+		d, err := q.Get(ctx)
+		require.NoError(t, err)
+		require.NoError(t, d.Ack()) // "both" goes from jobs, stays in audit
+		out, err := q.Get(ctx)
+		require.NoError(t, err)
+		later, err := q.Get(ctx)
+		require.NoError(t, err)
+		require.NoError(t, later.NackWithDelay(time.Hour))
+		for i := range 300 {
+			persistent(t, b, "jobs", fmt.Sprint("message ", i))
+			d, err := q.Get(ctx)
+			require.NoError(t, err)
+			require.NoError(t, d.Ack())
+		}
+		require.LessOrEqual(t, segments(), 4, "three messages are held from the first segment; the log stays within its bound")
+		require.NoError(t, b.Close())
 
-	b = openTest(t, fs, opts)
-	defer b.Close()
-	require.Empty(t, held(t, b, "jobs"))
-	require.NoError(t, b.Publish(context.Background(), "x", "k", Message{Body: []byte("after"), Persistent: true}))
-	require.Equal(t, []string{"after"}, held(t, b, "jobs"), "the topology was written again before its segment went")
+		b = openTest(t, fs, opts)
+		defer b.Close()
+		q, err = b.Queue("jobs")
+		require.NoError(t, err)
+		require.Equal(t, 1, q.Len(), "held, redelivered; later is delayed")
+		require.Equal(t, []string{"held(1)"}, held(t, b, "jobs"))
+		require.Equal(t, []string{"both"}, held(t, b, "audit"))
+		time.Sleep(time.Hour)
+		synctest.Wait() // the queue's timer has promoted it
+		require.Equal(t, []string{"later(1)"}, held(t, b, "jobs"), "due an hour after its nack, as before the restart")
+		require.NoError(t, b.Publish(ctx, "x", "", Message{Body: []byte("after"), Persistent: true}))
+		require.Equal(t, []string{"after"}, held(t, b, "audit"), "the topology was written again before its segment went")
+		require.ErrorIs(t, out.Ack(), ErrClosed, "held by the first life")
+	})
 }
 
 // TestDurableHeadersChecked: a durable broker refuses a persistent message whose headers hold a
@@ -419,4 +439,120 @@ func TestKill9(t *testing.T) {
 		t.Logf("kill %d: %d confirmed, %d acked, %d in the queue", kill, len(confirmed), len(acked), len(got))
 	}
 	t.Logf("%d kills; acked messages found again (acks lost within FlushDelay of a kill): %d", kills, redelivered)
+}
+
+// TestDurableCompactionUnderLoad: publishers, consumers that ack, nack and hold, and the
+// compactor run at once on a log of tiny segments; after a restart each queue holds exactly
+// what it held, each publisher's messages in their order.
+func TestDurableCompactionUnderLoad(t *testing.T) {
+	fs := wal.NewMemFS()
+	opts := logOptions(wal.Options{SegmentSize: 512, Sync: wal.SyncNever})
+	b := openTest(t, fs, opts)
+	ctx := context.Background()
+	_, err := b.DeclareExchange("x", ExchangeFanout, Durable())
+	require.NoError(t, err)
+	names := []string{"a", "b"}
+	var mu sync.Mutex
+	live := map[string]map[string]bool{} // queue → bodies it holds
+	for _, name := range names {
+		_, err := b.DeclareQueue(name, Durable())
+		require.NoError(t, err)
+		require.NoError(t, b.Bind(name, "x", "", nil))
+		live[name] = map[string]bool{}
+	}
+	var wg sync.WaitGroup
+	for p := range 3 {
+		wg.Go(func() {
+			for i := range 400 {
+				body := fmt.Sprintf("p%d-%04d", p, i)
+				mu.Lock() // before the publish: a consumer may take it at once
+				for _, name := range names {
+					live[name][body] = true
+				}
+				mu.Unlock()
+				require.NoError(t, b.Publish(ctx, "x", "", Message{Body: []byte(body), Persistent: true}))
+			}
+		})
+	}
+	for c, name := range []string{"a", "a", "b"} {
+		wg.Go(func() {
+			q, err := b.Queue(name)
+			require.NoError(t, err)
+			rng := rand.New(rand.NewPCG(uint64(c), 7))
+			var kept []*Delivery
+			for range 1000 {
+				d, err := q.Get(ctx)
+				if errors.Is(err, ErrEmpty) {
+					runtime.Gosched()
+					continue
+				}
+				require.NoError(t, err)
+				switch r := rng.IntN(10); {
+				case r < 6:
+					mu.Lock()
+					delete(live[name], string(d.Message.Body))
+					mu.Unlock()
+					require.NoError(t, d.Ack())
+				case r < 9:
+					require.NoError(t, d.Nack())
+				default:
+					kept = append(kept, d) // out at the close
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, b.Close())
+	require.Greater(t, b.store.pass, uint64(0), "the compactor ran")
+
+	b = openTest(t, fs, opts)
+	defer b.Close()
+	for _, name := range names {
+		got := held(t, b, name)
+		bodies := make([]string, len(got))
+		last := map[byte]string{}
+		for i, s := range got {
+			body, _, _ := strings.Cut(s, "(")
+			bodies[i] = body
+			require.Greater(t, body, last[body[1]], "queue %s: publisher %c's messages in order", name, body[1])
+			last[body[1]] = body
+		}
+		require.ElementsMatch(t, slices.Collect(maps.Keys(live[name])), bodies, "queue %s", name)
+	}
+}
+
+// TestDurableCloseCompacts: Close leaves the log close to what is live (and two segments), where
+// a running broker lets it hold twice that: the next open reads little more than it restores.
+func TestDurableCloseCompacts(t *testing.T) {
+	fs := wal.NewMemFS()
+	opts := logOptions(wal.Options{SegmentSize: 1024})
+	b := openTest(t, fs, opts)
+	q, err := b.DeclareQueue("jobs", Durable())
+	require.NoError(t, err)
+	var want []string
+	for i := range 400 {
+		persistent(t, b, "jobs", fmt.Sprintf("message %03d %s", i, strings.Repeat(".", 100)))
+	}
+	var ds []*Delivery
+	for range 400 {
+		d, err := q.Get(context.Background())
+		require.NoError(t, err)
+		ds = append(ds, d)
+	}
+	for i, d := range ds {
+		if i%2 == 0 {
+			want = append(want, string(d.Message.Body)+"(1)")
+			require.NoError(t, d.Nack())
+			continue
+		}
+		require.NoError(t, d.Ack())
+	}
+	require.NoError(t, b.store.log.Sync())
+	before := len(segmentNames(t, fs))
+	require.NoError(t, b.Close())
+	after := len(segmentNames(t, fs))
+	require.Less(t, after, before*3/4, "compacted at the close")
+	b = openTest(t, fs, opts)
+	defer b.Close()
+	require.Equal(t, want, held(t, b, "jobs"))
 }

@@ -59,11 +59,14 @@ type Options struct {
 	// they are written (and synced, under SyncAlways); default 1 ms. It is the window in
 	// which such a record (an acknowledgement) can be lost by a process crash.
 	FlushDelay time.Duration
-	// SegmentSize is the size past which the log starts a new segment; default 64 MiB.
+	// SegmentSize is the size past which the log starts a new segment; default 8 MiB.
 	SegmentSize int64
 	// Salvage makes Open skip damaged batches instead of failing, reporting what it skipped.
 	Salvage bool
 }
+
+// SegmentSize returns the size past which the log starts a new segment.
+func (l *Log) SegmentSize() int64 { return l.opts.SegmentSize }
 
 // LSN is a position in the log: the number of record bytes appended before it since Open.
 // It orders appends; it is not a file offset.
@@ -158,7 +161,7 @@ type chunk struct {
 // names the file and the offset, unless Options.Salvage, which skips the damaged batch.
 func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log, Recovery, error) {
 	if opts.SegmentSize <= 0 {
-		opts.SegmentSize = 64 << 20
+		opts.SegmentSize = 8 << 20
 	}
 	if opts.FlushDelay <= 0 {
 		opts.FlushDelay = time.Millisecond
