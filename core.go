@@ -705,6 +705,14 @@ func (c *queueCore) reset(free *btree.FreeListG[entry]) {
 // entries sorted by key, delayed ones, and the next sequence id. They count as enqueued; no
 // effect is recorded, since they are in the log already.
 func (c *queueCore) restore(ready []entry, delayed []delayedEntry, nextSeq uint64) {
+	c.count(EventEnqueued, "", uint64(len(ready)+len(delayed)))
+	live := ready[:0]
+	for _, e := range ready {
+		if c.mayReturn(e) { // a delivery out at the crash, now past the delivery limit
+			live = append(live, e)
+		}
+	}
+	ready = live
 	if len(ready) > 0 {
 		least := ready[0].seq
 		for _, e := range ready {
@@ -720,7 +728,6 @@ func (c *queueCore) restore(ready []entry, delayed []delayedEntry, nextSeq uint6
 		c.delayed.ReplaceOrInsert(k)
 	}
 	c.nextSeq = max(c.nextSeq, nextSeq)
-	c.count(EventEnqueued, "", uint64(len(ready)+len(delayed)))
 }
 
 // Arrival stamps: the oldest message's age without a clock read per message.

@@ -156,6 +156,7 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 			return nil, errorf("open durable broker: %w", err)
 		}
 	}
+	var restored []*Queue
 	for _, id := range slices.Sorted(maps.Keys(r.queueDecls)) {
 		d := r.queueDecls[id]
 		qopts := []QueueOption{Durable(), Arguments(d.args)}
@@ -166,6 +167,7 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 		q, err := b.DeclareQueue(d.name, qopts...)
 		b.store.restoring = 0
 		if err == nil {
+			restored = append(restored, q)
 			err = q.restore(r)
 		}
 		if err != nil {
@@ -190,6 +192,9 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 		}
 	}
 	b.store.replaying = false
+	for _, q := range restored {
+		q.flushOutbox() // arms its timer; dead letters find their targets now
+	}
 	b.store.startCompactor(b)
 	return b, nil
 }

@@ -49,6 +49,7 @@ type replayMsg struct {
 	returns     uint32
 	redelivered bool
 	delivered   bool  // out with a consumer or a Get
+	returned    bool  // messages: it was out when the log ended, and comes back one return more
 	due         int64 // delayed until, wall-clock Unix nanoseconds; 0 for not delayed
 }
 
@@ -273,7 +274,7 @@ func (r *replay) messages(queueID uint64, fn func(m replayMsg)) {
 	q.msgs.ascend(func(_ uint64, m *replayMsg) {
 		back := *m
 		if back.delivered {
-			back.delivered, back.redelivered = false, true
+			back.delivered, back.redelivered, back.returned = false, true, true
 			back.returns = min(back.returns+1, 1<<32-1)
 		}
 		fn(back)
@@ -304,9 +305,13 @@ func (q *Queue) restore(r *replay) error {
 		delayed []delayedEntry
 		err     error
 	)
+	var returns [][]byte // the records of the returns: they must outlive this life too
 	r.messages(q.log.qid, func(m replayMsg) {
 		if err != nil {
 			return
+		}
+		if m.returned {
+			returns = append(returns, appendSeqRecord(nil, recReturn, q.log.qid, m.seq, int64(m.returns)))
 		}
 		b := r.bodies.get(m.msgID)
 		if b.env == nil {
@@ -343,7 +348,13 @@ func (q *Queue) restore(r *replay) error {
 		slices.SortFunc(ready, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
 	}
 	q.mu.Lock()
+	if len(returns) > 0 {
+		q.b.store.log.Append(returns...) // written with what this life writes first
+	}
 	q.core.restore(ready, delayed, rq.last+1)
-	q.commit() // arms the timer: what expired while the process was down expires now
+	// What the restore did (dead letters of messages past their delivery limit), and what
+	// the queue's timer does first (expire what passed its deadline while the process was
+	// down), waits for every durable queue and binding to be back: openBroker flushes it.
+	q.release()
 	return nil
 }

@@ -55,8 +55,8 @@ func TestReplayPicture(t *testing.T) {
 	})
 	got := replayed(r, 10)
 	require.Equal(t, []replayMsg{
-		{msgID: 1, seq: 1, returns: 1, redelivered: true},
-		{msgID: 3, seq: 3, returns: 3, redelivered: true},
+		{msgID: 1, seq: 1, returns: 1, redelivered: true, returned: true},
+		{msgID: 3, seq: 3, returns: 3, redelivered: true, returned: true},
 		{msgID: 4, seq: 4, returns: 1, redelivered: true, due: 12345},
 		{msgID: 5, seq: 5},
 	}, got, "in seq order; what was out comes back redelivered with one return more; counts and due times kept")

@@ -210,6 +210,12 @@ func (s *server) serveOne(d *Delivery) {
 		d.giveBack()
 		return
 	}
+	if s.q.log != nil && d.Message.Persistent {
+		// Its delivery's record is in the log before the handler runs: a handler that takes
+		// the process down (a crash, the OOM killer) still counts towards the delivery limit
+		// after the restart, which a poison message must reach.
+		s.q.b.store.log.Flush()
+	}
 	err := s.q.runHandler(s.hctx, s.h, d, s.settle)
 	s.settle(d, err)
 }

@@ -556,3 +556,35 @@ func TestDurableCloseCompacts(t *testing.T) {
 	defer b.Close()
 	require.Equal(t, want, held(t, b, "jobs"))
 }
+
+// TestDurablePoisonCountsAcrossCrashes: a message whose handler takes the process down at once,
+// every time, still reaches its delivery limit across restarts: Serve has its delivery's record
+// written before the handler runs.
+func TestDurablePoisonCountsAcrossCrashes(t *testing.T) {
+	fs := wal.NewMemFS()
+	opts := logOptions(wal.Options{Sync: wal.SyncNever, FlushDelay: time.Hour}) // nothing is written unless waited for
+	for life := range 4 {
+		b := openTest(t, fs, opts)
+		_, err := b.DeclareQueue("dead", Durable())
+		require.NoError(t, err)
+		q, err := b.DeclareQueue("jobs", Durable(), DeliveryLimit(2), DeadLetter("", "dead"))
+		require.NoError(t, err)
+		if life == 0 {
+			persistent(t, b, "jobs", "poison")
+		}
+		if life < 3 {
+			ctx, cancel := context.WithCancel(context.Background())
+			err = q.Serve(ctx, func(context.Context, *Delivery) error {
+				fs.Crash(wal.KeepWritten, nil) // the process dies in the handler
+				cancel()
+				return nil
+			})
+			require.NoError(t, err)
+			b.Close()
+			continue
+		}
+		require.Zero(t, q.Len(), "past its delivery limit")
+		require.Equal(t, []string{"poison"}, held(t, b, "dead"), "dead-lettered on the third restart")
+		require.NoError(t, b.Close())
+	}
+}
