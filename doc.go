@@ -1,6 +1,6 @@
 // Package warren is an in-process message broker with RabbitMQ's semantics: exchanges, bindings,
-// queues, consumers and acknowledgements, as a library, with no socket, no disk and no second
-// process.
+// queues, consumers and acknowledgements, as a library, with no socket and no second process;
+// in memory ([New]), or durable on a directory of its own ([Open]).
 //
 // # Concepts
 //
@@ -24,7 +24,10 @@
 // Delivery is at least once. A message leaves a queue only when it is acknowledged ([Delivery.Ack],
 // [Consumer.AckUpTo]), rejected, or delivered with [AutoAck]; a message whose consumer fails to
 // settle it comes back and is delivered again, with [Delivery.Redelivered] set. Consumers must
-// therefore be idempotent. Everything is in memory: nothing survives the process.
+// therefore be idempotent. A broker from [New] is in memory: nothing survives the process. A
+// broker from [Open] keeps the [Durable] queues and exchanges and the [Message.Persistent]
+// messages in durable queues across restarts and crashes, as RabbitMQ does (see [Open] for what
+// comes back, and [SyncPolicy] for what a power loss may take).
 //
 // [Broker.Publish] returns the publisher confirm synchronously: nil means the message is in every
 // queue it routed to. Publishing blocks only on a full queue with the [Block] overflow policy.
@@ -127,8 +130,10 @@
 //   - Waiting single active consumers take over highest [ConsumerPriority] first, then in arrival
 //     order (RabbitMQ documents no order).
 //   - An [Message.Expiration] with a leading "+" is refused.
-//   - [Durable] and [Message.Persistent] are accepted and take part in equivalence, but nothing
-//     is persisted: everything is in memory.
+//   - A durable broker's dead-lettering from a durable queue to a durable queue is at least
+//     once (a crash between the two leaves the message in both), where RabbitMQ's classic
+//     queues may lose it; a publish waits for the log before it returns, so a crash of the
+//     process loses no confirmed message whatever the [SyncPolicy].
 //   - Warren's own, with no RabbitMQ counterpart: [Immediate] publishing (RabbitMQ removed AMQP's
 //     immediate flag; Qpid keeps it), selectors (Qpid's), [DeliverAfter] and
 //     [Delivery.NackWithDelay], [Queue.Serve], [Broker.Listen] events, [WithAlerts], and the

@@ -31,7 +31,7 @@ type Message struct {
 
 	ContentType     string    // MIME content type
 	ContentEncoding string    // MIME content encoding
-	Persistent      bool      // delivery mode 2; accepted and kept, no persistence yet
+	Persistent      bool      // delivery mode 2: a durable broker (Open) keeps it in its durable queues
 	Priority        uint8     // 0 to 255; used by queues with a maximum priority
 	CorrelationID   string    // application use: correlation identifier
 	ReplyTo         string    // application use: address to reply to
