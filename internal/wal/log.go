@@ -246,9 +246,10 @@ func (l *Log) recover(n uint64, last bool, rec *Recovery, replay func(uint64, []
 		return fmt.Errorf("wal: read %s: %w", name, err)
 	}
 	if len(data) < headerSize || string(data[:8]) != magic || binary.LittleEndian.Uint64(data[8:16]) != n {
-		if last && allZero(data) {
-			// Created and never written past its header: crashed while starting it.
-			return l.cut(f, name, 0, size, rec, n, 0)
+		if last {
+			// Nothing of it was synced (a sync covers its header): a power loss tore it, or
+			// it was created and never written past its header. It starts again empty.
+			return l.cut(f, name, 0, size, rec, n, goodAfter(data, headerSize-1, n))
 		}
 		return fmt.Errorf("wal: %s offset 0: bad segment header: %w", name, ErrCorrupt)
 	}
@@ -338,15 +339,6 @@ func goodAfter(data []byte, off int64, seg uint64) int {
 		}
 	}
 	return n
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // checksum is the CRC-32C of a batch's records, seeded with its segment and offset, so that a
@@ -486,6 +478,11 @@ func (l *Log) writeLocked(sync bool) {
 	end, release, first := l.appended, l.release, l.first
 	l.mu.Unlock()
 	err := l.write(chunks)
+	if err == nil && !sync && first < release && first < l.fileSeg {
+		// Segments are to go: what the caller wrote again to replace their records (the
+		// topology, moved messages) must be on the disk before their removal is.
+		sync = true
+	}
 	if err == nil && sync {
 		err = l.syncFile()
 	}

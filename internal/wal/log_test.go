@@ -251,6 +251,24 @@ func TestLogCorruption(t *testing.T) {
 		require.ErrorIs(t, err, ErrCorrupt)
 		require.ErrorContains(t, err, segmentName(1))
 	})
+	t.Run("a bad header of the last segment", func(t *testing.T) {
+		// Nothing in it was synced (a sync covers the header): it is cut, not refused.
+		fs := setup(t)
+		names, err := fs.List()
+		require.NoError(t, err)
+		last, _ := segmentNumber(names[len(names)-1])
+		corrupt(t, fs, last, 3) // the magic
+		l, r, rec := openLog(t, fs, Options{})
+		require.NotNil(t, rec.Truncated)
+		require.Equal(t, int64(0), rec.Truncated.Offset)
+		require.Positive(t, rec.Truncated.GoodAfter)
+		require.Less(t, len(r.recs), 200)
+		appendAll(t, l, 300, 310, 5)
+		require.NoError(t, l.Close())
+		_, r2, rec := openLog(t, fs, Options{})
+		require.Nil(t, rec.Truncated, "written again with a header")
+		require.Equal(t, len(r.recs)+10, len(r2.recs))
+	})
 	t.Run("replay fails", func(t *testing.T) {
 		fs := setup(t)
 		boom := errors.New("boom")
