@@ -13,35 +13,88 @@ func TestWorkloadsVerify(t *testing.T) {
 	sz := QuickSizes()
 	sz.W1, sz.W2, sz.W3 = 5000, 5000, 5000
 	sz.S2Messages = 2000
-	for _, system := range []string{"chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem"} {
-		spec, err := Lookup(system)
-		if err != nil {
-			t.Fatal(err)
+	cases, err := CaseIDs(MemoryWorkloads, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, system := range SuiteSystems(false) {
+		if NeedsRabbit(system) {
+			continue
 		}
-		for _, c := range Cases(true) {
-			t.Run(system+"/"+c.ID, func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-				defer cancel()
-				r := Run(ctx, system, c, sz)
-				if why, na := spec.NA[c.Workload]; na {
-					if r.Skipped != why {
-						t.Fatalf("want n/a (%s), got %+v", why, r)
-					}
-					return
-				}
-				t.Logf("%s %s: %d msgs, metrics %v, notes %v", system, c.ID, r.Messages, r.Metrics, r.Notes)
-				if !r.OK {
-					t.Fatalf("%s: %+v", r.Error, r)
-				}
-				if r.Messages == 0 || len(r.Metrics) == 0 {
-					t.Fatalf("nothing measured: %+v", r)
-				}
-				if c.Workload == "W4" && system != "watermill-gochannel" && r.Metrics["order_original"] != 1 {
-					t.Logf("%s: order after requeue not original (%v)", system, r.Notes)
-				}
-			})
+		for _, c := range cases {
+			verifyCase(t, system, c, sz)
 		}
 	}
+}
+
+// TestDurableWorkloadsVerify runs the durable suite's workloads at toy size on the durable
+// systems that need no server (each warren sync policy and JetStream's file storage), and, on
+// warren's durable broker, the in-memory suite's other workloads too.
+func TestDurableWorkloadsVerify(t *testing.T) {
+	toy := QuickSizes()
+	toy.W1, toy.W2, toy.W3, toy.S2Messages = 2000, 2000, 2000, 1000
+	toy.D1, toy.D2 = 64*20, 4000
+	toy.W4Queue, toy.W4Requeue, toy.S1Measure, toy.S1Batch = 2000, 200, 1000, 250
+	// An fsync per publish (a single publisher under SyncAlways) costs 0.1–1 ms: fewer there.
+	synced := toy
+	synced.W1 = 500
+	cases, err := CaseIDs(DurableWorkloads, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := CaseIDs("W2,W3,W4,S1/1k,S2/10", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, system := range SuiteSystems(true) {
+		if NeedsRabbit(system) {
+			continue
+		}
+		sz := toy
+		if system == "warren-durable-always" || system == "nats-jetstream-file-sync" {
+			sz = synced
+		}
+		for _, c := range cases {
+			verifyCase(t, system, c, sz)
+		}
+		if system == "warren-durable-never" {
+			for _, c := range more {
+				verifyCase(t, system, c, sz)
+			}
+		}
+	}
+}
+
+// verifyCase runs case c on system at sizes sz and requires the verification to pass, or the
+// n/a its spec gives.
+func verifyCase(t *testing.T, system string, c Case, sz Sizes) {
+	t.Helper()
+	spec, err := Lookup(system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run(system+"/"+c.ID, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		r := Run(ctx, system, c, sz)
+		if why, na := spec.NA[c.Workload]; na {
+			if r.Skipped != why {
+				t.Fatalf("want n/a (%s), got %+v", why, r)
+			}
+			return
+		}
+		t.Logf("%s %s: %d msgs in %s, metrics %v, notes %v", system, c.ID, r.Messages, time.Since(t0).Round(time.Millisecond), r.Metrics, r.Notes)
+		if !r.OK {
+			t.Fatalf("%s: %+v", r.Error, r)
+		}
+		if r.Messages == 0 || len(r.Metrics) == 0 {
+			t.Fatalf("nothing measured: %+v", r)
+		}
+		if c.Workload == "W4" && system != "watermill-gochannel" && r.Metrics["order_original"] != 1 {
+			t.Logf("%s: order after requeue not original (%v)", system, r.Notes)
+		}
+	})
 }
 
 func TestTopicKeysMatchOnePattern(t *testing.T) {
