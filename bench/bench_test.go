@@ -37,7 +37,7 @@ func TestDurableWorkloadsVerify(t *testing.T) {
 	toy.W4Queue, toy.W4Requeue, toy.S1Measure, toy.S1Batch = 2000, 200, 1000, 250
 	// An fsync per publish (a single publisher under SyncAlways) costs 0.1–1 ms: fewer there.
 	synced := toy
-	synced.W1 = 500
+	synced.W1, synced.D1 = 300, 64*5
 	cases, err := CaseIDs(DurableWorkloads, true)
 	if err != nil {
 		t.Fatal(err)
@@ -159,5 +159,36 @@ func TestCheckerAndOrder(t *testing.T) {
 	}
 	if o.violations != 1 {
 		t.Fatalf("violations %d", o.violations)
+	}
+}
+
+// TestRecoverySteps runs -recovery's steps at toy size in this process: a backlog filled and
+// closed, opened again and drained (every message back once, in order; the segments gone), and
+// a queue held at a steady depth.
+func TestRecoverySteps(t *testing.T) {
+	const n = 3000
+	dir := t.TempDir()
+	fill, b := RunFill(dir, n)
+	if !fill.OK || b == nil {
+		t.Fatalf("fill: %+v", fill)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fill.Metrics["backlog_disk_bytes"] < n*BodySize {
+		t.Fatalf("the log holds %v bytes for %d messages of %d bytes", fill.Metrics["backlog_disk_bytes"], n, BodySize)
+	}
+	open := RunOpen(t.Context(), "recovery/open-clean", dir, n)
+	t.Logf("open: %v", open.Metrics)
+	if !open.OK {
+		t.Fatalf("open: %+v", open)
+	}
+	if open.Metrics["released_disk_files"] != 1 || open.Metrics["open_ms"] <= 0 {
+		t.Fatalf("open: %v", open.Metrics)
+	}
+	steady := RunSteady(t.Context(), t.TempDir(), 1000, 5000)
+	t.Logf("steady: %v", steady.Metrics)
+	if !steady.OK || steady.Metrics["disk_max_bytes"] <= 0 || steady.Metrics["live_bytes"] <= 0 {
+		t.Fatalf("steady: %+v", steady)
 	}
 }
