@@ -25,14 +25,14 @@ func init() {
 		policy warren.SyncPolicy
 		what   string
 	}{
-		{"warren-durable-always", warren.SyncAlways, "`WithSync(SyncAlways)` (the default: every publish is fsynced before it is confirmed; concurrent publishers share an fsync)"},
-		{"warren-durable-interval", warren.SyncInterval(WarrenSyncInterval), fmt.Sprintf("`WithSync(SyncInterval(%s))` (a publish is confirmed once written to the OS; the log fsyncs at most %s after a write)", WarrenSyncInterval, WarrenSyncInterval)},
-		{"warren-durable-never", warren.SyncNever, "`WithSync(SyncNever)` (a publish is confirmed once written to the OS; fsync only at Close)"},
+		{"warren-durable-always", warren.SyncAlways, "`warren.WithSync(warren.SyncAlways)`, the default: every publish is fsynced before it is confirmed, concurrent publishers sharing an fsync (group commit)"},
+		{"warren-durable-interval", warren.SyncInterval(WarrenSyncInterval), fmt.Sprintf("`warren.WithSync(warren.SyncInterval(%s))`: a publish is confirmed once written to the OS, and the log fsyncs at most %s after a write", WarrenSyncInterval, WarrenSyncInterval)},
+		{"warren-durable-never", warren.SyncNever, "`warren.WithSync(warren.SyncNever)`: a publish is confirmed once written to the OS; fsync only when a segment is full and at Close"},
 	} {
 		register(Spec{
 			Info: Info{
 				Name: d.name, Ordered: true, Acks: true, Backlog: true, Durable: true, Batch: true,
-				Setup: "`warren.Open(dir, " + d.what + ")` on a fresh directory made for the run with `os.MkdirTemp` (in `$TMPDIR`, else /tmp; removed after the run); queues declared `Durable()`, messages `Persistent: true`; otherwise as `warren`: `Broker.Publish` through the default exchange (it returns once the message's record is written, and synced where the policy says), `Queue.Consume` with `Prefetch`, `Delivery.Ack` per message (an ack is logged, not waited for); D2 uses `Broker.PublishBatch`",
+				Setup: "`warren.Open(dir, opt)` with " + d.what + "; dir is a fresh directory made for the run with `os.MkdirTemp` (in `$TMPDIR`, else /tmp; removed after the run); queues declared `Durable()`, messages `Persistent: true`; otherwise as `warren`: `Broker.Publish` through the default exchange (it returns once the message's record is written, and synced where the policy says), `Queue.Consume` with `Prefetch`, `Delivery.Ack` per message (an ack is logged, not waited for); D2 uses `Broker.PublishBatch`",
 			},
 			Open: func() (System, error) { return newWarrenDurable(d.name, d.policy) },
 		})
