@@ -127,12 +127,12 @@ func main() {
 }
 
 // The default -scale of each suite: the slow peers' sizes. In the durable suite a single
-// publisher that waits for an fsync per message (warren-durable-always and the -sync and
-// -durable peers in W1) manages a few thousand messages a second at best: 1M would take many
-// minutes per run.
+// publisher that waits for an fsync per message (warren-durable-always, nats-jetstream-file-sync
+// and rabbitmq-durable in W1) manages a few hundred to a few thousand messages a second here: 1M
+// would take hours. JetStream with SyncAlways syncs every message even with 64 publishers (D1).
 const (
 	memoryScale  = "rabbitmq=0.1"
-	durableScale = "warren-durable-always/W1=0.02,nats-jetstream-file=0.2,nats-jetstream-file-sync=0.02,nats-jetstream-file-sync/D1=0.1,rabbitmq-durable=0.02,rabbitmq-durable/D1=0.1"
+	durableScale = "warren-durable-always/W1=0.01,nats-jetstream-file=0.2,nats-jetstream-file-sync=0.01,nats-jetstream-file-sync/D1=0.02,rabbitmq-durable/W1=0.005,rabbitmq-durable/D1=0.1"
 )
 
 // sizes are the sizes of one child run.
@@ -379,6 +379,7 @@ func parent(o options) error {
 		}
 	}
 	rep.elapsed = time.Since(start)
+	rep.machine.LoadEnd = loadAvg()
 	return rep.write(o)
 }
 

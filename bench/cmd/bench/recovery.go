@@ -261,6 +261,7 @@ func recoveryParent(o options) error {
 		}
 	}
 	rep.Elapsed = time.Since(start).Seconds()
+	rep.Machine.LoadEnd = loadAvg()
 	rep.Medians = map[string]map[string]float64{}
 	byCase := map[string][]bench.Result{}
 	for _, r := range rep.Results {
@@ -318,7 +319,7 @@ func (rep *recoveryReport) markdown(byCase map[string][]bench.Result) string {
 	var b strings.Builder
 	m := rep.Machine
 	b.WriteString("## Recovery and disk use of warren's log\n\n")
-	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s RAM, %s, %s, %s. Log directories in %s.\n\n", m.CPUs, m.CPU, m.RAM, m.Kernel, m.Go, m.Date, m.TempFS)
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s RAM, %s, %s, %s. Log directories in %s. Load average (1, 5, 15 min) at the start %s, at the end %s.\n\n", m.CPUs, m.CPU, m.RAM, m.Kernel, m.Go, m.Date, m.TempFS, m.LoadStart, m.LoadEnd)
 	fmt.Fprintf(&b, "Command: `%s` (%d run(s) of each step, each step a fresh process; medians; %s in all).\n\n", rep.Command, rep.Runs, time.Duration(rep.Elapsed*float64(time.Second)).Round(time.Second))
 	fmt.Fprintf(&b, "Backlog: %d persistent messages of %d bytes in one durable queue, published with `PublishBatch` of %d under `SyncNever` (a confirm means written to the OS). The open is timed from the call of `warren.Open` until `Broker.Queue` returns the queue and its `Len()` is the whole backlog; the open uses `SyncNever` too (it does not sync anything it reads).\n\n", rep.Messages, bench.BodySize, bench.RecoveryFillBatch)
 

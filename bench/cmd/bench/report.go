@@ -93,13 +93,28 @@ type machine struct {
 	Go         string `json:"go"`
 	Date       string `json:"date"`
 	RabbitMQ   string `json:"rabbitmq,omitempty"`
-	TempFS     string `json:"durable_dir,omitempty"` // where the durable systems' directories are, and its file system
+	TempFS     string `json:"durable_dir,omitempty"`   // where the durable systems' directories are, and its file system
+	LoadStart  string `json:"loadavg_start,omitempty"` // /proc/loadavg's 1, 5 and 15 minute averages when the run started
+	LoadEnd    string `json:"loadavg_end,omitempty"`   // … and when it ended: the machine is shared
 	Deps       string `json:"deps"`
 	GOMAXPROCS int    `json:"gomaxprocs"`
 }
 
+// loadAvg is /proc/loadavg's 1, 5 and 15 minute load averages, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
 func describeMachine() machine {
-	m := machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(), Date: time.Now().UTC().Format("2006-01-02 15:04 MST")}
+	m := machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(), Date: time.Now().UTC().Format("2006-01-02 15:04 MST"), LoadStart: loadAvg()}
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
@@ -393,6 +408,9 @@ func (r *report) markdown() string {
 	}
 	if m.TempFS != "" {
 		fmt.Fprintf(&b, "Durable systems' directories in %s. ", m.TempFS)
+	}
+	if m.LoadStart != "" && m.LoadEnd != "" {
+		fmt.Fprintf(&b, "Load average (1, 5, 15 min) at the start %s, at the end %s. ", m.LoadStart, m.LoadEnd)
 	}
 	fmt.Fprintf(&b, "Modules: %s.\n\n", m.Deps)
 	fmt.Fprintf(&b, "Command: `%s` (%d fresh-process run(s) per cell, medians", r.command, r.o.runs)
