@@ -419,7 +419,9 @@ func (r *report) markdown() string {
 	}
 	b.WriteString(").\n\n")
 	sz := sizes(r.o.quick, 1)
-	if r.hasWorkload("W1", "W2", "W3", "W4", "S1", "S2") {
+	if !r.hasWorkload("W2", "W3", "W4", "S1", "S2") && r.hasWorkload("W1") {
+		fmt.Fprintf(&b, "Sizes: W1 %d messages, prefetch %d; 128-byte bodies.\n\n", sz.W1, sz.Prefetch)
+	} else if r.hasWorkload("W1", "W2", "W3", "W4", "S1", "S2") {
 		fmt.Fprintf(&b, "Sizes: W1 %d, W2 %d (%d producers, %d consumers), W3 %d messages; W1/W2 bound (chan capacity, warren-block MaxLength) %d, prefetch %d; W4 %d unacked returned into %d; S1 %d messages measured in batches of %d at each depth; S2 %d messages; 128-byte bodies.\n\n",
 			sz.W1, sz.W2, sz.W2Producers, sz.W2Producers, sz.W3, sz.W1W2Window, sz.Prefetch, sz.W4Requeue, sz.W4Queue, sz.S1Measure, sz.S1Batch, sz.S2Messages)
 	}
@@ -444,9 +446,17 @@ func (r *report) markdown() string {
 			"S1": fmt.Sprintf("S1 %d measured at each depth", sz.S1Measure), "S2": fmt.Sprintf("S2 %d", sz.S2Messages),
 			"D1": fmt.Sprintf("D1 %d", sz.D1), "D2": fmt.Sprintf("D2 %d", sz.D2),
 		}
+		ranWorkload := func(w string) bool {
+			for kk, c := range r.cells {
+				if cw, _, _ := strings.Cut(kk.caseID, "/"); kk.system == s && cw == w && len(c.runs) > 0 {
+					return true
+				}
+			}
+			return false
+		}
 		var parts []string
 		for _, w := range []string{"W1", "W2", "W3", "S1", "S2", "D1", "D2"} {
-			if (workload == "" || workload == w) && r.hasWorkload(w) {
+			if (workload == "" || workload == w) && ranWorkload(w) {
 				if _, own := r.scaled[s+"/"+w]; workload == "" && own {
 					continue // its own entry says it
 				}
