@@ -115,6 +115,8 @@ func main() {
 	}
 	run := parent
 	switch {
+	case o.from != "" && o.recovery:
+		run = recoveryRerender
 	case o.from != "":
 		run = rerender
 	case o.recovery:
