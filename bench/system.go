@@ -184,9 +184,12 @@ func Systems() []string {
 }
 
 // SuiteSystems returns the names of the systems of one suite, in report order: the in-memory
-// systems (durable false) or the durable ones.
+// systems (durable false), or the durable ones after `warren` (in memory), their reference.
 func SuiteSystems(durable bool) []string {
 	var out []string
+	if durable {
+		out = append(out, "warren")
+	}
 	for _, n := range Systems() {
 		if specs[n].Durable == durable {
 			out = append(out, n)

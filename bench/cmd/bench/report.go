@@ -264,6 +264,8 @@ func fmtMB(b float64) string { return fmt.Sprintf("%.0f MB", b/(1<<20)) }
 
 func fmtRatio(v float64) string {
 	switch {
+	case v < 0.01:
+		return fmt.Sprintf("%.3f×", v)
 	case v >= 100:
 		return fmt.Sprintf("%.0f×", v)
 	case v >= 10:
@@ -347,6 +349,15 @@ func (r *report) rows() []row {
 	}
 	return rows
 }
+
+// durable says whether the named system is one of the durable suite's.
+func durable(system string) bool {
+	spec, _ := bench.Lookup(system)
+	return spec.Durable
+}
+
+// hasDurable says whether the report has a durable system.
+func (r *report) hasDurable() bool { return slices.ContainsFunc(r.systems, durable) }
 
 // hasWorkload says whether the report has a case of any of the workloads.
 func (r *report) hasWorkload(workloads ...string) bool {
@@ -471,16 +482,23 @@ func (r *report) markdown() string {
 			strings.Join(parts, ", "))
 	}
 
-	// Main table.
-	if slices.Contains(r.systems, "chan") {
+	// Main table. Its cells carry the throughput relative to a baseline: the channel, or in the
+	// durable suite, which has no channel, warren in memory.
+	base := ""
+	switch {
+	case slices.Contains(r.systems, "chan"):
+		base = "chan"
 		b.WriteString("### Throughput and cost (× chan = throughput relative to the channel)\n\n")
-	} else {
+	case slices.Contains(r.systems, "warren") && r.hasDurable():
+		base = "warren"
+		b.WriteString("### Throughput and cost (× warren = throughput relative to warren in memory, run alongside)\n\n")
+	default:
 		b.WriteString("### Throughput and cost\n\n")
 	}
 	r.header(&b, "Workload")
 	for _, rw := range r.rows() {
 		fmt.Fprintf(&b, "| %s |", rw.label)
-		chanV, chanOK := r.value("chan", rw)
+		chanV, chanOK := r.value(base, rw)
 		for _, s := range r.systems {
 			v, ok := r.value(s, rw)
 			if !ok {
@@ -496,7 +514,7 @@ func (r *report) markdown() string {
 						cellText += ", **reordered**"
 					}
 				}
-			} else if chanOK && s != "chan" {
+			} else if chanOK && s != base {
 				cellText += " (" + fmtRatio(throughputRatio(rw.kind, v, chanV)) + ")"
 			}
 			fmt.Fprintf(&b, " %s |", cellText)
@@ -569,14 +587,15 @@ func (r *report) markdown() string {
 		b.WriteString("\n\n")
 	}
 
-	// warren against each peer.
+	// warren against each peer: in memory against the in-memory peers, durable against the
+	// durable ones.
 	for _, me := range r.systems {
 		if !strings.HasPrefix(me, "warren") {
 			continue
 		}
 		var peers []string
 		for _, s := range r.systems {
-			if !strings.HasPrefix(s, "warren") {
+			if !strings.HasPrefix(s, "warren") && durable(s) == durable(me) {
 				peers = append(peers, s)
 			}
 		}
@@ -753,8 +772,8 @@ func (r *report) targets() []target {
 		ts = append(ts, target{me, name, fmt.Sprintf("%s (%s vs %s)", fmtTargetRatio(v), fmtRate(a), fmtRate(p)), verdict(v >= min)})
 	}
 	for _, me := range []string{"warren", "warren-block"} {
-		if !slices.Contains(r.systems, me) {
-			continue
+		if !slices.Contains(r.systems, me) || (r.hasDurable() && !slices.Contains(r.systems, "chan")) {
+			continue // the durable suite has warren in memory as its reference, not for these
 		}
 		ratio(me, "W1 ≥ 0.5× chan", "W1", "rate", "chan", 0.5)
 		if me == "warren" {
