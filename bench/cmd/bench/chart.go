@@ -79,7 +79,7 @@ func (r *report) chart(path string) error {
 	}
 	p.Legend.Top = true
 	p.Legend.Left = false
-	p.Y.Max = top + 0.6 // room for the legend
+	p.Y.Max = top + math.Max(0.6, 0.17*float64(n)) // room for the legend, a line per system
 	var ticks plot.ConstantTicks
 	for e := 0.0; e <= p.Y.Max; e++ {
 		ticks = append(ticks, plot.Tick{Value: e, Label: rateLabel(e + chartBase)})

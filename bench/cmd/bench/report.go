@@ -265,7 +265,7 @@ func fmtMB(b float64) string { return fmt.Sprintf("%.0f MB", b/(1<<20)) }
 func fmtRatio(v float64) string {
 	switch {
 	case v < 0.01:
-		return fmt.Sprintf("%.3f×", v)
+		return fmt.Sprintf("%.2g×", v) // two significant digits
 	case v >= 100:
 		return fmt.Sprintf("%.0f×", v)
 	case v >= 10:
