@@ -188,7 +188,7 @@ func Run(ctx context.Context, system string, c Case, sz Sizes) Result {
 	if err != nil {
 		r.Error = err.Error()
 	}
-	if du, ok := sys.(DiskUser); ok && err == nil {
+	if du, ok := sys.(DiskUser); ok && err == nil && spec.Durable {
 		if b, f, derr := du.DiskUsage(); derr == nil {
 			r.Metrics["disk_bytes_end"], r.Metrics["disk_files_end"] = float64(b), float64(f)
 		}

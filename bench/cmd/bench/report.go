@@ -692,7 +692,7 @@ func (r *report) diskTable(b *strings.Builder) {
 	var systems []string
 	for _, s := range r.systems {
 		for _, c := range r.cases {
-			if _, ok := r.cells[key{s, c.ID}].median("disk_bytes_end"); ok && !slices.Contains(systems, s) {
+			if _, ok := r.cells[key{s, c.ID}].median("disk_bytes_end"); ok && durable(s) && !slices.Contains(systems, s) {
 				systems = append(systems, s)
 			}
 		}
