@@ -412,7 +412,11 @@ func (r *report) status(system, caseID string) string {
 func (r *report) markdown() string {
 	var b strings.Builder
 	m := r.machine
-	fmt.Fprintf(&b, "## Results\n\n")
+	if r.hasDurable() && !slices.Contains(r.systems, "chan") {
+		b.WriteString("## Results of the durable suite\n\n")
+	} else {
+		b.WriteString("## Results\n\n")
+	}
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s RAM, %s, %s, %s. ", m.CPUs, m.CPU, m.RAM, m.Kernel, m.Go, m.Date)
 	if m.RabbitMQ != "" {
 		fmt.Fprintf(&b, "RabbitMQ %s. ", m.RabbitMQ)
