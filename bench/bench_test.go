@@ -13,35 +13,88 @@ func TestWorkloadsVerify(t *testing.T) {
 	sz := QuickSizes()
 	sz.W1, sz.W2, sz.W3 = 5000, 5000, 5000
 	sz.S2Messages = 2000
-	for _, system := range []string{"chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem"} {
-		spec, err := Lookup(system)
-		if err != nil {
-			t.Fatal(err)
+	cases, err := CaseIDs(MemoryWorkloads, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, system := range SuiteSystems(false) {
+		if NeedsRabbit(system) {
+			continue
 		}
-		for _, c := range Cases(true) {
-			t.Run(system+"/"+c.ID, func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-				defer cancel()
-				r := Run(ctx, system, c, sz)
-				if why, na := spec.NA[c.Workload]; na {
-					if r.Skipped != why {
-						t.Fatalf("want n/a (%s), got %+v", why, r)
-					}
-					return
-				}
-				t.Logf("%s %s: %d msgs, metrics %v, notes %v", system, c.ID, r.Messages, r.Metrics, r.Notes)
-				if !r.OK {
-					t.Fatalf("%s: %+v", r.Error, r)
-				}
-				if r.Messages == 0 || len(r.Metrics) == 0 {
-					t.Fatalf("nothing measured: %+v", r)
-				}
-				if c.Workload == "W4" && system != "watermill-gochannel" && r.Metrics["order_original"] != 1 {
-					t.Logf("%s: order after requeue not original (%v)", system, r.Notes)
-				}
-			})
+		for _, c := range cases {
+			verifyCase(t, system, c, sz)
 		}
 	}
+}
+
+// TestDurableWorkloadsVerify runs the durable suite's workloads at toy size on the durable
+// systems that need no server (each warren sync policy and JetStream's file storage), and, on
+// warren's durable broker, the in-memory suite's other workloads too.
+func TestDurableWorkloadsVerify(t *testing.T) {
+	toy := QuickSizes()
+	toy.W1, toy.W2, toy.W3, toy.S2Messages = 2000, 2000, 2000, 1000
+	toy.D1, toy.D2 = 64*20, 4000
+	toy.W4Queue, toy.W4Requeue, toy.S1Measure, toy.S1Batch = 2000, 200, 1000, 250
+	// An fsync per publish (a single publisher under SyncAlways) costs 0.1–1 ms: fewer there.
+	synced := toy
+	synced.W1, synced.D1 = 300, 64*5
+	cases, err := CaseIDs(DurableWorkloads, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := CaseIDs("W2,W3,W4,S1/1k,S2/10", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, system := range SuiteSystems(true) {
+		if NeedsRabbit(system) {
+			continue
+		}
+		sz := toy
+		if system == "warren-durable-always" || system == "nats-jetstream-file-sync" {
+			sz = synced
+		}
+		for _, c := range cases {
+			verifyCase(t, system, c, sz)
+		}
+		if system == "warren-durable-never" {
+			for _, c := range more {
+				verifyCase(t, system, c, sz)
+			}
+		}
+	}
+}
+
+// verifyCase runs case c on system at sizes sz and requires the verification to pass, or the
+// n/a its spec gives.
+func verifyCase(t *testing.T, system string, c Case, sz Sizes) {
+	t.Helper()
+	spec, err := Lookup(system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run(system+"/"+c.ID, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		r := Run(ctx, system, c, sz)
+		if why, na := spec.NA[c.Workload]; na {
+			if r.Skipped != why {
+				t.Fatalf("want n/a (%s), got %+v", why, r)
+			}
+			return
+		}
+		t.Logf("%s %s: %d msgs in %s, metrics %v, notes %v", system, c.ID, r.Messages, time.Since(t0).Round(time.Millisecond), r.Metrics, r.Notes)
+		if !r.OK {
+			t.Fatalf("%s: %+v", r.Error, r)
+		}
+		if r.Messages == 0 || len(r.Metrics) == 0 {
+			t.Fatalf("nothing measured: %+v", r)
+		}
+		if c.Workload == "W4" && system != "watermill-gochannel" && r.Metrics["order_original"] != 1 {
+			t.Logf("%s: order after requeue not original (%v)", system, r.Notes)
+		}
+	})
 }
 
 func TestTopicKeysMatchOnePattern(t *testing.T) {
@@ -106,5 +159,36 @@ func TestCheckerAndOrder(t *testing.T) {
 	}
 	if o.violations != 1 {
 		t.Fatalf("violations %d", o.violations)
+	}
+}
+
+// TestRecoverySteps runs -recovery's steps at toy size in this process: a backlog filled and
+// closed, opened again and drained (every message back once, in order; the segments gone), and
+// a queue held at a steady depth.
+func TestRecoverySteps(t *testing.T) {
+	const n = 3000
+	dir := t.TempDir()
+	fill, b := RunFill(dir, n)
+	if !fill.OK || b == nil {
+		t.Fatalf("fill: %+v", fill)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fill.Metrics["backlog_disk_bytes"] < n*BodySize {
+		t.Fatalf("the log holds %v bytes for %d messages of %d bytes", fill.Metrics["backlog_disk_bytes"], n, BodySize)
+	}
+	open := RunOpen(t.Context(), "recovery/open-clean", dir, n)
+	t.Logf("open: %v", open.Metrics)
+	if !open.OK {
+		t.Fatalf("open: %+v", open)
+	}
+	if open.Metrics["released_disk_files"] != 1 || open.Metrics["open_ms"] <= 0 {
+		t.Fatalf("open: %v", open.Metrics)
+	}
+	steady := RunSteady(t.Context(), t.TempDir(), 1000, 5000)
+	t.Logf("steady: %v", steady.Metrics)
+	if !steady.OK || steady.Metrics["disk_max_bytes"] <= 0 || steady.Metrics["live_bytes"] <= 0 {
+		t.Fatalf("steady: %+v", steady)
 	}
 }

@@ -133,6 +133,10 @@ cmd_status() {
 		echo "RabbitMQ $NODE is running"
 	else
 		echo "RabbitMQ $NODE is not running"
+		# rabbitmqctl started an epmd to ask: end it (it exits only if no node is registered).
+		if command -v epmd >/dev/null 2>&1; then
+			epmd -kill >/dev/null 2>&1 || true
+		fi
 		return 1
 	fi
 }

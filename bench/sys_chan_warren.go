@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/warrenmq/warren"
@@ -27,14 +28,14 @@ func init() {
 	})
 	register(Spec{
 		Info: Info{
-			Name: "warren", Ordered: true, Acks: true, Backlog: true,
+			Name: "warren", Ordered: true, Acks: true, Backlog: true, Batch: true,
 			Setup: "`warren.New()`, queues with default options (unbounded), `Broker.Publish` through the default exchange, `Queue.Consume` with `Prefetch`, `Delivery.Ack` per message, `Consumer.NackUpTo` to requeue",
 		},
 		Open: func() (System, error) { return newWarren(false), nil },
 	})
 	register(Spec{
 		Info: Info{
-			Name: "warren-block", Ordered: true, Acks: true,
+			Name: "warren-block", Ordered: true, Acks: true, Batch: true,
 			NA: map[string]string{
 				"W3": "a bounded queue holds no 1M backlog: the publisher waits for a consumer (that is the point of Block)",
 				"W4": "the 100k backlog exceeds the bound",
@@ -136,17 +137,31 @@ type warrenSys struct {
 	mu     sync.Mutex
 	queues map[string]*warren.Queue
 	topicQ []*warren.Queue
+
+	// A durable broker (sys_warren_durable.go): durable queues and exchange, persistent
+	// messages, its log in dir, which Close removes.
+	durable bool
+	dir     string
 }
 
 func newWarren(block bool) *warrenSys {
 	return &warrenSys{b: warren.New(), block: block, queues: map[string]*warren.Queue{}}
 }
 
-func (s *warrenSys) DeclareQueue(name string, _ Config) error {
+// queueOptions are the options of every queue the system declares.
+func (s *warrenSys) queueOptions() []warren.QueueOption {
 	var opts []warren.QueueOption
 	if s.block {
 		opts = append(opts, warren.MaxLength(BlockMaxLength), warren.Overflow(warren.Block))
 	}
+	if s.durable {
+		opts = append(opts, warren.Durable())
+	}
+	return opts
+}
+
+func (s *warrenSys) DeclareQueue(name string, _ Config) error {
+	opts := s.queueOptions()
 	q, err := s.b.DeclareQueue(name, opts...)
 	if err != nil {
 		return err
@@ -157,7 +172,9 @@ func (s *warrenSys) DeclareQueue(name string, _ Config) error {
 	return nil
 }
 
-func (s *warrenSys) Producer() (Producer, error) { return &warrenProducer{b: s.b}, nil }
+func (s *warrenSys) Producer() (Producer, error) {
+	return &warrenProducer{b: s.b, persistent: s.durable}, nil
+}
 
 func (s *warrenSys) Consumer(name string, prefetch int) (Consumer, error) {
 	s.mu.Lock()
@@ -173,12 +190,31 @@ func (s *warrenSys) Consumer(name string, prefetch int) (Consumer, error) {
 	return &warrenConsumer{c: c, ch: c.Deliveries()}, nil
 }
 
-func (s *warrenSys) Close() error { return s.b.Close() }
+func (s *warrenSys) Close() error {
+	err := s.b.Close()
+	if s.dir != "" {
+		err = errors.Join(err, os.RemoveAll(s.dir))
+	}
+	return err
+}
 
-type warrenProducer struct{ b *warren.Broker }
+type warrenProducer struct {
+	b          *warren.Broker
+	persistent bool
+	batch      []warren.Publishing // PublishBatch's, reused
+}
 
 func (p *warrenProducer) Publish(name string, body []byte) error {
-	return p.b.Publish(context.Background(), "", name, warren.Message{Body: body})
+	return p.b.Publish(context.Background(), "", name, warren.Message{Body: body, Persistent: p.persistent})
+}
+
+// PublishBatch is Broker.PublishBatch: on a durable broker, one wait for the log per batch.
+func (p *warrenProducer) PublishBatch(name string, bodies [][]byte) error {
+	p.batch = p.batch[:0]
+	for _, b := range bodies {
+		p.batch = append(p.batch, warren.Publishing{Key: name, Message: warren.Message{Body: b, Persistent: p.persistent}})
+	}
+	return p.b.PublishBatch(context.Background(), p.batch)
 }
 
 func (p *warrenProducer) Flush() error { return nil } // Publish is the confirm
@@ -228,12 +264,16 @@ func (c *warrenConsumer) Close() error { return c.c.Cancel() }
 const topicExchange = "bench.topic"
 
 func (s *warrenSys) SetupTopic(patterns []string, queues int) error {
-	if _, err := s.b.DeclareExchange(topicExchange, warren.ExchangeTopic); err != nil {
+	var xopts []warren.ExchangeOption
+	if s.durable {
+		xopts = append(xopts, warren.Durable())
+	}
+	if _, err := s.b.DeclareExchange(topicExchange, warren.ExchangeTopic, xopts...); err != nil {
 		return err
 	}
 	s.topicQ = make([]*warren.Queue, queues)
 	for i := range queues {
-		q, err := s.b.DeclareQueue(fmt.Sprintf("t%d", i))
+		q, err := s.b.DeclareQueue(fmt.Sprintf("t%d", i), s.queueOptions()...)
 		if err != nil {
 			return err
 		}
@@ -248,7 +288,7 @@ func (s *warrenSys) SetupTopic(patterns []string, queues int) error {
 }
 
 func (s *warrenSys) PublishTopic(key string, body []byte) error {
-	return s.b.Publish(context.Background(), topicExchange, key, warren.Message{Body: body})
+	return s.b.Publish(context.Background(), topicExchange, key, warren.Message{Body: body, Persistent: s.durable})
 }
 
 func (s *warrenSys) FlushTopic() error { return nil }

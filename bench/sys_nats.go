@@ -27,10 +27,11 @@ func init() {
 				"W3": "core NATS keeps nothing for absent subscribers: no backlog",
 				"W4": "core NATS has no acknowledgements to withhold and return",
 				"S1": "core NATS keeps no backlog",
+				"D1": "core NATS is at most once: a publisher has no confirm to wait for",
 			},
 			Setup: "nats-server embedded (`DontListen`), clients over `nats.InProcessServer` (one connection per producer and per consumer); consumers are `QueueSubscribeSync` members of one queue group with pending limits lifted (`SetPendingLimits(-1, -1)`, `SyncQueueLen` 2M, and the server's `MaxPending` raised to 1 GiB) so that a slow subscriber is not cut off; at-most-once: no acknowledgement (W1's \"ack each\" is not done); `Flush` after the last publish",
 		},
-		Open: func() (System, error) { return newNATS(false) },
+		Open: func() (System, error) { return newNATS(natsCore) },
 	})
 	register(Spec{
 		Info: Info{
@@ -40,12 +41,38 @@ func init() {
 			},
 			Setup: "the same embedded server with JetStream; one stream per queue (`MemoryStorage`, `WorkQueuePolicy`) and one durable pull consumer (`AckExplicitPolicy`, `MaxAckPending` = prefetch × consumers, `AckWait` 2 min); publishers use `PublishAsync` (at most 4000 unconfirmed, nats.go's default; `WithStallWait(1 min)` so that a full window waits for room instead of failing after 200 ms) and wait for every confirm at the end; consumers iterate `Consumer.Messages(PullMaxMessages(prefetch))`, `Msg.Ack()` each, `Msg.Nak()` to requeue",
 		},
-		Open: func() (System, error) { return newNATS(true) },
+		Open: func() (System, error) { return newNATS(natsMem) },
+	})
+	fileSetup := "the same embedded server and clients as `nats-jetstream-mem`, with the stream in `FileStorage` in the server's `StoreDir`, a fresh directory made for the run with `os.MkdirTemp` (in `$TMPDIR`, else /tmp; removed after the run); "
+	register(Spec{
+		Info: Info{
+			Name: "nats-jetstream-file", Ordered: true, Acks: true, Backlog: true, Durable: true,
+			Setup: fileSetup + "the server's default sync policy: every message is written to the OS before it is acknowledged (the file store flushes in place) and the files are fsynced every `sync_interval`, 2 minutes by default. W1 publishes asynchronously as `nats-jetstream-mem` does (at most 4000 unconfirmed, all confirmed at the end), which is more favourable to JetStream than warren's one confirm per publish; D1's publishers use the synchronous `JetStream.Publish`, which waits for each acknowledgement",
+		},
+		Open: func() (System, error) { return newNATS(natsFile) },
+	})
+	register(Spec{
+		Info: Info{
+			Name: "nats-jetstream-file-sync", Ordered: true, Acks: true, Backlog: true, Durable: true,
+			Setup: fileSetup + "the server's `SyncAlways` option (`jetstream { sync_interval: always }` in a configuration file): the message block is fsynced after every write, before the publish is acknowledged. Publishing as `nats-jetstream-file`",
+		},
+		Open: func() (System, error) { return newNATS(natsFileSync) },
 	})
 }
 
+// natsMode is which of the NATS systems a natsSys is.
+type natsMode int
+
+const (
+	natsCore     natsMode = iota // core NATS, no JetStream
+	natsMem                      // JetStream, memory storage
+	natsFile                     // JetStream, file storage, the default sync policy
+	natsFileSync                 // JetStream, file storage, SyncAlways
+)
+
 type natsSys struct {
 	js      bool
+	mode    natsMode
 	ns      *server.Server
 	dir     string
 	nc      *nats.Conn // control connection
@@ -59,12 +86,21 @@ type natsSys struct {
 	topicSubs []*nats.Subscription
 }
 
-func newNATS(js bool) (*natsSys, error) {
-	dir, err := os.MkdirTemp("", "warren-bench-nats-")
+func newNATS(mode natsMode) (*natsSys, error) {
+	js := mode != natsCore
+	tmp := ""
+	if mode == natsFile || mode == natsFileSync {
+		tmp = DurableDir
+	}
+	dir, err := os.MkdirTemp(tmp, "warren-bench-nats-")
 	if err != nil {
 		return nil, err
 	}
 	opts := &server.Options{
+		// SyncAlways: fsync every write to a stream's message block (what the configuration's
+		// `sync_interval: always` sets). Without it the server syncs every SyncInterval, 2
+		// minutes by default.
+		SyncAlways: mode == natsFileSync,
 		DontListen: true, NoLog: true, NoSigs: true,
 		JetStream: js, StoreDir: dir,
 		// The server's own bound on what it buffers for one client (64 MB by default): a
@@ -81,7 +117,7 @@ func newNATS(js bool) (*natsSys, error) {
 		ns.Shutdown()
 		return nil, errors.New("nats: server not ready")
 	}
-	s := &natsSys{js: js, ns: ns, dir: dir, unacked: map[string]int{}}
+	s := &natsSys{js: js, mode: mode, ns: ns, dir: dir, unacked: map[string]int{}}
 	if s.nc, err = s.connect(); err != nil {
 		s.Close()
 		return nil, err
@@ -115,9 +151,13 @@ func (s *natsSys) DeclareQueue(name string, cfg Config) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	storage := jetstream.MemoryStorage
+	if s.mode == natsFile || s.mode == natsFileSync {
+		storage = jetstream.FileStorage
+	}
 	_, err := s.jsc.CreateStream(ctx, jetstream.StreamConfig{
 		Name: stream(name), Subjects: []string{subject(name)},
-		Storage: jetstream.MemoryStorage, Retention: jetstream.WorkQueuePolicy,
+		Storage: storage, Retention: jetstream.WorkQueuePolicy,
 	})
 	if err != nil {
 		return err
@@ -149,6 +189,32 @@ func (s *natsSys) Producer() (Producer, error) {
 			p.lastErr.Store(&err)
 		}))
 	return p, err
+}
+
+// SyncProducer is a JetStream producer whose Publish is the synchronous JetStream.Publish: it
+// returns once the server acknowledged (stored) the message. Core NATS has none.
+func (s *natsSys) SyncProducer() (Producer, error) {
+	if !s.js {
+		return nil, ErrUnsupported
+	}
+	nc, err := s.connect()
+	if err != nil {
+		return nil, err
+	}
+	// Publish without a deadline of its own waits for this long at most.
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(time.Minute))
+	if err != nil {
+		return nil, err
+	}
+	return &jsSyncProducer{js: js}, nil
+}
+
+// DiskUsage is the bytes and files under the server's store directory.
+func (s *natsSys) DiskUsage() (int64, int, error) {
+	if s.mode != natsFile && s.mode != natsFileSync {
+		return 0, 0, nil
+	}
+	return DirUsage(s.dir)
 }
 
 func (s *natsSys) Consumer(name string, prefetch int) (Consumer, error) {
@@ -263,6 +329,16 @@ func (p *jsProducer) Flush() error {
 }
 
 func (p *jsProducer) Close() error { return nil }
+
+type jsSyncProducer struct{ js jetstream.JetStream }
+
+func (p *jsSyncProducer) Publish(name string, body []byte) error {
+	_, err := p.js.Publish(context.Background(), subject(name), body)
+	return err
+}
+
+func (p *jsSyncProducer) Flush() error { return nil } // each Publish waited for its acknowledgement
+func (p *jsSyncProducer) Close() error { return nil }
 
 type jsConsumer struct{ it jetstream.MessagesContext }
 

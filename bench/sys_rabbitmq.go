@@ -26,17 +26,25 @@ func init() {
 			Name: "rabbitmq", Ordered: true, Acks: true, Backlog: true, ClientOnly: true,
 			Setup: "RabbitMQ from Debian's `rabbitmq-server` package on 127.0.0.1 (`bench/rabbitmq.sh`), `amqp091-go`; one connection and channel per producer and per consumer; classic queues, not durable, transient messages (nothing written to disk on purpose); publisher confirms with at most 4000 unconfirmed per producer, waited for at the end; `basic.qos(prefetch)`, `basic.consume` with manual ack, `basic.ack` per message, `basic.nack(multiple, requeue)` to requeue. Allocations and peak RSS are the client process's only; the node's RSS after W3's publish phase is reported apart",
 		},
-		Open: func() (System, error) { return newRabbit() },
+		Open: func() (System, error) { return newRabbit(false) },
+	})
+	register(Spec{
+		Info: Info{
+			Name: "rabbitmq-durable", Ordered: true, Acks: true, Backlog: true, ClientOnly: true, Durable: true,
+			Setup: "the same RabbitMQ node and client as `rabbitmq` (its data directory under `$TMPDIR`, else /tmp), with durable classic queues and persistent messages (`DeliveryMode` 2); publisher confirms, and every `Publish` waits for its own confirm before it returns, as warren's `Publish` does (so one producer has one message in flight; RabbitMQ confirms a persistent message once it is fsynced). Consumers as `rabbitmq`. Allocations and peak RSS are the client process's only",
+		},
+		Open: func() (System, error) { return newRabbit(true) },
 	})
 }
 
 type rabbitSys struct {
-	prefix string
-	conn   *amqp.Connection
-	ch     *amqp.Channel
-	mu     sync.Mutex
-	conns  []*amqp.Connection
-	queues []string
+	durable bool // durable queues, persistent messages, each publish waits for its confirm
+	prefix  string
+	conn    *amqp.Connection
+	ch      *amqp.Channel
+	mu      sync.Mutex
+	conns   []*amqp.Connection
+	queues  []string
 
 	// S2
 	topicQueues []string
@@ -52,8 +60,8 @@ func ProbeRabbit() error {
 	return conn.Close()
 }
 
-func newRabbit() (*rabbitSys, error) {
-	s := &rabbitSys{prefix: fmt.Sprintf("wb%d.", os.Getpid())}
+func newRabbit(durable bool) (*rabbitSys, error) {
+	s := &rabbitSys{durable: durable, prefix: fmt.Sprintf("wb%d.", os.Getpid())}
 	conn, err := s.dial()
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot connect to %s: %v", ErrSkip, RabbitURL, err)
@@ -78,11 +86,11 @@ func (s *rabbitSys) dial() (*amqp.Connection, error) {
 }
 
 // queueArgs: a classic queue that deletes itself 10 minutes after its last use, so that a
-// crashed run leaves nothing behind for long.
+// crashed run leaves nothing behind for long (a durable one too).
 var queueArgs = amqp.Table{"x-queue-type": "classic", "x-expires": int32(600_000)}
 
 func (s *rabbitSys) declare(ch *amqp.Channel, name string) error {
-	if _, err := ch.QueueDeclare(s.prefix+name, false, false, false, false, queueArgs); err != nil {
+	if _, err := ch.QueueDeclare(s.prefix+name, s.durable, false, false, false, queueArgs); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -93,12 +101,22 @@ func (s *rabbitSys) declare(ch *amqp.Channel, name string) error {
 
 func (s *rabbitSys) DeclareQueue(name string, _ Config) error { return s.declare(s.ch, name) }
 
-func (s *rabbitSys) Producer() (Producer, error) {
+func (s *rabbitSys) Producer() (Producer, error) { return s.producer(s.durable) }
+
+// SyncProducer is a producer whose Publish waits for its confirm.
+func (s *rabbitSys) SyncProducer() (Producer, error) { return s.producer(true) }
+
+func (s *rabbitSys) producer(each bool) (Producer, error) {
 	conn, err := s.dial()
 	if err != nil {
 		return nil, err
 	}
-	return newRabbitProducer(conn, s.prefix)
+	p, err := newRabbitProducer(conn, s.prefix)
+	if err != nil {
+		return nil, err
+	}
+	p.each, p.persistent = each, s.durable
+	return p, nil
 }
 
 func (s *rabbitSys) Consumer(name string, prefetch int) (Consumer, error) {
@@ -160,8 +178,11 @@ func (s *rabbitSys) ServerRSS() (int64, bool) {
 // ---- producer: publisher confirms with a window ----
 
 type rabbitProducer struct {
-	ch        *amqp.Channel
-	prefix    string
+	ch         *amqp.Channel
+	prefix     string
+	each       bool // Publish waits for its own confirm
+	persistent bool // DeliveryMode 2
+
 	mu        sync.Mutex
 	cond      *sync.Cond
 	published uint64
@@ -212,7 +233,17 @@ func (p *rabbitProducer) publish(exchange, key string, body []byte) error {
 	if closed {
 		return errors.New("rabbitmq: channel closed")
 	}
-	return p.ch.PublishWithContext(context.Background(), exchange, key, false, false, amqp.Publishing{Body: body})
+	msg := amqp.Publishing{Body: body}
+	if p.persistent {
+		msg.DeliveryMode = amqp.Persistent
+	}
+	if err := p.ch.PublishWithContext(context.Background(), exchange, key, false, false, msg); err != nil {
+		return err
+	}
+	if p.each {
+		return p.Flush()
+	}
+	return nil
 }
 
 func (p *rabbitProducer) Publish(name string, body []byte) error {
@@ -270,7 +301,7 @@ func (c *rabbitConsumer) Close() error { return c.ch.Close() }
 
 func (s *rabbitSys) SetupTopic(patterns []string, queues int) error {
 	x := s.prefix + topicExchange
-	if err := s.ch.ExchangeDeclare(x, "topic", false, false, false, false, nil); err != nil {
+	if err := s.ch.ExchangeDeclare(x, "topic", s.durable, false, false, false, nil); err != nil {
 		return err
 	}
 	s.topicQueues = make([]string, queues)
@@ -314,6 +345,9 @@ func (s *rabbitSys) SetupTopic(patterns []string, queues int) error {
 		return err
 	}
 	s.topicPub, err = newRabbitProducer(conn, s.prefix)
+	if err == nil {
+		s.topicPub.persistent = s.durable
+	}
 	return err
 }
 

@@ -90,6 +90,28 @@ type TopicRouter interface {
 	DrainTopic(perBinding []int, queues int) ([][]uint64, error)
 }
 
+// SyncProducerSystem is implemented by systems that can give a producer whose Publish returns
+// only once the system has confirmed that message (D1: every publisher waits for each confirm
+// before its next publish). A system without it is asked for its ordinary Producer, whose
+// Publish must then be synchronous already (the channel, warren).
+type SyncProducerSystem interface {
+	SyncProducer() (Producer, error)
+}
+
+// BatchPublisher is implemented by producers that publish many messages with one wait for
+// their confirms (D2: warren's Broker.PublishBatch).
+type BatchPublisher interface {
+	// PublishBatch publishes bodies to queue name, in order, and returns once every one is
+	// confirmed.
+	PublishBatch(name string, bodies [][]byte) error
+}
+
+// DiskUser is implemented by systems that keep their data in a directory of their own: the
+// bytes and files in it now (the durable systems, for the report's disk columns).
+type DiskUser interface {
+	DiskUsage() (bytes int64, files int, err error)
+}
+
 // ErrUnsupported is returned by operations a system cannot do meaningfully.
 var ErrUnsupported = errors.New("not supported by this system")
 
@@ -107,6 +129,11 @@ type Info struct {
 	Backlog bool
 	// ClientOnly: allocations and RSS are the client process's only (a broker elsewhere).
 	ClientOnly bool
+	// Durable: the system writes its queue and messages to disk; it belongs to the durable
+	// suite (cmd/bench -durable) rather than the in-memory one.
+	Durable bool
+	// Batch: the system's producers implement BatchPublisher (D2).
+	Batch bool
 	// NA maps a workload ID to the reason the system cannot do it meaningfully.
 	NA map[string]string
 	// Setup describes the configuration, for the report.
@@ -121,11 +148,25 @@ type Spec struct {
 
 var specs = map[string]Spec{}
 
-func register(s Spec) { specs[s.Name] = s }
+// naD2 is the reason a system without a batch publish is not run in D2.
+const naD2 = "D2 measures warren's `PublishBatch` (a single publisher confirming a batch with one wait); this system has no such call, so it is not run there (its way to spread the cost of confirms over many messages is an asynchronous confirm window, which its W1 uses where it has one)"
+
+func register(s Spec) {
+	if !s.Batch {
+		if s.NA == nil {
+			s.NA = map[string]string{}
+		}
+		if _, ok := s.NA["D2"]; !ok {
+			s.NA["D2"] = naD2
+		}
+	}
+	specs[s.Name] = s
+}
 
 // Systems returns the names of the known systems, in report order.
 func Systems() []string {
-	order := []string{"chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem", "rabbitmq"}
+	order := []string{"chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem", "rabbitmq",
+		"warren-durable-always", "warren-durable-interval", "warren-durable-never", "nats-jetstream-file", "nats-jetstream-file-sync", "rabbitmq-durable"}
 	var names []string
 	for _, n := range order {
 		if _, ok := specs[n]; ok {
@@ -141,6 +182,24 @@ func Systems() []string {
 	sort.Strings(rest)
 	return append(names, rest...)
 }
+
+// SuiteSystems returns the names of the systems of one suite, in report order: the in-memory
+// systems (durable false), or the durable ones after `warren` (in memory), their reference.
+func SuiteSystems(durable bool) []string {
+	var out []string
+	if durable {
+		out = append(out, "warren")
+	}
+	for _, n := range Systems() {
+		if specs[n].Durable == durable {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// NeedsRabbit says whether the named system talks to the RabbitMQ node at RabbitURL.
+func NeedsRabbit(name string) bool { return strings.HasPrefix(name, "rabbitmq") }
 
 // Lookup returns the spec of the named system.
 func Lookup(name string) (Spec, error) {

@@ -22,6 +22,9 @@ type Sizes struct {
 	W4Queue, W4Requeue int
 	S1Measure, S1Batch int // messages measured at each depth, in batches
 	S2Messages         int
+	D1, D2             int // messages
+	D1Producers        int // D1's publishers, each waiting for every confirm
+	D1Consumers        int
 	Stall              time.Duration // no progress for this long fails the run
 }
 
@@ -32,7 +35,8 @@ func FullSizes() Sizes {
 		W4Queue: 100_000, W4Requeue: 10_000,
 		S1Measure: 100_000, S1Batch: 1000,
 		S2Messages: 200_000,
-		Stall:      60 * time.Second,
+		D1:         256_000, D1Producers: 64, D1Consumers: 1, D2: 1_000_000,
+		Stall: 60 * time.Second,
 	}
 }
 
@@ -43,7 +47,8 @@ func QuickSizes() Sizes {
 		W4Queue: 5000, W4Requeue: 1000,
 		S1Measure: 2000, S1Batch: 500,
 		S2Messages: 5000,
-		Stall:      20 * time.Second,
+		D1:         6400, D1Producers: 64, D1Consumers: 1, D2: 20_000,
+		Stall: 20 * time.Second,
 	}
 }
 
@@ -55,6 +60,7 @@ type Case struct {
 	Depth    int // S1: backlog depth (before the quick scaling)
 	Bindings int // S2
 	Queues   int // S2
+	Batch    int // D2: messages per PublishBatch
 }
 
 // Cases are every measurement, in report order. quick scales S1's depths and S2's bindings
@@ -79,8 +85,18 @@ func Cases(quick bool) []Case {
 		{ID: "S2/10k", Workload: "S2", Title: "S2 10k bindings, 100 queues", Bindings: d(10_000, 500), Queues: 100},
 		{ID: "S2/100k", Workload: "S2", Title: "S2 100k bindings, 100 queues", Bindings: d(100_000, 2_000), Queues: 100},
 		{ID: "S2/10kq", Workload: "S2", Title: "S2 10k queues, one binding each", Bindings: d(10_000, 500), Queues: d(10_000, 500)},
+		{ID: "D1", Workload: "D1", Title: "D1 group commit: 64 publishers, each waiting for every confirm; 1 consumer"},
+		{ID: "D2/64", Workload: "D2", Title: "D2 batch publish: 1 publisher, batches of 64; 1 consumer", Batch: 64},
+		{ID: "D2/256", Workload: "D2", Title: "D2 batch publish: 1 publisher, batches of 256; 1 consumer", Batch: 256},
 	}
 }
+
+// MemoryWorkloads and DurableWorkloads are the workloads each suite runs by default: the
+// in-memory comparison, and the durable systems' (cmd/bench -durable).
+const (
+	MemoryWorkloads  = "W1,W2,W3,W4,S1,S2"
+	DurableWorkloads = "W1,D1,D2"
+)
 
 // LookupCase finds a case by ID.
 func LookupCase(id string, quick bool) (Case, error) {
@@ -142,12 +158,16 @@ func Run(ctx context.Context, system string, c Case, sz Sizes) Result {
 	}
 	switch c.Workload {
 	case "W1":
-		err = runStream(ctx, sys, &r, sz.W1, 1, sz.Prefetch, sz.W1W2Window, sz)
+		err = runStream(ctx, sys, &r, streamShape{n: sz.W1, producers: 1, consumers: 1, prefetch: sz.Prefetch, window: sz.W1W2Window}, sz)
 		if !spec.Acks {
 			r.Notes = append(r.Notes, "no acknowledgements")
 		}
 	case "W2":
-		err = runStream(ctx, sys, &r, sz.W2, sz.W2Producers, sz.Prefetch, sz.W1W2Window, sz)
+		err = runStream(ctx, sys, &r, streamShape{n: sz.W2, producers: sz.W2Producers, consumers: sz.W2Producers, prefetch: sz.Prefetch, window: sz.W1W2Window}, sz)
+	case "D1":
+		err = runStream(ctx, sys, &r, streamShape{n: sz.D1, producers: sz.D1Producers, consumers: sz.D1Consumers, prefetch: sz.Prefetch, window: sz.W1W2Window, confirmEach: true}, sz)
+	case "D2":
+		err = runBatch(ctx, sys, &r, sz.D2, c.Batch, sz)
 	case "W3":
 		err = runBacklog(ctx, sys, &r, sz)
 	case "W4":
@@ -167,6 +187,11 @@ func Run(ctx context.Context, system string, c Case, sz Sizes) Result {
 	r.PeakRSS = PeakRSS()
 	if err != nil {
 		r.Error = err.Error()
+	}
+	if du, ok := sys.(DiskUser); ok && err == nil && spec.Durable {
+		if b, f, derr := du.DiskUsage(); derr == nil {
+			r.Metrics["disk_bytes_end"], r.Metrics["disk_files_end"] = float64(b), float64(f)
+		}
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- sys.Close() }()
@@ -202,13 +227,33 @@ func wait(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 }
 
-// runStream is W1 (1 producer, 1 consumer) and W2 (P producers, P consumers): every producer
-// publishes its share while every consumer receives and acknowledges each delivery, from the
-// first publish to the last acknowledgement.
-func runStream(ctx context.Context, sys System, r *Result, n, producers, prefetch, window int, sz Sizes) error {
+// streamShape is the shape of a streaming workload.
+type streamShape struct {
+	n                    int // messages
+	producers, consumers int
+	prefetch             int // per consumer
+	window               int // the channel's capacity
+	confirmEach          bool
+	batch                int // > 0: the producer publishes with PublishBatch, this many at a time
+}
+
+// producer opens a producer for st: one whose every publish waits for its confirm
+// (SyncProducer) when st asks for that and the system has one.
+func (st streamShape) producer(sys System) (Producer, error) {
+	if sp, ok := sys.(SyncProducerSystem); ok && st.confirmEach {
+		return sp.SyncProducer()
+	}
+	return sys.Producer()
+}
+
+// runStream is W1 (1 producer, 1 consumer), W2 (P producers, P consumers) and D1 (64
+// producers each waiting for every confirm, 1 consumer): every producer publishes its share
+// while every consumer receives and acknowledges each delivery, from the first publish to the
+// last acknowledgement.
+func runStream(ctx context.Context, sys System, r *Result, st streamShape, sz Sizes) error {
 	const q = "stream"
-	consumers := producers
-	if err := sys.DeclareQueue(q, Config{Capacity: window, MaxUnacked: prefetch * consumers}); err != nil {
+	n, producers, consumers, prefetch := st.n, st.producers, st.consumers, st.prefetch
+	if err := sys.DeclareQueue(q, Config{Capacity: st.window, MaxUnacked: prefetch * consumers}); err != nil {
 		return err
 	}
 	cons := make([]Consumer, consumers)
@@ -222,12 +267,20 @@ func runStream(ctx context.Context, sys System, r *Result, n, producers, prefetc
 	}
 	prods := make([]Producer, producers)
 	for i := range prods {
-		p, err := sys.Producer()
+		p, err := st.producer(sys)
 		if err != nil {
 			return err
 		}
 		defer p.Close()
 		prods[i] = p
+	}
+	var batcher BatchPublisher
+	if st.batch > 0 {
+		bp, ok := prods[0].(BatchPublisher)
+		if !ok || producers != 1 {
+			return ErrUnsupported
+		}
+		batcher = bp
 	}
 	r.Messages = n
 	chk := newChecker(n)
@@ -247,7 +300,20 @@ func runStream(ctx context.Context, sys System, r *Result, n, producers, prefetc
 	var pwg, cwg sync.WaitGroup
 	for i, p := range prods {
 		pwg.Go(func() {
-			for s := i; s < n; s += producers {
+			if batcher != nil {
+				bodies := make([][]byte, 0, st.batch)
+				for s := 0; s < n; s += st.batch {
+					bodies = bodies[:0]
+					for j := s; j < min(n, s+st.batch); j++ {
+						bodies = append(bodies, NewBody(uint64(j)))
+					}
+					if err := batcher.PublishBatch(q, bodies); err != nil {
+						cancel(fmt.Errorf("publish batch: %w", err))
+						return
+					}
+				}
+			}
+			for s := i; s < n && batcher == nil; s += producers {
 				if err := p.Publish(q, NewBody(uint64(s))); err != nil {
 					cancel(fmt.Errorf("publish: %w", err))
 					return
@@ -301,6 +367,12 @@ func runStream(ctx context.Context, sys System, r *Result, n, producers, prefetc
 		r.OutOfOrder += o.violations
 	}
 	return nil
+}
+
+// runBatch is D2: one producer publishes n messages with PublishBatch, batch at a time, while
+// one consumer receives and acknowledges each; from the first publish to the last ack.
+func runBatch(ctx context.Context, sys System, r *Result, n, batch int, sz Sizes) error {
+	return runStream(ctx, sys, r, streamShape{n: n, producers: 1, consumers: 1, prefetch: sz.Prefetch, window: sz.W1W2Window, batch: batch}, sz)
 }
 
 // allocsPerMsg is the allocations per message net of the bodies the workload allocated.

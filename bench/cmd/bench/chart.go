@@ -11,12 +11,9 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// chartBase is the bottom of the chart's axis: bars start at 1k msg/s.
-const chartBase = 3
-
 // chart draws grouped bars, one group per workload and one bar per system, of msg/s on a
 // log scale. gonum's log scale cannot draw bars from zero, so each bar's height is
-// log10(rate) − 3 on a linear axis labelled in msg/s.
+// log10(rate) − base on a linear axis labelled in msg/s.
 func (r *report) chart(path string) error {
 	type cat struct{ label, caseID, metric string }
 	var cats []cat
@@ -28,15 +25,32 @@ func (r *report) chart(path string) error {
 			cats = append(cats, cat{"W3 publish", c.ID, "publish_rate"}, cat{"W3 drain", c.ID, "drain_rate"})
 		case "W4":
 			cats = append(cats, cat{"W4 requeue", c.ID, "requeue_rate"})
-		case "S1", "S2":
+		case "S1", "S2", "D1", "D2":
 			cats = append(cats, cat{c.ID, c.ID, "rate"})
 		}
 	}
 	if len(cats) == 0 {
 		return nil
 	}
+	labels := make([]string, len(cats))
+	for i, c := range cats {
+		labels[i] = c.label
+	}
+	// The bottom of the axis: bars start at 1k msg/s, or at the power of ten below the slowest
+	// rate when one is under 1k (the durable suite's fsync-bound cells).
+	chartBase := 3.0
+	for _, s := range r.systems {
+		for _, c := range cats {
+			if v, ok := r.cells[key{s, c.caseID}].median(c.metric); ok && v > 0 {
+				chartBase = math.Min(chartBase, math.Floor(math.Log10(v)))
+			}
+		}
+	}
 	p := plot.New()
 	p.Title.Text = "warren and peers: messages per second (log scale; S1 = publish + consume + ack at that depth; S2 = publish + route)"
+	if !r.hasWorkload("W2", "W3", "W4", "S1", "S2") {
+		p.Title.Text = "durable systems: msg/s (log scale)"
+	}
 	p.Y.Label.Text = "msg/s"
 	p.Y.Min = 0
 	top := 0.0
@@ -65,7 +79,7 @@ func (r *report) chart(path string) error {
 	}
 	p.Legend.Top = true
 	p.Legend.Left = false
-	p.Y.Max = top + 0.6 // room for the legend
+	p.Y.Max = top + math.Max(0.6, 0.17*float64(n)) // room for the legend, a line per system
 	var ticks plot.ConstantTicks
 	for e := 0.0; e <= p.Y.Max; e++ {
 		ticks = append(ticks, plot.Tick{Value: e, Label: rateLabel(e + chartBase)})
@@ -76,10 +90,6 @@ func (r *report) chart(path string) error {
 		}
 	}
 	p.Y.Tick.Marker = ticks
-	labels := make([]string, len(cats))
-	for i, c := range cats {
-		labels[i] = c.label
-	}
 	p.NominalX(labels...)
 	p.Add(plotter.NewGrid())
 	return p.Save(vg.Length(float64(len(cats))*float64(n)*float64(w)/float64(vg.Inch)*1.35+2)*vg.Inch, 6*vg.Inch, path)

@@ -6,6 +6,8 @@
 //	go run ./cmd/bench                       # everything, 3 runs each
 //	go run ./cmd/bench -quick                # a smoke run: toy sizes, 1 run, no rabbitmq
 //	go run ./cmd/bench -systems warren,chan -workloads W1,S1/1M -runs 5
+//	go run ./cmd/bench -durable              # the durable suite: W1, D1, D2 on the durable systems
+//	go run ./cmd/bench -recovery             # recovery and disk use of warren's log (recovery.go)
 package main
 
 import (
@@ -41,26 +43,44 @@ type options struct {
 	noChart            bool
 	readme             string // a README to put the headline table into
 	from               string // re-render the report from a results.json
+	durable            bool   // the durable suite: its systems, workloads, sizes and out dir
+	recovery           bool   // the recovery and disk measurement (recovery.go)
+	recoveryN          int
+	steady             string // the depths of the steady-queue disk measurement
+	steadyN            int
+	coldOpen           bool // also time an open with the page cache dropped (root)
 
 	// child mode
 	child   bool
 	system  string
 	caseID  string
 	factor  float64
+	step    string // -recovery's child: fill, open, steady
+	dir     string // -recovery's child: the log's directory
+	crash   bool   // fill: be killed after the last confirm instead of closing
+	depth   int    // steady
 	cpuprof string // a CPU profile of the child's run, for looking into one measurement
+	memprof string // an allocation profile of the child's run
 	trace   string // an execution trace of the child's run (go tool trace -pprof=sched shows wake-up delays)
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.systems, "systems", "all", "comma-separated systems: "+strings.Join(bench.Systems(), ","))
-	flag.StringVar(&o.workloads, "workloads", "all", "comma-separated workloads (W1,W2,W3,W4,S1,S2) or cases (S1/1M, S2/10kq, …)")
+	flag.StringVar(&o.systems, "systems", "", "comma-separated systems (default: the suite's): "+strings.Join(bench.Systems(), ","))
+	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workloads (W1,W2,W3,W4,S1,S2,D1,D2) or cases (S1/1M, S2/10kq, D2/64, …); default: the suite's ("+bench.MemoryWorkloads+"; with -durable "+bench.DurableWorkloads+"); all: every one")
+	flag.BoolVar(&o.durable, "durable", false, "the durable suite: systems "+strings.Join(bench.SuiteSystems(true), ",")+", workloads "+bench.DurableWorkloads+", -scale "+durableScale+", -out results/durable")
+	flag.BoolVar(&o.recovery, "recovery", false, "measure warren's recovery (open after a clean close and after a kill -9) and its log's disk use, into -out (default results/durable): recovery.md, recovery.json")
+	flag.IntVar(&o.recoveryN, "recovery-n", 1_000_000, "-recovery: the backlog's messages")
+	flag.StringVar(&o.steady, "steady-depths", "10000,1000000", "-recovery: the depths at which a queue is held steady while messages flow through it, to watch the log's disk use")
+	flag.IntVar(&o.steadyN, "steady-n", 2_000_000, "-recovery: messages through the steady queue at each depth")
+	flag.BoolVar(&o.coldOpen, "cold-open", false, "-recovery: also time an open after dropping the page cache (sync; echo 3 > /proc/sys/vm/drop_caches: root)")
+	flag.StringVar(&bench.DurableDir, "dir", bench.DurableDir, "where the durable systems and -recovery make their temporary directories (default $TMPDIR, else /tmp); it must be a real disk, not a tmpfs")
 	flag.IntVar(&o.runs, "runs", 3, "fresh-process runs per system and case; the report shows medians")
 	flag.BoolVar(&o.quick, "quick", false, "smoke run: toy sizes, 1 run, no rabbitmq unless -systems names it")
 	flag.StringVar(&o.out, "out", "results", "directory for results.md, results.json and chart.png")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "limit for one child run")
 	flag.StringVar(&o.deep, "s1-10m", "chan,warren", "systems that run S1 at a 10M backlog (the others are skipped there, with a footnote)")
-	flag.StringVar(&o.scale, "scale", "rabbitmq=0.1", "system=factor,…: run a slow peer's W1, W2, W3, S1 measurement and S2 message counts scaled by factor (footnoted)")
+	flag.StringVar(&o.scale, "scale", memoryScale, "system=factor or system/workload=factor,…: run a slow peer's W1, W2, W3, S1 measurement, S2, D1 and D2 message counts (or one workload's) scaled by factor (footnoted)")
 	flag.BoolVar(&o.noChart, "no-chart", false, "do not write chart.png")
 	flag.StringVar(&o.readme, "readme", "", "also put the throughput table, the machine and the command into this file, between its "+readmeBegin+" and "+readmeEnd+" lines (the project's README: ../README.md)")
 	flag.StringVar(&o.from, "from", "", "render the report again from results.json files (comma-separated; a later file's cells replace an earlier one's), measuring nothing, into -out")
@@ -69,23 +89,53 @@ func main() {
 	flag.BoolVar(&o.child, "child", false, "internal: run one measurement and print its result as JSON")
 	flag.StringVar(&o.system, "system", "", "internal (-child): the system")
 	flag.StringVar(&o.caseID, "case", "", "internal (-child): the case")
+	flag.StringVar(&o.step, "step", "", "internal (-child -recovery): fill, open or steady")
+	flag.StringVar(&o.dir, "step-dir", "", "internal (-child -recovery): the log's directory")
+	flag.BoolVar(&o.crash, "crash", false, "internal (-child -recovery -step fill): wait to be killed after the last confirm instead of closing")
+	flag.IntVar(&o.depth, "depth", 0, "internal (-child -recovery -step steady): the depth")
 	flag.Float64Var(&o.factor, "factor", 1, "internal (-child): size factor")
 	flag.StringVar(&o.cpuprof, "cpuprofile", "", "with -child: write a CPU profile of the run to this file (go tool pprof)")
+	flag.StringVar(&o.memprof, "memprofile", "", "with -child: write an allocation profile of the run to this file (go tool pprof -sample_index=alloc_objects)")
 	flag.StringVar(&o.trace, "trace", "", "with -child: write an execution trace of the run to this file (go tool trace)")
 	flag.Parse()
 
+	if o.durable || o.recovery {
+		if !flagSet("out") {
+			o.out = filepath.Join("results", "durable")
+		}
+		if !flagSet("scale") && o.durable {
+			o.scale = durableScale
+		}
+	}
+	if o.child && o.recovery {
+		os.Exit(recoveryChild(o))
+	}
 	if o.child {
 		os.Exit(child(o))
 	}
 	run := parent
-	if o.from != "" {
+	switch {
+	case o.from != "" && o.recovery:
+		run = recoveryRerender
+	case o.from != "":
 		run = rerender
+	case o.recovery:
+		run = recoveryParent
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
+
+// The default -scale of each suite: the slow peers' sizes. In the durable suite a single
+// publisher that waits for an fsync per message (warren-durable-always, nats-jetstream-file-sync
+// and rabbitmq-durable in W1) manages a few hundred to a few thousand messages a second here: 1M
+// would take hours. JetStream with SyncAlways syncs every message even with 64 publishers (D1).
+const (
+	memoryScale  = "rabbitmq=0.1"
+	durableScale = "warren-durable-always/W1=0.01,nats-jetstream-file=0.2,nats-jetstream-file-sync=0.01,nats-jetstream-file-sync/D1=0.02,rabbitmq-durable/W1=0.005,rabbitmq-durable/D1=0.1"
+)
 
 // sizes are the sizes of one child run.
 func sizes(quick bool, factor float64) bench.Sizes {
@@ -97,8 +147,21 @@ func sizes(quick bool, factor float64) bench.Sizes {
 		f := func(n int) int { return max(1000, int(float64(n)*factor)) }
 		sz.W1, sz.W2, sz.W3, sz.S2Messages = f(sz.W1), f(sz.W2), f(sz.W3), f(sz.S2Messages)
 		sz.S1Measure = max(sz.S1Batch*10, f(sz.S1Measure)/sz.S1Batch*sz.S1Batch)
+		sz.D1, sz.D2 = f(sz.D1), f(sz.D2)
 	}
 	return sz
+}
+
+// factorFor is the size factor of system's run of workload: scale's "system/workload" entry,
+// else its "system" entry, else 1.
+func factorFor(scale map[string]float64, system, workload string) (float64, string) {
+	if f, ok := scale[system+"/"+workload]; ok {
+		return f, system + "/" + workload
+	}
+	if f, ok := scale[system]; ok {
+		return f, system
+	}
+	return 1, ""
 }
 
 func child(o options) int {
@@ -129,6 +192,12 @@ func child(o options) int {
 		defer p.stop()
 	}
 	r := bench.Run(ctx, o.system, c, sizes(o.quick, o.factor))
+	if o.memprof != "" {
+		if err := writeAllocs(o.memprof); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -136,6 +205,19 @@ func child(o options) int {
 	}
 	fmt.Println(string(b))
 	return 0
+}
+
+// writeAllocs writes the process's allocation profile to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // runChild re-executes this binary for one measurement.
@@ -146,6 +228,9 @@ func runChild(o options, system string, c bench.Case, factor float64) bench.Resu
 		"-s1-gc=" + strconv.FormatBool(bench.S1CollectFirst)}
 	if o.quick {
 		args = append(args, "-quick")
+	}
+	if bench.DurableDir != "" {
+		args = append(args, "-dir", bench.DurableDir)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout+time.Minute)
 	defer cancel()
@@ -199,9 +284,17 @@ func parent(o options) error {
 	if o.runs < 1 {
 		return errors.New("-runs must be at least 1")
 	}
-	systems := bench.Systems()
-	if o.systems != "all" && o.systems != "" {
-		systems = nil
+	var systems []string
+	switch o.systems {
+	case "", "all": // the suite's systems ("all": both suites'), without RabbitMQ in a quick run
+		systems = bench.SuiteSystems(o.durable)
+		if o.systems == "all" {
+			systems = bench.Systems()
+		}
+		if o.quick {
+			systems = slices.DeleteFunc(systems, bench.NeedsRabbit)
+		}
+	default:
 		for s := range strings.SplitSeq(o.systems, ",") {
 			s = strings.TrimSpace(s)
 			if _, err := bench.Lookup(s); err != nil {
@@ -209,8 +302,12 @@ func parent(o options) error {
 			}
 			systems = append(systems, s)
 		}
-	} else if o.quick {
-		systems = slices.DeleteFunc(systems, func(s string) bool { return s == "rabbitmq" })
+	}
+	if o.workloads == "" {
+		o.workloads = bench.MemoryWorkloads
+		if o.durable {
+			o.workloads = bench.DurableWorkloads
+		}
 	}
 	cases, err := bench.CaseIDs(o.workloads, o.quick)
 	if err != nil {
@@ -228,18 +325,25 @@ func parent(o options) error {
 	rep := newReport(o, systems, cases)
 	rep.command = strings.TrimSpace("go run ./cmd/bench " + strings.Join(os.Args[1:], " "))
 	rep.machine = describeMachine()
-	if slices.Contains(systems, "rabbitmq") {
+	if rabbits := slices.DeleteFunc(slices.Clone(systems), func(s string) bool { return !bench.NeedsRabbit(s) }); len(rabbits) > 0 {
 		if err := bench.ProbeRabbit(); err != nil {
-			line := fmt.Sprintf("rabbitmq: skipped — cannot connect to %s (%v); start one with ./rabbitmq.sh install && ./rabbitmq.sh start", bench.RabbitURL, err)
-			fmt.Fprintln(os.Stderr, line)
-			rep.skipSystem("rabbitmq", line)
+			for _, s := range rabbits {
+				line := fmt.Sprintf("%s: skipped — cannot connect to %s (%v); start one with ./rabbitmq.sh install && ./rabbitmq.sh start", s, bench.RabbitURL, err)
+				fmt.Fprintln(os.Stderr, line)
+				rep.skipSystem(s, line)
+			}
 		} else {
 			rep.machine.RabbitMQ = rabbitVersion()
 		}
 	}
+	if slices.ContainsFunc(systems, func(s string) bool { spec, _ := bench.Lookup(s); return spec.Durable }) {
+		rep.machine.TempFS = tempFS()
+	}
 	for _, s := range systems {
-		if f, ok := scale[s]; ok && f != 1 && !o.quick {
-			rep.scaled[s] = f
+		for _, c := range cases {
+			if f, k := factorFor(scale, s, c.Workload); f != 1 && !o.quick {
+				rep.scaled[k] = f
+			}
 		}
 	}
 	for _, c := range cases {
@@ -263,8 +367,8 @@ func parent(o options) error {
 					continue
 				}
 				factor := 1.0
-				if f, ok := rep.scaled[s]; ok {
-					factor = f
+				if !o.quick {
+					factor, _ = factorFor(scale, s, c.Workload)
 				}
 				t0 := time.Now()
 				r := runChild(o, s, c, factor)
@@ -277,6 +381,7 @@ func parent(o options) error {
 		}
 	}
 	rep.elapsed = time.Since(start)
+	rep.machine.LoadEnd = loadAvg()
 	return rep.write(o)
 }
 
@@ -369,7 +474,7 @@ func summary(r bench.Result) string {
 		return "FAIL: " + r.Error
 	}
 	var parts []string
-	for _, k := range []string{"rate", "publish_rate", "drain_rate", "requeue_ms", "publish_ns", "consume_ns", "route_ns", "allocs_per_msg"} {
+	for _, k := range []string{"rate", "publish_rate", "drain_rate", "requeue_ms", "publish_ns", "consume_ns", "route_ns", "allocs_per_msg", "disk_bytes_end"} {
 		if v, ok := r.Metrics[k]; ok {
 			parts = append(parts, k+"="+strconv.FormatFloat(v, 'g', 4, 64))
 		}

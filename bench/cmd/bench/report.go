@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -92,12 +93,28 @@ type machine struct {
 	Go         string `json:"go"`
 	Date       string `json:"date"`
 	RabbitMQ   string `json:"rabbitmq,omitempty"`
+	TempFS     string `json:"durable_dir,omitempty"`   // where the durable systems' directories are, and its file system
+	LoadStart  string `json:"loadavg_start,omitempty"` // /proc/loadavg's 1, 5 and 15 minute averages when the run started
+	LoadEnd    string `json:"loadavg_end,omitempty"`   // … and when it ended: the machine is shared
 	Deps       string `json:"deps"`
 	GOMAXPROCS int    `json:"gomaxprocs"`
 }
 
+// loadAvg is /proc/loadavg's 1, 5 and 15 minute load averages, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
 func describeMachine() machine {
-	m := machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(), Date: time.Now().UTC().Format("2006-01-02 15:04 MST")}
+	m := machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(), Date: time.Now().UTC().Format("2006-01-02 15:04 MST"), LoadStart: loadAvg()}
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
@@ -138,6 +155,15 @@ func describeMachine() machine {
 }
 
 func rabbitVersion() string { return bench.RabbitVersion() }
+
+// tempFS says where the durable systems make their directories, and on what file system.
+func tempFS() string {
+	dir := bench.DurableDir
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return dir + " (" + bench.FSType(dir) + ")"
+}
 
 type report struct {
 	o        options
@@ -209,8 +235,10 @@ func fmtRate(v float64) string {
 	switch {
 	case v >= 1e6:
 		return fmt.Sprintf("%.2f M/s", v/1e6)
-	case v >= 1e3:
+	case v >= 1e4:
 		return fmt.Sprintf("%.0f k/s", v/1e3)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1f k/s", v/1e3)
 	}
 	return fmt.Sprintf("%.0f /s", v)
 }
@@ -236,6 +264,8 @@ func fmtMB(b float64) string { return fmt.Sprintf("%.0f MB", b/(1<<20)) }
 
 func fmtRatio(v float64) string {
 	switch {
+	case v < 0.01:
+		return fmt.Sprintf("%.2g×", v) // two significant digits
 	case v >= 100:
 		return fmt.Sprintf("%.0f×", v)
 	case v >= 10:
@@ -309,7 +339,29 @@ func (r *report) rows() []row {
 			rows = append(rows, row{"S2 publish + route, ns/msg, " + strings.TrimPrefix(title(c.ID), "S2 "), c.ID, "route_ns", "ns"})
 		}
 	}
+	if has("D1") {
+		rows = append(rows, row{"D1 group commit (64 publishers each waiting for every confirm → 1 consumer), msg/s", "D1", "rate", "rate"})
+	}
+	for _, c := range r.cases {
+		if c.Workload == "D2" {
+			rows = append(rows, row{fmt.Sprintf("D2 PublishBatch of %d (1 publisher → 1 consumer), msg/s", c.Batch), c.ID, "rate", "rate"})
+		}
+	}
 	return rows
+}
+
+// durable says whether the named system is one of the durable suite's.
+func durable(system string) bool {
+	spec, _ := bench.Lookup(system)
+	return spec.Durable
+}
+
+// hasDurable says whether the report has a durable system.
+func (r *report) hasDurable() bool { return slices.ContainsFunc(r.systems, durable) }
+
+// hasWorkload says whether the report has a case of any of the workloads.
+func (r *report) hasWorkload(workloads ...string) bool {
+	return slices.ContainsFunc(r.cases, func(c bench.Case) bool { return slices.Contains(workloads, c.Workload) })
 }
 
 func (r *report) value(system string, rw row) (float64, bool) {
@@ -360,10 +412,20 @@ func (r *report) status(system, caseID string) string {
 func (r *report) markdown() string {
 	var b strings.Builder
 	m := r.machine
-	fmt.Fprintf(&b, "## Results\n\n")
+	if r.hasDurable() && !slices.Contains(r.systems, "chan") {
+		b.WriteString("## Results of the durable suite\n\n")
+	} else {
+		b.WriteString("## Results\n\n")
+	}
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s RAM, %s, %s, %s. ", m.CPUs, m.CPU, m.RAM, m.Kernel, m.Go, m.Date)
 	if m.RabbitMQ != "" {
 		fmt.Fprintf(&b, "RabbitMQ %s. ", m.RabbitMQ)
+	}
+	if m.TempFS != "" {
+		fmt.Fprintf(&b, "Durable systems' directories in %s. ", m.TempFS)
+	}
+	if m.LoadStart != "" && m.LoadEnd != "" {
+		fmt.Fprintf(&b, "Load average (1, 5, 15 min) at the start %s, at the end %s. ", m.LoadStart, m.LoadEnd)
 	}
 	fmt.Fprintf(&b, "Modules: %s.\n\n", m.Deps)
 	fmt.Fprintf(&b, "Command: `%s` (%d fresh-process run(s) per cell, medians", r.command, r.o.runs)
@@ -372,28 +434,75 @@ func (r *report) markdown() string {
 	}
 	b.WriteString(").\n\n")
 	sz := sizes(r.o.quick, 1)
-	fmt.Fprintf(&b, "Sizes: W1 %d, W2 %d (%d producers, %d consumers), W3 %d messages; W1/W2 bound (chan capacity, warren-block MaxLength) %d, prefetch %d; W4 %d unacked returned into %d; S1 %d messages measured in batches of %d at each depth; S2 %d messages; 128-byte bodies.\n\n",
-		sz.W1, sz.W2, sz.W2Producers, sz.W2Producers, sz.W3, sz.W1W2Window, sz.Prefetch, sz.W4Requeue, sz.W4Queue, sz.S1Measure, sz.S1Batch, sz.S2Messages)
-	for s, f := range r.scaled {
+	if !r.hasWorkload("W2", "W3", "W4", "S1", "S2") && r.hasWorkload("W1") {
+		fmt.Fprintf(&b, "Sizes: W1 %d messages, prefetch %d; 128-byte bodies.\n\n", sz.W1, sz.Prefetch)
+	} else if r.hasWorkload("W1", "W2", "W3", "W4", "S1", "S2") {
+		fmt.Fprintf(&b, "Sizes: W1 %d, W2 %d (%d producers, %d consumers), W3 %d messages; W1/W2 bound (chan capacity, warren-block MaxLength) %d, prefetch %d; W4 %d unacked returned into %d; S1 %d messages measured in batches of %d at each depth; S2 %d messages; 128-byte bodies.\n\n",
+			sz.W1, sz.W2, sz.W2Producers, sz.W2Producers, sz.W3, sz.W1W2Window, sz.Prefetch, sz.W4Requeue, sz.W4Queue, sz.S1Measure, sz.S1Batch, sz.S2Messages)
+	}
+	if r.hasWorkload("D1", "D2") {
+		fmt.Fprintf(&b, "Durable sizes: D1 %d messages (%d publishers, each waiting for every confirm, %d consumer(s)), D2 %d messages (1 publisher, 1 consumer); prefetch %d; 128-byte bodies.\n\n",
+			sz.D1, sz.D1Producers, sz.D1Consumers, sz.D2, sz.Prefetch)
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.scaled)) {
+		f := r.scaled[k]
+		s, workload, _ := strings.Cut(k, "/")
 		ran := false
-		for k, c := range r.cells {
-			ran = ran || (k.system == s && len(c.runs) > 0)
+		for kk, c := range r.cells {
+			w, _, _ := strings.Cut(kk.caseID, "/")
+			ran = ran || (kk.system == s && (workload == "" || w == workload) && len(c.runs) > 0)
 		}
 		if !ran {
 			continue
 		}
 		sz := sizes(r.o.quick, f)
-		fmt.Fprintf(&b, "Reduced sizes for %s%s: W1/W2/W3 %d messages, S1 %d measured at each depth, S2 %d messages.\n\n", s,
-			r.note(fmt.Sprintf("%s ran with reduced sizes (-scale %s=%g) to keep the run's length reasonable on this 2-core machine; rates are per message and comparable, but a smaller run has less GC and memory pressure, which flatters the peer if anything.", s, s, f)),
-			sz.W1, sz.S1Measure, sz.S2Messages)
+		what := map[string]string{
+			"W1": fmt.Sprintf("W1 %d", sz.W1), "W2": fmt.Sprintf("W2 %d", sz.W2), "W3": fmt.Sprintf("W3 %d", sz.W3),
+			"S1": fmt.Sprintf("S1 %d measured at each depth", sz.S1Measure), "S2": fmt.Sprintf("S2 %d", sz.S2Messages),
+			"D1": fmt.Sprintf("D1 %d", sz.D1), "D2": fmt.Sprintf("D2 %d", sz.D2),
+		}
+		ranWorkload := func(w string) bool {
+			for kk, c := range r.cells {
+				if cw, _, _ := strings.Cut(kk.caseID, "/"); kk.system == s && cw == w && len(c.runs) > 0 {
+					return true
+				}
+			}
+			return false
+		}
+		var parts []string
+		for _, w := range []string{"W1", "W2", "W3", "S1", "S2", "D1", "D2"} {
+			if (workload == "" || workload == w) && ranWorkload(w) {
+				if _, own := r.scaled[s+"/"+w]; workload == "" && own {
+					continue // its own entry says it
+				}
+				parts = append(parts, what[w])
+			}
+		}
+		if len(parts) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "Reduced sizes for %s%s: %s messages.\n\n", k,
+			r.note(fmt.Sprintf("%s ran with reduced sizes (-scale %s=%g) to keep the run's length reasonable on this 2-core machine; rates are per message and comparable, but a smaller run has less GC and memory pressure (and, on a disk, less file to write), which flatters it if anything.", k, k, f)),
+			strings.Join(parts, ", "))
 	}
 
-	// Main table.
-	b.WriteString("### Throughput and cost (× chan = throughput relative to the channel)\n\n")
+	// Main table. Its cells carry the throughput relative to a baseline: the channel, or in the
+	// durable suite, which has no channel, warren in memory.
+	base := ""
+	switch {
+	case slices.Contains(r.systems, "chan"):
+		base = "chan"
+		b.WriteString("### Throughput and cost (× chan = throughput relative to the channel)\n\n")
+	case slices.Contains(r.systems, "warren") && r.hasDurable():
+		base = "warren"
+		b.WriteString("### Throughput and cost (× warren = throughput relative to warren in memory, run alongside)\n\n")
+	default:
+		b.WriteString("### Throughput and cost\n\n")
+	}
 	r.header(&b, "Workload")
 	for _, rw := range r.rows() {
 		fmt.Fprintf(&b, "| %s |", rw.label)
-		chanV, chanOK := r.value("chan", rw)
+		chanV, chanOK := r.value(base, rw)
 		for _, s := range r.systems {
 			v, ok := r.value(s, rw)
 			if !ok {
@@ -409,7 +518,7 @@ func (r *report) markdown() string {
 						cellText += ", **reordered**"
 					}
 				}
-			} else if chanOK && s != "chan" {
+			} else if chanOK && s != base {
 				cellText += " (" + fmtRatio(throughputRatio(rw.kind, v, chanV)) + ")"
 			}
 			fmt.Fprintf(&b, " %s |", cellText)
@@ -430,7 +539,7 @@ func (r *report) markdown() string {
 	var arows []arow
 	for _, c := range r.cases {
 		switch c.Workload {
-		case "W1", "W2":
+		case "W1", "W2", "D1", "D2":
 			arows = append(arows, arow{c.ID + " allocs/msg · peak RSS", c.ID, []string{"allocs_per_msg"}, true})
 		case "W3":
 			arows = append(arows, arow{"W3 allocs/msg publish / drain · peak RSS", c.ID, []string{"publish_allocs_per_msg", "drain_allocs_per_msg"}, true})
@@ -468,6 +577,7 @@ func (r *report) markdown() string {
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
+	r.diskTable(&b)
 	if v, ok := r.cells[key{"rabbitmq", "W3"}].median("server_rss_bytes"); ok {
 		fmt.Fprintf(&b, "The RabbitMQ node's own RSS right after W3's publish phase (backlog at its peak): %s (median).\n\n", fmtMB(v))
 	}
@@ -481,14 +591,15 @@ func (r *report) markdown() string {
 		b.WriteString("\n\n")
 	}
 
-	// warren against each peer.
-	for _, me := range []string{"warren", "warren-block"} {
-		if !slices.Contains(r.systems, me) {
+	// warren against each peer: in memory against the in-memory peers, durable against the
+	// durable ones.
+	for _, me := range r.systems {
+		if !strings.HasPrefix(me, "warren") {
 			continue
 		}
 		var peers []string
 		for _, s := range r.systems {
-			if s != me && s != "warren" && s != "warren-block" {
+			if !strings.HasPrefix(s, "warren") && durable(s) == durable(me) {
 				peers = append(peers, s)
 			}
 		}
@@ -579,6 +690,58 @@ func (r *report) markdown() string {
 	return b.String()
 }
 
+// diskTable is the bytes the durable systems left in their directories at the end of each run
+// (every message consumed and acknowledged by then), where any did.
+func (r *report) diskTable(b *strings.Builder) {
+	var systems []string
+	for _, s := range r.systems {
+		for _, c := range r.cases {
+			if _, ok := r.cells[key{s, c.ID}].median("disk_bytes_end"); ok && durable(s) && !slices.Contains(systems, s) {
+				systems = append(systems, s)
+			}
+		}
+	}
+	if len(systems) == 0 {
+		return
+	}
+	b.WriteString("### Disk after each run\n\n")
+	b.WriteString("What the system's data directory held at the end of the run, when every message had been consumed and acknowledged: bytes in files (median) · files. warren counts its log's segments (`*.wal`); JetStream every file under its store directory. warren removes a segment once nothing in it or before it is needed, but never the one it is writing (64 MiB at most).\n\n")
+	fmt.Fprintf(b, "| Workload |")
+	for _, s := range systems {
+		fmt.Fprintf(b, " %s |", s)
+	}
+	b.WriteString("\n|---|")
+	for range systems {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for _, c := range r.cases {
+		fmt.Fprintf(b, "| %s |", c.ID)
+		for _, s := range systems {
+			cl := r.cells[key{s, c.ID}]
+			v, ok := cl.median("disk_bytes_end")
+			if !ok {
+				fmt.Fprintf(b, " %s |", r.status(s, c.ID))
+				continue
+			}
+			f, _ := cl.median("disk_files_end")
+			fmt.Fprintf(b, " %s · %.0f |", fmtBytes(v), f)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+func fmtBytes(v float64) string {
+	switch {
+	case v >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", v/(1<<20))
+	case v >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", v/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", v)
+}
+
 func (r *report) header(b *strings.Builder, first string) {
 	fmt.Fprintf(b, "| %s |", first)
 	for _, s := range r.systems {
@@ -613,8 +776,8 @@ func (r *report) targets() []target {
 		ts = append(ts, target{me, name, fmt.Sprintf("%s (%s vs %s)", fmtTargetRatio(v), fmtRate(a), fmtRate(p)), verdict(v >= min)})
 	}
 	for _, me := range []string{"warren", "warren-block"} {
-		if !slices.Contains(r.systems, me) {
-			continue
+		if !slices.Contains(r.systems, me) || (r.hasDurable() && !slices.Contains(r.systems, "chan")) {
+			continue // the durable suite has warren in memory as its reference, not for these
 		}
 		ratio(me, "W1 ≥ 0.5× chan", "W1", "rate", "chan", 0.5)
 		if me == "warren" {
@@ -685,6 +848,25 @@ func (r *report) targets() []target {
 				ts = append(ts, target{me, "S1 cost at 10M ≤ 2× cost at 1k", "not measured", "—"})
 			}
 		}
+	}
+	// The durable suite's.
+	minRate := func(me, name, c string, min float64) {
+		v, ok := get(me, c, "rate")
+		if !ok {
+			ts = append(ts, target{me, name, "not measured", "—"})
+			return
+		}
+		ts = append(ts, target{me, name, fmtRate(v), verdict(v >= min)})
+	}
+	for _, me := range []string{"warren-durable-never", "warren-durable-interval"} {
+		if !slices.Contains(r.systems, me) || !r.hasWorkload("W1") {
+			continue
+		}
+		minRate(me, "W1 ≥ 300k msg/s", "W1", 300_000)
+		ratio(me, "W1 ≥ 10× nats-jetstream-file", "W1", "rate", "nats-jetstream-file", 10)
+	}
+	if slices.Contains(r.systems, "warren-durable-always") && r.hasWorkload("D1") {
+		minRate("warren-durable-always", "D1 (SyncAlways, 64 publishers) ≥ 20k msg/s", "D1", 20_000)
 	}
 	return ts
 }
