@@ -53,7 +53,7 @@ func (s *store) startCompactor(b *Broker) {
 		}
 	}()
 	s.mu.Lock()
-	s.wrote(s.lastSeg) // a log left long by its last life is compacted now
+	s.wakeIfLong() // a log left long by its last life is compacted now
 	s.mu.Unlock()
 }
 
@@ -72,10 +72,15 @@ func (s *store) closing(b *Broker) {
 // wrote records that the log appended to segment seg, and wakes the compactor when the log has
 // grown past its bound. The caller holds mu.
 func (s *store) wrote(seg uint64) {
-	if seg < s.lastSeg {
-		return
+	if seg <= s.lastSeg {
+		return // the log grows past its bound only by new segments: nothing to check
 	}
 	s.lastSeg = seg
+	s.wakeIfLong()
+}
+
+// wakeIfLong wakes the compactor if the log holds more than its bound. The caller holds mu.
+func (s *store) wakeIfLong() {
 	if s.compactor.wake != nil && s.cutoffLocked(2) != 0 {
 		select {
 		case s.compactor.wake <- struct{}{}:
@@ -175,13 +180,8 @@ func (s *store) moveLocked(q *Queue, cut, pass uint64) {
 		if !env.msg.Persistent || env.more == nil || env.more.logID == 0 {
 			return
 		}
-		var msg []byte
-		switch {
-		case env.more.seg < cut && env.more.pass != pass:
-			msg = appendEnvelope(nil, env.exchange.name, env.routingKey, &env.msg)
-			env.more.pass = pass
-			q.log.bodies = append(q.log.bodies, loggedBody{env, env.more.size})
-		case env.more.pass != pass:
+		body := env.more.seg < cut && env.more.pass != pass
+		if !body && env.more.pass != pass {
 			return // its body, and so its placements, are newer than the cut
 		}
 		p := placement{msgID: env.more.logID, queueID: q.log.qid, seq: e.seq, returns: e.returns}
@@ -189,7 +189,13 @@ func (s *store) moveLocked(q *Queue, cut, pass uint64) {
 			p.deadline = onWall(e.deadline)
 		}
 		start := len(buf)
-		buf = appendPlacement(buf, p, msg)
+		if body {
+			buf, _ = appendPublish(buf, p, env)
+			env.more.pass = pass
+			q.log.bodies = append(q.log.bodies, loggedBody{env, env.more.size})
+		} else {
+			buf = appendPlacement(buf, p, nil)
+		}
 		recs = append(recs, buf[start:len(buf):len(buf)])
 		if out {
 			start = len(buf)

@@ -105,20 +105,33 @@ type placement struct {
 	returns  uint32
 }
 
-// appendPlacement appends a publish record (when msg is not nil: the message's encoding) or an
+// appendPlacement appends a publish record (when msg is not nil: the envelope's encoding) or an
 // enqueue record.
 func appendPlacement(dst []byte, p placement, msg []byte) []byte {
 	t := recEnqueue
 	if msg != nil {
 		t = recPublish
 	}
+	return append(appendPlacementHead(dst, t, p), msg...)
+}
+
+// appendPublish appends a publish record of a message as its envelope has it, encoded in place,
+// and returns it with the bytes of the envelope's encoding.
+func appendPublish(dst []byte, p placement, env *envelope) ([]byte, int64) {
+	dst = appendPlacementHead(dst, recPublish, p)
+	start := len(dst)
+	dst = appendEnvelope(dst, env.exchange.name, env.routingKey, &env.msg)
+	return dst, int64(len(dst) - start)
+}
+
+// appendPlacementHead appends a publish or enqueue record up to the envelope.
+func appendPlacementHead(dst []byte, t recordType, p placement) []byte {
 	dst = append(dst, byte(t))
 	dst = binary.AppendUvarint(dst, p.msgID)
 	dst = binary.AppendUvarint(dst, p.queueID)
 	dst = binary.AppendUvarint(dst, p.seq)
 	dst = binary.AppendVarint(dst, p.deadline)
-	dst = binary.AppendUvarint(dst, uint64(p.returns))
-	return append(dst, msg...)
+	return binary.AppendUvarint(dst, uint64(p.returns))
 }
 
 // appendSeqRecord appends a deliver, settle, return (with n, the new count) or delay (with n,

@@ -119,22 +119,22 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 				}
 				p.deadline = wall + (ef.e.deadline - now)
 			}
-			var msg []byte
 			if env.more == nil {
 				env.more = &envelopeMore{} // set by the publishing goroutine, before other queues see it
 			}
-			if env.more.logID == 0 || env.more.refs.Load() == 0 {
+			if env.more.logID == 0 {
+				env.more.logID = s.nextMsg.Add(1)
+			}
+			p.msgID = env.more.logID
+			if env.more.refs.Add(1) == 1 {
 				// Its body, once: the first durable queue to take it, or again when every
 				// queue let it go and it came back (an auto-acked delivery returned unread).
-				if env.more.logID == 0 {
-					env.more.logID = s.nextMsg.Add(1)
-				}
-				msg = appendEnvelope(nil, env.exchange.name, env.routingKey, &env.msg)
-				q.log.bodies = append(q.log.bodies, loggedBody{env, int64(len(msg))})
+				var size int64
+				buf, size = appendPublish(buf, p, env)
+				q.log.bodies = append(q.log.bodies, loggedBody{env, size})
+			} else {
+				buf = appendPlacement(buf, p, nil)
 			}
-			env.more.refs.Add(1)
-			p.msgID = env.more.logID
-			buf = appendPlacement(buf, p, msg)
 		case EventDelivered:
 			buf = appendSeqRecord(buf, recDeliver, q.log.qid, ef.e.seq, 0)
 		case EventRequeued:

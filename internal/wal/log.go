@@ -347,7 +347,17 @@ func checksum(seg uint64, off int64, recs []byte) uint32 {
 	var seed [16]byte
 	binary.LittleEndian.PutUint64(seed[:8], seg)
 	binary.LittleEndian.PutUint64(seed[8:], uint64(off))
-	return crc32.Update(crc32.Checksum(seed[:], castagnoli), castagnoli, recs)
+	return crc32.Update(crc32Seed(&seed), castagnoli, recs)
+}
+
+// crc32Seed is the CRC-32C of a batch's seed, computed here byte by byte from the table so that
+// the seed stays on the stack (crc32.Checksum would move it to the heap, once per batch).
+func crc32Seed(seed *[16]byte) uint32 {
+	crc := ^uint32(0)
+	for _, b := range seed {
+		crc = castagnoli[byte(crc)^b] ^ crc>>8
+	}
+	return ^crc
 }
 
 // nextRecord splits the first record off a batch's records.
@@ -413,7 +423,7 @@ func (l *Log) Append(recs ...[]byte) (LSN, uint64, error) {
 	l.segBytes += size
 	l.appended += LSN(size)
 	c.end = l.appended
-	l.arm(&l.flusher, l.opts.FlushDelay, l.flushTick)
+	l.arm(&l.flusher, l.opts.FlushDelay, (*Log).flushTick)
 	return l.appended, l.lastSeg, nil
 }
 
@@ -497,6 +507,10 @@ func (l *Log) writeLocked(sync bool) {
 			l.spare = append(l.spare, c.buf)
 		}
 	}
+	if l.pending == nil {
+		clear(chunks)
+		l.pending = chunks[:0] // the next appends reuse it
+	}
 	switch {
 	case err != nil:
 		if l.err == nil {
@@ -507,7 +521,7 @@ func (l *Log) writeLocked(sync bool) {
 		if sync {
 			l.synced = end
 		} else if l.opts.Sync == SyncInterval {
-			l.arm(&l.syncer, l.opts.Interval, l.syncTick)
+			l.arm(&l.syncer, l.opts.Interval, (*Log).syncTick)
 		}
 	}
 	l.cond.Broadcast()
@@ -568,15 +582,17 @@ type background struct {
 	armed bool
 }
 
-// arm arms b to run fn after d, unless it is armed already. The caller holds mu.
-func (l *Log) arm(b *background, d time.Duration, fn func()) {
+// arm arms b to run fn after d, unless it is armed already. The caller holds mu. (fn is the
+// log's flushTick or syncTick; callers pass it as a method expression, which allocates
+// nothing, unlike a method value made per call.)
+func (l *Log) arm(b *background, d time.Duration, fn func(*Log)) {
 	if b.armed {
 		return
 	}
 	b.armed = true
 	l.timers.Add(1)
 	if b.timer == nil {
-		b.timer = time.AfterFunc(d, fn)
+		b.timer = time.AfterFunc(d, func() { fn(l) })
 	} else {
 		b.timer.Reset(d)
 	}
@@ -617,7 +633,7 @@ func (l *Log) ReleaseBelow(n uint64) {
 	defer l.mu.Unlock()
 	if n > l.release {
 		l.release = n
-		l.arm(&l.flusher, l.opts.FlushDelay, l.flushTick)
+		l.arm(&l.flusher, l.opts.FlushDelay, (*Log).flushTick)
 	}
 }
 

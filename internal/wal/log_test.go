@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -652,4 +653,12 @@ func BenchmarkAppendWait(b *testing.B) {
 			})
 		}
 	}
+}
+
+func TestChecksumSeed(t *testing.T) {
+	var seed [16]byte
+	for i := range seed {
+		seed[i] = byte(i * 37)
+	}
+	require.Equal(t, crc32.Checksum(seed[:], castagnoli), crc32Seed(&seed), "CRC-32C, as the library computes it")
 }
