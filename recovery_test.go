@@ -1,9 +1,14 @@
 package warren
 
 import (
+	"context"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren/internal/wal"
 )
 
 // Recovery's picture: the records of a durable queue's life, replayed, leave RabbitMQ's picture
@@ -131,4 +136,90 @@ func TestReplayTopology(t *testing.T) {
 
 	r.apply(2, record{typ: recUnexchange, decl: decl{name: "y"}})
 	require.Empty(t, r.bindings, "an exchange goes with the bindings to it")
+}
+
+// The recovery rules: what a durable broker gets back when it opens its log again after a Close
+// or a crash, RabbitMQ's picture (durable.go's Open). Each test runs in a synctest bubble, where
+// time.Sleep advances the fake clock at once: "close, let 10 minutes pass, reopen" is
+// restart(t, b, fs, 10*time.Minute).
+
+// start opens a durable broker on fs, closed when the test ends.
+func start(t *testing.T, fs wal.FS, opts ...BrokerOption) *Broker {
+	t.Helper()
+	b := openTest(t, fs, opts...)
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// restart closes b, lets d pass, and opens fs again with opts.
+func restart(t *testing.T, b *Broker, fs wal.FS, d time.Duration, opts ...BrokerOption) *Broker {
+	t.Helper()
+	require.NoError(t, b.Close())
+	time.Sleep(d)
+	return start(t, fs, opts...)
+}
+
+// durableQueue declares a durable queue with opts.
+func durableQueue(t *testing.T, b *Broker, name string, opts ...QueueOption) *Queue {
+	t.Helper()
+	q, err := b.DeclareQueue(name, append([]QueueOption{Durable()}, opts...)...)
+	require.NoError(t, err)
+	return q
+}
+
+// lookup returns the queue named name, which must exist.
+func lookup(t *testing.T, b *Broker, name string) *Queue {
+	t.Helper()
+	q, err := b.Queue(name)
+	require.NoError(t, err)
+	return q
+}
+
+// get gets the head of q, which must not be empty, and leaves it unsettled.
+func get(t *testing.T, q *Queue) *Delivery {
+	t.Helper()
+	d, err := q.Get(context.Background())
+	require.NoError(t, err)
+	return d
+}
+
+// ready returns the bodies of q's ready messages, in delivery order, without taking them.
+func ready(q *Queue) []string {
+	var out []string
+	for m := range q.Browse() {
+		out = append(out, string(m.Body))
+	}
+	return out
+}
+
+// TestRecoverOrder: every confirmed persistent message of a durable queue comes back at its
+// original place in the queue's order: acked ones gone, transient ones gone, those out with a
+// consumer back among the others, not behind them; what is published after a restart goes
+// behind them all.
+func TestRecoverOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := start(t, fs)
+		q := durableQueue(t, b, "jobs")
+		persistent(t, b, "jobs", "m1", "m2", "m3")
+		require.NoError(t, b.Publish(context.Background(), "", "jobs", Message{Body: []byte("transient")}))
+		persistent(t, b, "jobs", "m4", "m5", "m6")
+		var out []*Delivery
+		for range 5 {
+			out = append(out, get(t, q)) // m1, m2, m3, transient, m4
+		}
+		require.NoError(t, out[0].Ack())
+		require.NoError(t, out[2].Ack())
+		require.NoError(t, out[3].Ack())
+
+		b = restart(t, b, fs, time.Minute) // m2 and m4 out
+		q = lookup(t, b, "jobs")
+		require.Equal(t, []string{"m2", "m4", "m5", "m6"}, ready(q), "m2 and m4 back at their places")
+		persistent(t, b, "jobs", "m7")
+		get(t, q) // m2, out again
+
+		b = restart(t, b, fs, time.Minute)
+		require.Equal(t, []string{"m2", "m4", "m5", "m6", "m7"}, ready(lookup(t, b, "jobs")),
+			"m7, published in the second life, stays behind the first life's messages")
+	})
 }
