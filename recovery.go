@@ -215,7 +215,9 @@ func (r *replay) apply(seg uint64, rec record) {
 		case recDeliver:
 			m.delivered = true
 		case recReturn:
-			m.delivered, m.redelivered, m.returns = false, true, uint32(rec.n)
+			// As the queue has it: a delivery its consumer never read comes back unchanged,
+			// not redelivered, when it was not before (returns 0).
+			m.delivered, m.redelivered, m.returns = false, rec.n > 0, uint32(rec.n)
 		case recDelay:
 			m.delivered, m.due = false, rec.n
 		case recSettle:

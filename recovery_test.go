@@ -56,6 +56,9 @@ func TestReplayPicture(t *testing.T) {
 		appendSeqRecord(nil, recDeliver, 10, 4, 0), // d: nacked with a delay
 		appendSeqRecord(nil, recReturn, 10, 4, 1),
 		appendSeqRecord(nil, recDelay, 10, 4, 12345),
+		pub(6, 10, 6, "f"),
+		appendSeqRecord(nil, recDeliver, 10, 6, 0), // f: back unread, unchanged
+		appendSeqRecord(nil, recReturn, 10, 6, 0),
 		appendSeqRecord(nil, recSettle, 10, 99, 0), // unknown: ignored
 	})
 	got := replayed(r, 10)
@@ -64,10 +67,11 @@ func TestReplayPicture(t *testing.T) {
 		{msgID: 3, seq: 3, returns: 3, redelivered: true, returned: true},
 		{msgID: 4, seq: 4, returns: 1, redelivered: true, due: 12345},
 		{msgID: 5, seq: 5},
-	}, got, "in seq order; what was out comes back redelivered with one return more; counts and due times kept")
+		{msgID: 6, seq: 6},
+	}, got, "in seq order; what was out comes back redelivered with one return more; counts and due times kept; what came back unread is as it was")
 	require.Nil(t, r.body(2), "acked: its body is gone")
 	require.Equal(t, []byte("c"), r.body(3))
-	require.Equal(t, 4, r.live[1].bodies)
+	require.Equal(t, 5, r.live[1].bodies)
 }
 
 func TestReplayBodiesAcrossQueues(t *testing.T) {
@@ -159,6 +163,16 @@ func restart(t *testing.T, b *Broker, fs wal.FS, d time.Duration, opts ...Broker
 	return start(t, fs, opts...)
 }
 
+// crash kills b as kill -9 would, once its log holds everything b appended (acknowledgements
+// too), and lets d pass.
+func crash(t *testing.T, b *Broker, fs *wal.MemFS, d time.Duration) {
+	t.Helper()
+	require.NoError(t, b.store.log.Sync())
+	fs.Crash(wal.KeepWritten, nil)
+	b.Close() // the crashed log fails; the broker still closes
+	time.Sleep(d)
+}
+
 // durableQueue declares a durable queue with opts.
 func durableQueue(t *testing.T, b *Broker, name string, opts ...QueueOption) *Queue {
 	t.Helper()
@@ -222,4 +236,61 @@ func TestRecoverOrder(t *testing.T) {
 		require.Equal(t, []string{"m2", "m4", "m5", "m6", "m7"}, ready(lookup(t, b, "jobs")),
 			"m7, published in the second life, stays behind the first life's messages")
 	})
+}
+
+// TestRecoverUnacked: a message out with a consumer (or a Get) when the broker closed or
+// crashed comes back redelivered, its delivery count one higher; a message returned before
+// keeps its count, and one a consumer never read comes back as it was; and a count survives any
+// number of restarts, each of which a delivery was out at.
+func TestRecoverUnacked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stop func(t *testing.T, b *Broker, fs *wal.MemFS) *Broker
+	}{
+		{"close", func(t *testing.T, b *Broker, fs *wal.MemFS) *Broker { return restart(t, b, fs, time.Minute) }},
+		{"kill -9", func(t *testing.T, b *Broker, fs *wal.MemFS) *Broker {
+			crash(t, b, fs, time.Minute)
+			return start(t, fs)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fs := wal.NewMemFS()
+				b := start(t, fs)
+				q := durableQueue(t, b, "jobs")
+				persistent(t, b, "jobs", "a", "b", "c", "d")
+				c, err := q.Consume(t.Context(), Prefetch(2))
+				require.NoError(t, err)
+				da := <-c.Deliveries() // a received; b buffered, never received
+				require.Equal(t, "a", string(da.Message.Body))
+				require.NoError(t, da.Nack()) // a: returned once, out again at once
+				synctest.Wait()
+				dc := get(t, q) // c: out with a Get
+				require.Equal(t, "c", string(dc.Message.Body))
+
+				b = tc.stop(t, b, fs)
+				q = lookup(t, b, "jobs")
+				require.Equal(t, []string{"a", "b", "c", "d"}, ready(q))
+				da = get(t, q)
+				require.Equal(t, []any{"a", true, 2}, []any{string(da.Message.Body), da.Redelivered, da.DeliveryCount},
+					"a: returned once by the Nack, once by the stop")
+				require.NoError(t, da.Nack()) // a: 3
+				get(t, q)                     // a, out at the stop: 4
+				db := get(t, q)
+				require.Equal(t, []any{"b", true, 1}, []any{string(db.Message.Body), db.Redelivered, db.DeliveryCount},
+					"b: buffered for the consumer at the stop, which cannot know it was not read")
+				dc = get(t, q) // c, out at both stops
+				require.Equal(t, []any{"c", true, 1}, []any{string(dc.Message.Body), dc.Redelivered, dc.DeliveryCount})
+				c, err = q.Consume(t.Context(), Prefetch(1))
+				require.NoError(t, err)
+				synctest.Wait()                // d buffered for c
+				require.NoError(t, c.Cancel()) // d back unread: unchanged
+				require.NoError(t, db.Nack())  // b: 2, ready at the stop
+
+				b = tc.stop(t, b, fs)
+				require.Equal(t, []string{"a(4)", "b(2)", "c(2)", "d"}, held(t, b, "jobs"),
+					"a and c out at both stops, b returned and ready at the second, d returned unread")
+			})
+		})
+	}
 }
