@@ -213,7 +213,7 @@ func (r *replay) apply(seg uint64, rec record) {
 		}
 		switch rec.typ {
 		case recDeliver:
-			m.delivered = true
+			m.delivered, m.due = true, 0 // a delayed message is delivered once it is due
 		case recReturn:
 			// As the queue has it: a delivery its consumer never read comes back unchanged,
 			// not redelivered, when it was not before (returns 0).

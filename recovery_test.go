@@ -2,6 +2,7 @@ package warren
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -293,4 +294,89 @@ func TestRecoverUnacked(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRecoverDeliveryLimit: a poison message that crashes the process each time it is
+// delivered still reaches its queue's delivery limit: each crash returns it, one delivery more,
+// and the return that takes it past the limit dead-letters it when the broker opens again, as a
+// Nack would have. So does a message delivered after a delay.
+func TestRecoverDeliveryLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := start(t, fs)
+		durableQueue(t, b, "jobs", DeliveryLimit(2), DeadLetter("", "poison"))
+		durableQueue(t, b, "retry", DeliveryLimit(1), DeadLetter("", "poison"))
+		durableQueue(t, b, "poison")
+		persistent(t, b, "jobs", "bad", "good")
+		persistent(t, b, "retry", "slow")
+		require.NoError(t, get(t, lookup(t, b, "retry")).NackWithDelay(time.Minute))
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		require.Equal(t, 1, get(t, lookup(t, b, "retry")).DeliveryCount, "slow: out at the first crash")
+		for life := range 3 { // three deliveries: as many as the limit allows
+			d := get(t, lookup(t, b, "jobs"))
+			require.Equal(t, []any{"bad", life}, []any{string(d.Message.Body), d.DeliveryCount})
+			crash(t, b, fs, time.Minute)
+			b = start(t, fs)
+		}
+		require.Equal(t, []string{"good"}, ready(lookup(t, b, "jobs")), "the third return took it past the limit")
+		require.Empty(t, ready(lookup(t, b, "retry")))
+		poison := lookup(t, b, "poison")
+		require.Equal(t, []string{"slow", "bad"}, ready(poison))
+		for _, from := range []string{"retry", "jobs"} {
+			d := get(t, poison)
+			x := d.Message.Headers["x-death"].([]any)[0].(Table)
+			require.Equal(t, []any{from, string(ReasonDeliveryLimit), int64(1)}, []any{x["queue"], x["reason"], x["count"]})
+		}
+	})
+}
+
+// TestRecoverExpiredWhileDown: deadlines are wall-clock times, kept across restarts: what
+// expired while the process was down has expired, and been dead-lettered with its x-death, when
+// Open returns, even to a dead-letter queue declared and bound after it; what has not expires at
+// its deadline, not later for the time the process was down.
+func TestRecoverExpiredWhileDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := start(t, fs)
+		durableQueue(t, b, "main", MessageTTL(time.Hour), DeadLetter("dlx", ""))
+		_, err := b.DeclareExchange("dlx", ExchangeFanout, Durable())
+		require.NoError(t, err)
+		durableQueue(t, b, "dead")
+		require.NoError(t, b.Bind("dead", "dlx", "", nil))
+		ctx := context.Background()
+		persistent(t, b, "main", "old") // due at 1h
+		require.NoError(t, b.Publish(ctx, "", "main", Message{Body: []byte("short"), Persistent: true}, ExpireAfter(50*time.Minute)))
+		time.Sleep(40 * time.Minute)
+		persistent(t, b, "main", "new") // due at 1h40m
+
+		b = restart(t, b, fs, 30*time.Minute) // at 1h10m
+		main, dead := lookup(t, b, "main"), lookup(t, b, "dead")
+		require.Equal(t, []string{"new"}, ready(main))
+		require.Equal(t, []string{"old", "short"}, ready(dead), "expired while down: dead-lettered in queue order, as RabbitMQ's head-first expiry does")
+		for _, want := range []struct {
+			body, expiration string
+		}{{"old", ""}, {"short", "3000000"}} {
+			d := get(t, dead)
+			require.Equal(t, want.body, string(d.Message.Body))
+			x := d.Message.Headers["x-death"].([]any)
+			require.Len(t, x, 1)
+			death := maps.Clone(x[0].(Table))
+			exp, _ := death["original-expiration"].(string)
+			delete(death, "original-expiration")
+			require.Equal(t, want.expiration, exp)
+			require.Equal(t, Table{"queue": "main", "reason": string(ReasonExpired), "count": int64(1), "exchange": "",
+				"routing-keys": []any{"main"}, "time": time.Now().Truncate(time.Second)}, death,
+				"%s: dead-lettered as the broker opened", want.body)
+			require.NoError(t, d.Ack())
+		}
+
+		time.Sleep(30*time.Minute - time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, []string{"new"}, ready(main), "its deadline is 1h40m")
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.Empty(t, ready(main))
+		require.Equal(t, []string{"new"}, ready(dead))
+	})
 }
