@@ -354,9 +354,23 @@ func (q *Queue) restore(r *replay) error {
 		q.b.store.log.Append(returns...) // written with what this life writes first
 	}
 	q.core.restore(ready, delayed, rq.last+1)
-	// What the restore did (dead letters of messages past their delivery limit), and what
-	// the queue's timer does first (expire what passed its deadline while the process was
-	// down), waits for every durable queue and binding to be back: openBroker flushes it.
+	// What the restore did (dead letters of messages past their delivery limit or their
+	// deadline), and what the downtime made due, waits for every durable queue and binding to
+	// be back: openBroker resumes the queue then (resume).
 	q.release()
 	return nil
+}
+
+// resume starts q, restored, once every durable queue and binding is back: what the restore
+// did (dead letters of messages past their delivery limit or their deadline) is flushed, and
+// what the time the process was down made due happens now, in this critical section rather
+// than on the queue's timer, so that it is done when Open returns and its listeners heard it:
+// delayed messages whose due time passed rejoin the queue (or expire), and the timer is armed
+// for what comes later.
+func (q *Queue) resume() {
+	q.mu.Lock()
+	now := q.core.clock()
+	q.core.expireDue(now)
+	q.core.promoteDue(now)
+	q.commit()
 }

@@ -380,3 +380,39 @@ func TestRecoverExpiredWhileDown(t *testing.T) {
 		require.Equal(t, []string{"new"}, ready(dead))
 	})
 }
+
+// TestRecoverDelayed: a delayed message keeps its due time, a wall-clock time, across a restart:
+// hidden until then, at its place in the queue from then on; one whose due time passed while the
+// process was down is back at once. So with a delayed publish and a delayed Nack.
+func TestRecoverDelayed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := start(t, fs)
+		q := durableQueue(t, b, "jobs")
+		ctx := context.Background()
+		require.NoError(t, b.Publish(ctx, "", "jobs", Message{Body: []byte("later"), Persistent: true}, DeliverAfter(time.Hour)))
+		require.NoError(t, b.Publish(ctx, "", "jobs", Message{Body: []byte("soon"), Persistent: true}, DeliverAfter(10*time.Minute)))
+		persistent(t, b, "jobs", "retried", "plain")
+		require.NoError(t, get(t, q).NackWithDelay(30*time.Minute)) // retried: due at 30m
+
+		b = restart(t, b, fs, 20*time.Minute) // at 20m: soon's due time passed while down
+		q = lookup(t, b, "jobs")
+		require.Equal(t, []string{"soon", "plain"}, ready(q), "soon is back at its place, ahead of plain")
+
+		time.Sleep(10*time.Minute - time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, []string{"soon", "plain"}, ready(q))
+		time.Sleep(time.Millisecond) // 30m
+		synctest.Wait()
+		require.Equal(t, []string{"soon", "retried", "plain"}, ready(q))
+
+		b = restart(t, b, fs, 20*time.Minute) // at 50m
+		q = lookup(t, b, "jobs")
+		time.Sleep(10*time.Minute - time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, []string{"soon", "retried", "plain"}, ready(q), "later is due at 1h, not 1h after the restart")
+		time.Sleep(time.Millisecond) // 1h
+		synctest.Wait()
+		require.Equal(t, []string{"later", "soon", "retried(1)", "plain"}, held(t, b, "jobs"))
+	})
+}
