@@ -207,6 +207,16 @@ func ready(q *Queue) []string {
 	return out
 }
 
+// queueNames returns the names of b's queues, without using them (a lookup would renew an
+// Expires lease).
+func queueNames(b *Broker) []string {
+	var names []string
+	for q := range b.Queues() {
+		names = append(names, q.Name())
+	}
+	return names
+}
+
 // TestRecoverOrder: every confirmed persistent message of a durable queue comes back at its
 // original place in the queue's order: acked ones gone, transient ones gone, those out with a
 // consumer back among the others, not behind them; what is published after a restart goes
@@ -414,5 +424,68 @@ func TestRecoverDelayed(t *testing.T) {
 		time.Sleep(time.Millisecond) // 1h
 		synctest.Wait()
 		require.Equal(t, []string{"later", "soon", "retried(1)", "plain"}, held(t, b, "jobs"))
+	})
+}
+
+// TestRecoverXDeath: a message's x-death history survives restarts, and goes on: a later death
+// for the same queue and reason counts in the same entry, and the first death headers stay.
+func TestRecoverXDeath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := start(t, fs)
+		durableQueue(t, b, "work", DeadLetter("", "parked"))
+		durableQueue(t, b, "parked", DeadLetter("", "work"))
+		persistent(t, b, "work", "m")
+		require.NoError(t, get(t, lookup(t, b, "work")).Reject()) // → parked
+		died := time.Now().Truncate(time.Second)
+
+		b = restart(t, b, fs, time.Hour)
+		require.NoError(t, get(t, lookup(t, b, "parked")).Reject()) // → work
+
+		b = restart(t, b, fs, time.Hour)
+		require.NoError(t, get(t, lookup(t, b, "work")).Reject()) // → parked, work's entry counts 2
+
+		b = restart(t, b, fs, time.Hour)
+		d := get(t, lookup(t, b, "parked"))
+		h := d.Message.Headers
+		deaths := h["x-death"].([]any)
+		require.Len(t, deaths, 2, "one entry per queue and reason")
+		for i, want := range []struct {
+			queue string
+			count int64
+			time  time.Time
+		}{{"work", 2, died}, {"parked", 1, died.Add(time.Hour)}} {
+			x := deaths[i].(Table)
+			require.Equal(t, []any{want.queue, string(ReasonRejected), want.count, "", []any{want.queue}},
+				[]any{x["queue"], x["reason"], x["count"], x["exchange"], x["routing-keys"]}, "x-death[%d]", i)
+			require.True(t, want.time.Equal(x["time"].(time.Time)), "x-death[%d] time %v, want %v: its first death's", i, x["time"], want.time)
+		}
+		require.Equal(t, []any{"rejected", "work", "rejected", "work"},
+			[]any{h["x-first-death-reason"], h["x-first-death-queue"], h["x-last-death-reason"], h["x-last-death-queue"]})
+	})
+}
+
+// TestRecoverExpiresLease: a durable queue's Expires lease starts again when the broker opens:
+// the time the process was down does not count as unused.
+func TestRecoverExpiresLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := start(t, fs)
+		durableQueue(t, b, "lease", Expires(time.Hour))
+		durableQueue(t, b, "other")
+		persistent(t, b, "lease", "m")
+		time.Sleep(50 * time.Minute) // unused
+
+		b = restart(t, b, fs, 3*time.Hour)
+		require.Equal(t, []string{"lease", "other"}, queueNames(b))
+		time.Sleep(time.Hour - time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, []string{"lease", "other"}, queueNames(b), "an hour after the open, not before")
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, []string{"other"}, queueNames(b))
+
+		b = restart(t, b, fs, time.Minute)
+		require.Equal(t, []string{"other"}, queueNames(b), "its deletion is in the log")
 	})
 }
