@@ -2,6 +2,7 @@ package warren
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"testing"
 	"testing/synctest"
@@ -487,5 +488,80 @@ func TestRecoverExpiresLease(t *testing.T) {
 
 		b = restart(t, b, fs, time.Minute)
 		require.Equal(t, []string{"other"}, queueNames(b), "its deletion is in the log")
+	})
+}
+
+// TestRecoverPriorities: a priority queue's messages come back in priority order (a priority
+// above the maximum counting as the maximum), each at its place within its priority, those out at
+// the close too; a message published after the restart goes behind those of its priority.
+func TestRecoverPriorities(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := start(t, fs)
+		q := durableQueue(t, b, "prio", MaxPriority(5))
+		publish := func(b *Broker, body string, priority uint8) {
+			require.NoError(t, b.Publish(context.Background(), "", "prio", Message{Body: []byte(body), Priority: priority, Persistent: true}))
+		}
+		publish(b, "a", 0)
+		publish(b, "b", 3)
+		publish(b, "c", 5)
+		publish(b, "d", 10) // counts as 5
+		publish(b, "e", 3)
+		publish(b, "f", 0)
+		require.Equal(t, "c", string(get(t, q).Message.Body)) // out at the close
+		require.Equal(t, "d", string(get(t, q).Message.Body))
+		require.NoError(t, get(t, q).Nack()) // b, back at its place
+
+		b = restart(t, b, fs, time.Minute)
+		publish(b, "g", 5)
+		publish(b, "h", 3)
+		require.Equal(t, []string{"c(1)", "d(1)", "g", "b(1)", "e", "h", "a", "f"}, held(t, b, "prio"))
+	})
+}
+
+// TestRecoverFanout: a message published to two durable queues comes back in both, as one
+// message; acking it in one, before or after a restart, keeps it in the other, and its body with
+// it in the log: later restarts still find it.
+func TestRecoverFanout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		opts := logOptions(wal.Options{SegmentSize: 1024}) // segments go as soon as they can
+		b := start(t, fs, opts)
+		_, err := b.DeclareExchange("fan", ExchangeFanout, Durable())
+		require.NoError(t, err)
+		for _, name := range []string{"a", "b"} {
+			durableQueue(t, b, name)
+			require.NoError(t, b.Bind(name, "fan", "", nil))
+		}
+		_, err = b.DeclareQueue("c") // transient
+		require.NoError(t, err)
+		require.NoError(t, b.Bind("c", "fan", "", nil))
+		durableQueue(t, b, "filler")
+		ctx := context.Background()
+		for _, body := range []string{"m1", "m2"} {
+			require.NoError(t, b.Publish(ctx, "fan", "", Message{Body: []byte(body), Persistent: true}))
+		}
+		require.NoError(t, get(t, lookup(t, b, "a")).Ack()) // m1
+
+		b = restart(t, b, fs, time.Minute, opts)
+		a, bq := lookup(t, b, "a"), lookup(t, b, "b")
+		require.Equal(t, []string{"m2"}, ready(a))
+		require.Equal(t, []string{"m1", "m2"}, ready(bq))
+		da, db := get(t, a), get(t, bq)
+		require.Same(t, da.Message, get(t, bq).Message, "m2: one message in both queues")
+		require.NoError(t, da.Ack())
+		require.NoError(t, db.Ack()) // m1: now in no queue
+		// Enough to fill many segments, each gone once its messages are acked: only those a
+		// queue still needs stay.
+		filler := lookup(t, b, "filler")
+		for i := range 100 {
+			persistent(t, b, "filler", fmt.Sprint("filler ", i))
+			require.NoError(t, get(t, filler).Ack())
+		}
+		require.NoError(t, b.store.log.Sync())
+
+		b = restart(t, b, fs, time.Minute, opts)
+		require.Empty(t, ready(lookup(t, b, "a")))
+		require.Equal(t, []string{"m2(1)"}, held(t, b, "b"), "acked in a after the restart: still in b")
 	})
 }
