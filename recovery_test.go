@@ -565,3 +565,100 @@ func TestRecoverFanout(t *testing.T) {
 		require.Equal(t, []string{"m2(1)"}, held(t, b, "b"), "acked in a after the restart: still in b")
 	})
 }
+
+// TestRecoverTopology: durable exchanges come back with their alternate exchanges, and so do
+// the bindings between durable ends, exchange to exchange included; a transient queue does not,
+// nor its bindings: what only it took now goes to the alternate exchange.
+func TestRecoverTopology(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := start(t, fs)
+		ctx := context.Background()
+		for _, x := range []struct {
+			name, kind string
+			opts       []ExchangeOption
+		}{
+			{"events", ExchangeTopic, []ExchangeOption{Durable(), AlternateExchange("unrouted")}},
+			{"unrouted", ExchangeFanout, []ExchangeOption{Durable()}},
+			{"audit", ExchangeFanout, []ExchangeOption{Durable(), Internal()}},
+		} {
+			_, err := b.DeclareExchange(x.name, x.kind, x.opts...)
+			require.NoError(t, err)
+		}
+		for _, name := range []string{"orders", "log", "lost"} {
+			durableQueue(t, b, name)
+		}
+		_, err := b.DeclareQueue("tmp") // transient
+		require.NoError(t, err)
+		require.NoError(t, b.Bind("orders", "events", "order.*", nil))
+		require.NoError(t, b.BindExchange("audit", "events", "#.audit", nil))
+		require.NoError(t, b.Bind("log", "audit", "", nil))
+		require.NoError(t, b.Bind("lost", "unrouted", "", nil))
+		require.NoError(t, b.Bind("tmp", "events", "tmp.*", nil))
+
+		b = restart(t, b, fs, time.Minute)
+		require.Equal(t, []string{"log", "lost", "orders"}, queueNames(b))
+		for _, p := range []struct{ key, body string }{
+			{"order.new", "1"},        // → orders
+			{"order.audit", "2"},      // → orders, and audit → log
+			{"user.login.audit", "3"}, // audit → log
+			{"tmp.x", "4"},            // its queue is gone: → unrouted → lost
+			{"nothing", "5"},          // → unrouted → lost
+		} {
+			require.NoError(t, b.Publish(ctx, "events", p.key, Message{Body: []byte(p.body), Persistent: true}))
+		}
+		require.ErrorIs(t, b.Publish(ctx, "audit", "", Message{Body: []byte("x")}), ErrAccessRefused, "audit is still internal")
+		require.Equal(t, []string{"1", "2"}, held(t, b, "orders"))
+		require.Equal(t, []string{"2", "3"}, held(t, b, "log"))
+		require.Equal(t, []string{"4", "5"}, held(t, b, "lost"))
+	})
+}
+
+// TestRecoverQueueArguments: a durable queue's arguments come back with it and act on what it
+// got back: its dead-letter exchange, its length limits and overflow policies (the recovered
+// messages count), single active consumer; and a declaration that differs from them is refused.
+func TestRecoverQueueArguments(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := start(t, fs)
+		durableQueue(t, b, "dl", DeadLetter("", "dead"))
+		durableQueue(t, b, "capped", MaxLength(2), Overflow(RejectPublish))
+		durableQueue(t, b, "bytes", MaxLengthBytes(8), Overflow(RejectPublish))
+		durableQueue(t, b, "head", MaxLength(2), DeadLetter("", "dead"))
+		durableQueue(t, b, "sac", SingleActiveConsumer())
+		durableQueue(t, b, "dead")
+		persistent(t, b, "dl", "rejected")
+		persistent(t, b, "capped", "c1", "c2")
+		persistent(t, b, "bytes", "b1__", "b2__")
+		persistent(t, b, "head", "h1", "h2")
+		persistent(t, b, "sac", "s1", "s2")
+
+		b = restart(t, b, fs, time.Minute)
+		ctx := context.Background()
+		full := Message{Body: []byte("x"), Persistent: true}
+		require.ErrorIs(t, b.Publish(ctx, "", "capped", full), ErrQueueFull, "two messages back: full")
+		require.ErrorIs(t, b.Publish(ctx, "", "bytes", full), ErrQueueFull, "eight bytes back: full")
+		_, err := b.DeclareQueue("capped", Durable(), MaxLength(3), Overflow(RejectPublish))
+		require.ErrorIs(t, err, ErrPreconditionFailed)
+		persistent(t, b, "head", "h3") // drops h1
+		require.NoError(t, get(t, lookup(t, b, "dl")).Reject())
+		dead := lookup(t, b, "dead")
+		require.Equal(t, []string{"h1", "rejected"}, ready(dead))
+		for _, want := range []string{string(ReasonMaxLen), string(ReasonRejected)} {
+			require.Equal(t, want, get(t, dead).Message.Headers["x-last-death-reason"])
+		}
+		require.Equal(t, []string{"h2", "h3"}, ready(lookup(t, b, "head")))
+
+		sac := lookup(t, b, "sac")
+		first, err := sac.Consume(t.Context())
+		require.NoError(t, err)
+		second, err := sac.Consume(t.Context())
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Len(t, first.Deliveries(), 2)
+		require.Empty(t, second.Deliveries(), "one active consumer")
+		require.NoError(t, first.Cancel())
+		synctest.Wait()
+		require.Len(t, second.Deliveries(), 2, "the next takes over")
+	})
+}
