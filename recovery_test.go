@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -216,6 +217,33 @@ func queueNames(b *Broker) []string {
 		names = append(names, q.Name())
 	}
 	return names
+}
+
+// heard records what a broker's listener hears, from Open on (WithListener).
+type heard struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func (h *heard) listener() BrokerOption {
+	return WithListener(func(e Event) {
+		h.mu.Lock()
+		h.evs = append(h.evs, e)
+		h.mu.Unlock()
+	})
+}
+
+// of returns the events of kind heard so far, in order.
+func (h *heard) of(kind EventKind) []Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []Event
+	for _, e := range h.evs {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // TestRecoverOrder: every confirmed persistent message of a durable queue comes back at its
@@ -660,5 +688,42 @@ func TestRecoverQueueArguments(t *testing.T) {
 		require.NoError(t, first.Cancel())
 		synctest.Wait()
 		require.Len(t, second.Deliveries(), 2, "the next takes over")
+	})
+}
+
+// TestRecoverListener: a listener given with WithListener hears what Open does, before Open
+// returns: the torn end of the log it cut, and the messages that expired while the process was
+// down, expired or dead-lettered.
+func TestRecoverListener(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := start(t, fs)
+		durableQueue(t, b, "plain", MessageTTL(time.Minute))
+		durableQueue(t, b, "dl", MessageTTL(time.Minute), DeadLetter("", "dead"))
+		durableQueue(t, b, "dead")
+		persistent(t, b, "plain", "p")
+		persistent(t, b, "dl", "d")
+		require.NoError(t, b.Close())
+		segs := segmentNames(t, fs)
+		last, err := fs.Open(segs[len(segs)-1])
+		require.NoError(t, err)
+		_, err = last.Write([]byte{100, 0, 0, 0, 1, 2, 3, 4, 5}) // a torn write: a frame that claims 100 bytes and has 5
+		require.NoError(t, err)
+		require.NoError(t, last.Close())
+		time.Sleep(time.Hour)
+
+		var h heard
+		b = start(t, fs, h.listener())
+		repaired := h.of(EventLogRepaired)
+		require.Len(t, repaired, 1)
+		require.Equal(t, int64(9), repaired[0].Value, "the bytes cut")
+		require.ErrorIs(t, repaired[0].Err, ErrCorrupt)
+		expired := h.of(EventExpired)
+		require.Len(t, expired, 1)
+		require.Equal(t, []string{"plain", "p"}, []string{expired[0].Queue, string(expired[0].Message.Body)})
+		dead := h.of(EventDeadLettered)
+		require.Len(t, dead, 1)
+		require.Equal(t, []any{"dl", "d", ReasonExpired}, []any{dead[0].Queue, string(dead[0].Message.Body), dead[0].Reason})
+		require.Equal(t, []string{"d"}, ready(lookup(t, b, "dead")))
 	})
 }
