@@ -193,7 +193,7 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	}
 	b.store.replaying = false
 	for _, q := range restored {
-		q.flushOutbox() // arms its timer; dead letters find their targets now
+		q.resume() // dead letters find their targets now
 	}
 	b.store.startCompactor(b)
 	return b, nil

@@ -213,9 +213,11 @@ func (r *replay) apply(seg uint64, rec record) {
 		}
 		switch rec.typ {
 		case recDeliver:
-			m.delivered = true
+			m.delivered, m.due = true, 0 // a delayed message is delivered once it is due
 		case recReturn:
-			m.delivered, m.redelivered, m.returns = false, true, uint32(rec.n)
+			// As the queue has it: a delivery its consumer never read comes back unchanged,
+			// not redelivered, when it was not before (returns 0).
+			m.delivered, m.redelivered, m.returns = false, rec.n > 0, uint32(rec.n)
 		case recDelay:
 			m.delivered, m.due = false, rec.n
 		case recSettle:
@@ -352,9 +354,23 @@ func (q *Queue) restore(r *replay) error {
 		q.b.store.log.Append(returns...) // written with what this life writes first
 	}
 	q.core.restore(ready, delayed, rq.last+1)
-	// What the restore did (dead letters of messages past their delivery limit), and what
-	// the queue's timer does first (expire what passed its deadline while the process was
-	// down), waits for every durable queue and binding to be back: openBroker flushes it.
+	// What the restore did (dead letters of messages past their delivery limit or their
+	// deadline), and what the downtime made due, waits for every durable queue and binding to
+	// be back: openBroker resumes the queue then (resume).
 	q.release()
 	return nil
+}
+
+// resume starts q, restored, once every durable queue and binding is back: what the restore
+// did (dead letters of messages past their delivery limit or their deadline) is flushed, and
+// what the time the process was down made due happens now, in this critical section rather
+// than on the queue's timer, so that it is done when Open returns and its listeners heard it:
+// delayed messages whose due time passed rejoin the queue (or expire), and the timer is armed
+// for what comes later.
+func (q *Queue) resume() {
+	q.mu.Lock()
+	now := q.core.clock()
+	q.core.expireDue(now)
+	q.core.promoteDue(now)
+	q.commit()
 }
