@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -249,4 +252,172 @@ func TestDurableHeadersChecked(t *testing.T) {
 	good := Message{Body: []byte("y"), Persistent: true, Headers: Table{"k": int16(1), "t": Table{"n": nil}}}
 	require.NoError(t, b.Publish(context.Background(), "", "jobs", good))
 	require.Equal(t, []string{"y"}, held(t, b, "jobs"))
+}
+
+// Bugs the crash tests (crash_test.go) found, each isolated in a test of its own. They fail
+// until the bug is fixed (TestDurableConcurrentQueues under -race); the crash tests count them
+// meanwhile rather than fail.
+
+// TestDurableDeliveryLimitAcrossRestart: a message out with a consumer when the broker stopped
+// comes back with its count one higher; past the queue's delivery limit it is dead-lettered, as
+// it would be had its consumer's context ended.
+func TestDurableDeliveryLimitAcrossRestart(t *testing.T) {
+	fs := wal.NewMemFS()
+	b := openTest(t, fs)
+	ctx := context.Background()
+	_, err := b.DeclareQueue("dlq", Durable())
+	require.NoError(t, err)
+	q, err := b.DeclareQueue("jobs", Durable(), DeliveryLimit(1), DeadLetter("", "dlq"))
+	require.NoError(t, err)
+	persistent(t, b, "jobs", "poison")
+	d, err := q.Get(ctx)
+	require.NoError(t, err)
+	require.NoError(t, d.Nack())
+	d, err = q.Get(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, d.DeliveryCount, "the last delivery the limit allows")
+	require.NoError(t, b.Close()) // with the delivery out: it comes back with count 2
+
+	b = openTest(t, fs)
+	defer b.Close()
+	require.NoError(t, b.WaitIdle(ctx))
+	require.Empty(t, held(t, b, "jobs"), "past its delivery limit, it is not delivered again")
+	dlq, err := b.Queue("dlq")
+	require.NoError(t, err)
+	d, err = dlq.Get(ctx)
+	require.NoError(t, err, "dead-lettered")
+	require.Equal(t, ReasonDeliveryLimit, d.Message.Deaths()[0].Reason)
+}
+
+// TestDurableDeadLetterAtOpen: what expired while the broker was down is dead-lettered at open
+// through the durable bindings the log holds, not dropped because open has not made them yet.
+// (Open restores the queues, whose timers may expire messages at once, before the bindings.)
+func TestDurableDeadLetterAtOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := openTest(t, fs)
+		_, err := b.DeclareExchange("dlx", ExchangeDirect, Durable())
+		require.NoError(t, err)
+		_, err = b.DeclareQueue("jobs", Durable(), MessageTTL(time.Second), DeadLetter("dlx", "dead"))
+		require.NoError(t, err)
+		_, err = b.DeclareQueue("dlq", Durable())
+		require.NoError(t, err)
+		require.NoError(t, b.Bind("dlq", "dlx", "dead", nil))
+		persistent(t, b, "jobs", "m")
+		require.NoError(t, b.Close())
+		time.Sleep(2 * time.Second) // the TTL ends while the broker is down
+
+		// Open declares jobs, restores it, declares dlq, then binds. Hearing dlq declared, jobs
+		// is restored and its timer armed: wait until the timer has done its work, as a slow
+		// open would (the race is otherwise won now and then, more often under -race).
+		var outcome Event
+		decided := make(chan struct{})
+		b = openTest(t, fs, WithListener(func(e Event) {
+			switch {
+			case e.Queue == "jobs" && (e.Kind == EventDeadLettered || e.Kind == EventDropped):
+				outcome = e
+				close(decided)
+			case e.Kind == EventQueueCreated && e.Queue == "dlq":
+				select {
+				case <-decided:
+				case <-time.After(time.Second):
+				}
+			}
+		}))
+		defer b.Close()
+		require.NoError(t, b.WaitIdle(context.Background()))
+		require.Equal(t, EventDeadLettered.String(), outcome.Kind.String(), "the expired message, reason %q", outcome.Reason)
+		require.Equal(t, []string{"m"}, held(t, b, "dlq"))
+	})
+}
+
+// TestDurableOpensAfterTornSegmentHeader: a power loss may leave the last segment with its
+// header torn when nothing in the segment was synced (under SyncNever, or after a segment
+// starts and before its first sync); nothing confirmed is there, so open cuts it, as it cuts a
+// torn batch, rather than refuse the log as corrupt.
+func TestDurableOpensAfterTornSegmentHeader(t *testing.T) {
+	opts := logOptions(wal.Options{Sync: wal.SyncNever})
+	for seed := range uint64(40) {
+		fs := wal.NewMemFS()
+		b := openTest(t, fs, opts)
+		_, err := b.DeclareQueue("jobs", Durable())
+		require.NoError(t, err)
+		persistent(t, b, "jobs", "m1", "m2")
+		fs.Crash(wal.TornTail, rand.New(rand.NewPCG(seed, 1)))
+		b.Close()
+
+		b, err = openBroker(fs, opts)
+		require.NoError(t, err, "seed %d", seed)
+		require.NoError(t, b.Close())
+	}
+}
+
+// TestDurablePowerLossAfterSegmentRelease: under SyncInterval a power loss takes at most what
+// was confirmed in the last interval. Releasing a segment writes the durable topology again at
+// the head of the log and removes the old segment that held it: the removal must not be
+// durable before the topology's new records are, or a power loss in between takes the topology,
+// and with it every message of every durable queue, however long ago confirmed.
+func TestDurablePowerLossAfterSegmentRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 100 * time.Millisecond
+		fs := wal.NewMemFS()
+		opts := logOptions(wal.Options{Sync: wal.SyncInterval, Interval: d, SegmentSize: 1024})
+		b := openTest(t, fs, opts)
+		defer func() { b.Close() }()
+		q, err := b.DeclareQueue("jobs", Durable())
+		require.NoError(t, err)
+		filler := 0
+		for segments := 1; segments < 2; filler++ {
+			persistent(t, b, "jobs", fmt.Sprintf("filler %03d", filler))
+			names, err := fs.List()
+			require.NoError(t, err)
+			segments = len(names)
+		}
+		persistent(t, b, "jobs", "kept") // in the second segment
+		time.Sleep(2 * d)                // synced
+
+		for range filler { // the first segment holds nothing needed any more: it goes
+			d, err := q.Get(context.Background())
+			require.NoError(t, err)
+			require.NoError(t, d.Ack())
+		}
+		time.Sleep(d / 10) // the log has written (and released) since, and not synced
+		fs.Crash(wal.KeepSynced, nil)
+		b.Close()
+
+		b = openTest(t, fs, opts)
+		_, err = b.Queue("jobs")
+		require.NoError(t, err, "the durable queue, declared %v before the power loss", 2*d+d/10)
+		require.Contains(t, held(t, b, "jobs"), "kept", "confirmed %v before the power loss", 2*d+d/10)
+	})
+}
+
+// TestDurableConcurrentQueues: durable queues commit on their own locks, concurrently; what
+// their commits log goes through the store's state without a race (run under -race; without it
+// the race shows now and then as a nil dereference in store.logEffects).
+func TestDurableConcurrentQueues(t *testing.T) {
+	fs := wal.NewMemFS()
+	opts := logOptions(wal.Options{Sync: wal.SyncNever})
+	b := openTest(t, fs, opts)
+	const each = 300
+	var wg sync.WaitGroup
+	for _, name := range []string{"a", "b"} {
+		_, err := b.DeclareQueue(name, Durable())
+		require.NoError(t, err)
+		wg.Go(func() {
+			for i := range each {
+				if err := b.Publish(context.Background(), "", name, Message{Body: []byte(fmt.Sprint(i)), Persistent: true}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, b.Close())
+	b = openTest(t, fs, opts)
+	defer b.Close()
+	for _, name := range []string{"a", "b"} {
+		require.Len(t, held(t, b, name), each, name)
+	}
 }
