@@ -15,8 +15,9 @@ import (
 )
 
 // A durable broker: what survives a restart, a process crash and a power loss (store.go,
-// recovery.go), in scenarios against MemFS. The kill -9 of a child process on the real file
-// system is in crash_test.go; the log itself is tested in internal/wal.
+// recovery.go), in scenarios against MemFS. Random workloads under crashes, a kill -9 of a child
+// process and power losses on MemFS, are in crash_test.go; the log itself is tested in
+// internal/wal.
 
 func openTest(t *testing.T, fs wal.FS, opts ...BrokerOption) *Broker {
 	t.Helper()
