@@ -407,7 +407,7 @@ func TestDurableConcurrentQueues(t *testing.T) {
 		require.NoError(t, err)
 		wg.Go(func() {
 			for i := range each {
-				if err := b.Publish(context.Background(), "", name, Message{Body: []byte(fmt.Sprint(i)), Persistent: true}); err != nil {
+				if err := b.Publish(context.Background(), "", name, Message{Body: fmt.Append(nil, i), Persistent: true}); err != nil {
 					t.Error(err)
 					return
 				}
