@@ -434,7 +434,8 @@ func newCrashChecker(t *testing.T, stats *crashStats) *crashChecker {
 
 // listener is to be given to the broker opened for a check: it hears the dead letters dropped
 // for want of a route. The workload's dead letters always have one, but for a bug:
-// TestDurableDeadLetterAtOpen. Counted until it is fixed; then an assertion.
+// TestDurableDeadLetterAtOpen. Counted; report fails the test if it
+// ever happens again.
 func (c *crashChecker) listener() BrokerOption {
 	return WithListener(func(e Event) {
 		if e.Kind == EventDropped && e.Reason == ReasonDLXNoRoute {
@@ -551,8 +552,8 @@ func (c *crashChecker) delivered(m *crashMsg, e journalEntry, life int, bounds c
 		c.stats.flatCounts++
 	}
 	if e.queue != "dlq" && count > crashLimit {
-		// A bug: TestDurableDeliveryLimitAcrossRestart. Counted until it is fixed; then an
-		// assertion.
+		// A bug: TestDurableDeliveryLimitAcrossRestart. Counted; report fails
+		// the test if it ever happens again.
 		c.stats.pastLimit++
 	}
 	floor := last.floor
@@ -580,7 +581,7 @@ const crashSlack = 10 * time.Millisecond
 // ended the last life replayed. It leaves b's queues as it found them, but for what expired
 // and dead-lettered or became due while it waited. It returns false if the restart lost the
 // topology, which the crash could not take: a bug (TestDurablePowerLossAfterSegmentRelease),
-// counted until it is fixed; then nothing more can be checked.
+// counted (report fails the test); nothing more can be checked.
 func (c *crashChecker) check(b *Broker, reopened int64) bool {
 	c.t.Helper()
 	bounds := c.crashes[len(c.crashes)-1]
@@ -837,9 +838,12 @@ func (s crashStats) report(t *testing.T) {
 		s.lostAcks, s.lateAcks, s.oldestAck, s.lostDead, s.deadDups, s.flatCounts)
 	t.Logf("expired while down, gone at the restart: %d; delays kept across a restart: %d; "+
 		"confirmed and lost within the bound: %d", s.expiredDown, s.delaysKept, s.lostInBound)
-	t.Logf("known bugs: deliveries past the delivery limit: %d; dead letters dropped at a restart: %d; "+
-		"runs cut short by a lost topology: %d, by a torn segment header: %d; children's panics: %d, races: %d",
+	t.Logf("bugs fixed, each with a test of its own in store_test.go: deliveries past the delivery limit: %d; "+
+		"dead letters dropped at a restart: %d; runs cut short by a lost topology: %d, by a torn segment header: %d; "+
+		"children's panics: %d, races: %d",
 		s.pastLimit, s.noRoute, s.topologyLost, s.tornHeader, s.childPanics, s.childRaces)
+	require.Zero(t, s.pastLimit+s.noRoute+s.topologyLost+s.tornHeader+s.childPanics+s.childRaces,
+		"a fixed bug is back: see the counts above")
 }
 
 // The kill -9 test: a child process runs the workload on a durable broker and is killed at a
@@ -944,7 +948,7 @@ func TestKill9(t *testing.T) {
 		case errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
 		case strings.Contains(stderr.String(), "(*store).logEffects"):
 			// A bug: TestDurableConcurrentQueues. The child's panic is a crash as good as a
-			// kill; counted until it is fixed.
+			// kill; counted (report fails the test).
 			how = "panicked in store.logEffects"
 			chk.stats.childPanics++
 		default:

@@ -276,9 +276,8 @@ func TestDurableHeadersChecked(t *testing.T) {
 	require.Equal(t, []string{"y"}, held(t, b, "jobs"))
 }
 
-// Bugs the crash tests (crash_test.go) found, each isolated in a test of its own. They fail
-// until the bug is fixed (TestDurableConcurrentQueues under -race); the crash tests count them
-// meanwhile rather than fail.
+// Bugs the crash tests (crash_test.go) found, each isolated in a test of its own
+// (TestDurableConcurrentQueues under -race), so that it stays fixed.
 
 // TestDurableDeliveryLimitAcrossRestart: a message out with a consumer when the broker stopped
 // comes back with its count one higher; past the queue's delivery limit it is dead-lettered, as
