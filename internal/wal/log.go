@@ -122,15 +122,18 @@ type Log struct {
 	appended LSN
 	written  LSN
 	synced   LSN
-	segBytes int64          // bytes in the last segment, pending included
-	lastSeg  uint64         // the segment appends go to
-	writing  bool           // a writer owns the files
-	err      error          // the log failed: ErrFailed wrapping the first I/O error; or ErrClosed
-	release  uint64         // segments before it may be removed (ReleaseBelow)
-	first    uint64         // the first segment not removed
-	syncer   background     // SyncInterval: syncs what was written
-	flusher  background     // writes what nobody waits for, after FlushDelay
-	timers   sync.WaitGroup // the background timers' callbacks in flight
+	segBytes int64  // bytes in the last segment, pending included
+	lastSeg  uint64 // the segment appends go to
+	writing  bool   // a writer owns the files
+	// unsynced says the current segment was written since it was last synced, as far as the
+	// syncer is concerned; syncing, that the syncer's fsync is in flight (syncBeside).
+	unsynced, syncing bool
+	err               error          // the log failed: ErrFailed wrapping the first I/O error; or ErrClosed
+	release           uint64         // segments before it may be removed (ReleaseBelow)
+	first             uint64         // the first segment not removed
+	syncer            background     // SyncInterval: syncs what was written
+	flusher           background     // writes what nobody waits for, after FlushDelay
+	timers            sync.WaitGroup // the background timers' callbacks in flight
 
 	// Owned by the writer.
 	file    File   // the segment being appended to
@@ -502,6 +505,9 @@ func (l *Log) writeLocked(sync bool) {
 	l.mu.Lock()
 	l.first = first
 	l.writing = false
+	if err == nil && len(chunks) > 0 {
+		l.unsynced = !sync
+	}
 	for _, c := range chunks {
 		if cap(c.buf) <= 1<<20 {
 			l.spare = append(l.spare, c.buf)
@@ -605,7 +611,7 @@ func (l *Log) stop(b *background) {
 	}
 }
 
-// syncTick is SyncInterval's timer: it syncs what was written.
+// syncTick is SyncInterval's timer: it syncs what was written, beside the writer.
 func (l *Log) syncTick() { l.background(&l.syncer, true) }
 
 // flushTick writes what was appended and nobody waited for.
@@ -620,9 +626,43 @@ func (l *Log) background(b *background, sync bool) {
 	for l.writing && l.err == nil {
 		l.cond.Wait()
 	}
-	if l.err == nil && (len(l.pending) > 0 || sync || l.releasing()) {
+	switch {
+	case l.err != nil:
+	case b == &l.syncer:
+		if len(l.pending) > 0 || l.releasing() {
+			l.writeLocked(false)
+		}
+		l.syncBeside()
+	case len(l.pending) > 0 || sync || l.releasing():
 		l.writeLocked(sync)
 	}
+}
+
+// syncBeside syncs the current segment without holding the writer's turn, so that writes (an
+// acknowledgement's flush, a publish's) go on during the fsync, which on a slow disk can take
+// tens of milliseconds. The caller holds mu, and no writer is active; mu is released during
+// the fsync. A writer that rotates meanwhile syncs the segment itself before it closes it (and
+// the fsync here then fails with fs.ErrClosed, or covers it anyway); one that must sync (under
+// SyncAlways, or before removing segments) syncs whatever this one does.
+func (l *Log) syncBeside() {
+	if !l.unsynced || l.syncing {
+		return
+	}
+	f, end := l.file, l.written
+	l.unsynced, l.syncing = false, true
+	l.mu.Unlock()
+	err := f.Sync()
+	l.mu.Lock()
+	l.syncing = false
+	switch {
+	case err == nil:
+		l.synced = max(l.synced, end)
+	case errors.Is(err, iofs.ErrClosed):
+		l.unsynced = true // rotated or closed meanwhile: the next sync covers what is left
+	case l.err == nil:
+		l.err = fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	l.cond.Broadcast()
 }
 
 // ReleaseBelow says that nothing in the segments before segment n is needed any more: the

@@ -278,35 +278,67 @@ func TestLogCorruption(t *testing.T) {
 	})
 }
 
-// countingFS counts the syncs of its files.
+// countingFS counts the syncs of its files, and calls hook (if set) before each.
 type countingFS struct {
 	FS
 	syncs *atomic.Int64
+	hook  func()
 }
 
 func (fs countingFS) Create(name string) (File, error) {
 	f, err := fs.FS.Create(name)
-	return countingFile{f, fs.syncs}, err
+	return countingFile{f, fs}, err
 }
 
 func (fs countingFS) Open(name string) (File, error) {
 	f, err := fs.FS.Open(name)
-	return countingFile{f, fs.syncs}, err
+	return countingFile{f, fs}, err
 }
 
 type countingFile struct {
 	File
-	syncs *atomic.Int64
+	fs countingFS
 }
 
 func (f countingFile) Sync() error {
-	f.syncs.Add(1)
+	f.fs.syncs.Add(1)
+	if f.fs.hook != nil {
+		f.fs.hook()
+	}
 	return f.File.Sync()
+}
+
+// TestSyncBesideWrites: SyncInterval's fsync does not hold up writes: a record appended while
+// the syncer's fsync is in flight (slow disk) is written, and its waiter told, at once.
+func TestSyncBesideWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var syncs atomic.Int64
+		entered, release := make(chan struct{}), make(chan struct{})
+		var blocking atomic.Bool
+		fs := countingFS{FS: NewMemFS(), syncs: &syncs}
+		fs.hook = func() {
+			if blocking.CompareAndSwap(true, false) {
+				close(entered)
+				<-release
+			}
+		}
+		l, _, _ := openLog(t, fs, Options{Sync: SyncInterval, Interval: 10 * time.Millisecond})
+		lsn, _, err := l.Append(record(1))
+		require.NoError(t, err)
+		require.NoError(t, l.Wait(lsn))
+		blocking.Store(true)
+		<-entered // the syncer's fsync, stuck on the disk
+		lsn, _, err = l.Append(record(2))
+		require.NoError(t, err)
+		require.NoError(t, l.Wait(lsn), "written beside the fsync")
+		close(release)
+		require.NoError(t, l.Close())
+	})
 }
 
 func TestLogGroupCommit(t *testing.T) {
 	var syncs atomic.Int64
-	fs := countingFS{OSFS{Dir: t.TempDir()}, &syncs}
+	fs := countingFS{FS: OSFS{Dir: t.TempDir()}, syncs: &syncs}
 	l, _, _ := openLog(t, fs, Options{Sync: SyncAlways})
 	const writers, each = 64, 20
 	var wg sync.WaitGroup
@@ -338,7 +370,7 @@ func TestLogGroupCommit(t *testing.T) {
 func TestLogSyncInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var syncs atomic.Int64
-		fs := countingFS{OSFS{Dir: t.TempDir()}, &syncs}
+		fs := countingFS{FS: OSFS{Dir: t.TempDir()}, syncs: &syncs}
 		l, _, _ := openLog(t, fs, Options{Sync: SyncInterval, Interval: time.Second})
 		base := syncs.Load()
 		appendAll(t, l, 0, 10, 1)
@@ -356,7 +388,7 @@ func TestLogSyncInterval(t *testing.T) {
 
 func TestLogSyncNever(t *testing.T) {
 	var syncs atomic.Int64
-	fs := countingFS{OSFS{Dir: t.TempDir()}, &syncs}
+	fs := countingFS{FS: OSFS{Dir: t.TempDir()}, syncs: &syncs}
 	l, _, _ := openLog(t, fs, Options{Sync: SyncNever, SegmentSize: 1 << 20})
 	base := syncs.Load()
 	appendAll(t, l, 0, 100, 1)
@@ -455,7 +487,7 @@ func TestLogFlushDelay(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var syncs atomic.Int64
 				dir := t.TempDir()
-				fs := countingFS{OSFS{Dir: dir}, &syncs}
+				fs := countingFS{FS: OSFS{Dir: dir}, syncs: &syncs}
 				l, _, _ := openLog(t, fs, Options{Sync: mode, FlushDelay: 5 * time.Millisecond})
 				size := func() int64 {
 					info, err := os.Stat(filepath.Join(dir, segmentName(1)))
@@ -630,7 +662,7 @@ func BenchmarkAppendWait(b *testing.B) {
 		for _, writers := range []int{1, 64} {
 			b.Run(fmt.Sprintf("%s/writers=%d", mode, writers), func(b *testing.B) {
 				var syncs atomic.Int64
-				l, _, err := Open(countingFS{OSFS{Dir: b.TempDir()}, &syncs}, Options{Sync: mode}, func(uint64, []byte) error { return nil })
+				l, _, err := Open(countingFS{FS: OSFS{Dir: b.TempDir()}, syncs: &syncs}, Options{Sync: mode}, func(uint64, []byte) error { return nil })
 				require.NoError(b, err)
 				b.SetParallelism((writers + 1) / 2)
 				b.ResetTimer()
