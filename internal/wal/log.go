@@ -59,7 +59,7 @@ type Options struct {
 	// they are written (and synced, under SyncAlways); default 1 ms. It is the window in
 	// which such a record (an acknowledgement) can be lost by a process crash.
 	FlushDelay time.Duration
-	// SegmentSize is the size past which the log starts a new segment; default 8 MiB.
+	// SegmentSize is the size past which the log starts a new segment; default 2 MiB.
 	SegmentSize int64
 	// Salvage makes Open skip damaged batches instead of failing, reporting what it skipped.
 	Salvage bool
@@ -164,7 +164,7 @@ type chunk struct {
 // names the file and the offset, unless Options.Salvage, which skips the damaged batch.
 func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log, Recovery, error) {
 	if opts.SegmentSize <= 0 {
-		opts.SegmentSize = 8 << 20
+		opts.SegmentSize = 2 << 20
 	}
 	if opts.FlushDelay <= 0 {
 		opts.FlushDelay = time.Millisecond
