@@ -128,6 +128,7 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 		b.Close()
 		return nil, errorf("open durable broker: %w", err)
 	}
+	r.finish()
 	topo := newReplay()
 	topo.queueDecls, topo.exchangeDecls, topo.bindings = r.queueDecls, r.exchangeDecls, r.bindings
 	b.store = &store{log: log, logger: b.cfg.logger, live: r.live, oldest: 1, lastSeg: rec.Last, topo: topo, topoSeg: 1}

@@ -610,6 +610,7 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 		headerKeys(bcc, func(k string) { keys = append(keys, k) })
 		env.more = &envelopeMore{bcc: keys}
 	}
+	b.logReady(env)
 	if b.listening() {
 		b.emit(Event{Kind: EventPublished, Exchange: x.name, RoutingKey: key, Message: &env.msg})
 	}
@@ -664,6 +665,7 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 		return 0, ErrClosed
 	}
 	env := &envelope{msg: *msg, exchange: b.defaultX, routingKey: key}
+	b.logReady(env)
 	if b.listening() {
 		b.emit(Event{Kind: EventPublished, RoutingKey: key, Message: &env.msg})
 	}

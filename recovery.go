@@ -17,8 +17,8 @@ import (
 //   - a returned message keeps its count, a delayed one its due time, every message its deadline
 //     (wall-clock times: what passed them while the process was down expires when it starts).
 //
-// A replay also knows, for each segment of the log, how many of the messages it holds are
-// live, so that the store can remove a segment none of whose messages is.
+// A replay also knows, once finished, for each segment of the log, how many of the messages it
+// holds are live, so that the store can remove a segment none of whose messages is.
 
 // replay is the state recovery builds from the log's records.
 type replay struct {
@@ -57,7 +57,7 @@ type replayMsg struct {
 type replayBody struct {
 	msg  []byte    // copied out of the log's buffer into the replay's arena
 	seg  uint64    // the segment its publish record is in
-	refs int       // live placements
+	refs int       // the placements that need it (finish)
 	env  *envelope // made by the first queue restored that holds it; shared by the others
 }
 
@@ -157,40 +157,31 @@ func newReplay() *replay {
 		queueDecls: map[uint64]decl{}, exchangeDecls: map[string]decl{}}
 }
 
-// apply replays one record read from segment seg. A record about a message the replay does not
-// hold is ignored: its publish was in a segment removed because nothing in it was live, or it
-// was never written (its waiter was never told).
+// apply replays one record read from segment seg. Placements and bodies are matched once the
+// log is read (finish), not as they come: a placement may come before the body's record it
+// needs (a queue took a message while compaction was moving its body) or after every other
+// placement of the body was settled (a queue took it while another let go of it); a placement
+// whose body never comes was in a segment removed because nothing in it was live.
 func (r *replay) apply(seg uint64, rec record) {
 	switch rec.typ {
 	case recPublish:
 		r.maxMsg = max(r.maxMsg, rec.msgID)
 		if b := r.bodies.get(rec.msgID); b != nil {
-			// Written again by compaction: the message's current state follows.
-			r.live.add(b.seg, -1, -int64(len(b.msg)))
-			r.live.add(seg, 1, int64(len(b.msg)))
-			b.seg = seg
+			b.seg = seg // written again by compaction: the message's current state follows
 		} else {
 			*r.bodies.put(rec.msgID) = replayBody{msg: r.keep(rec.msg), seg: seg}
-			r.live.add(seg, 1, int64(len(rec.msg)))
 		}
 		r.place(rec.placement)
 	case recEnqueue:
-		if r.bodies.get(rec.msgID) != nil {
-			r.place(rec.placement)
-		}
+		r.place(rec.placement)
 	case recQueue:
 		r.queueDecls[rec.id] = rec.decl
 	case recUnqueue:
-		d, ok := r.queueDecls[rec.id]
-		if !ok {
-			return
+		delete(r.queues, rec.id) // even if its declaration is gone: its placements are void
+		if d, ok := r.queueDecls[rec.id]; ok {
+			delete(r.queueDecls, rec.id)
+			r.unbind(func(b decl) bool { return b.flags&flagToQueue != 0 && b.dest == d.name })
 		}
-		delete(r.queueDecls, rec.id)
-		if q := r.queues[rec.id]; q != nil {
-			q.msgs.ascend(func(_ uint64, m *replayMsg) { r.unref(m.msgID) })
-			delete(r.queues, rec.id)
-		}
-		r.unbind(func(b decl) bool { return b.flags&flagToQueue != 0 && b.dest == d.name })
 	case recExchange:
 		r.exchangeDecls[rec.name] = rec.decl
 	case recUnexchange:
@@ -221,10 +212,42 @@ func (r *replay) apply(seg uint64, rec record) {
 		case recDelay:
 			m.delivered, m.due = false, rec.n
 		case recSettle:
-			id := m.msgID
 			q.msgs.del(rec.seq)
-			r.unref(id)
 		}
+	}
+}
+
+// finish matches placements with bodies once every record is replayed: a placement whose body
+// is not in the log, or whose queue is not declared, is dropped; a body no placement needs is
+// let go; live says which segments hold the bodies that are needed.
+func (r *replay) finish() {
+	for id, q := range r.queues {
+		if _, ok := r.queueDecls[id]; !ok {
+			delete(r.queues, id)
+			continue
+		}
+		var orphans []uint64
+		q.msgs.ascend(func(seq uint64, m *replayMsg) {
+			if b := r.bodies.get(m.msgID); b != nil {
+				b.refs++
+			} else {
+				orphans = append(orphans, seq)
+			}
+		})
+		for _, seq := range orphans {
+			q.msgs.del(seq)
+		}
+	}
+	var dead []uint64
+	r.bodies.ascend(func(id uint64, b *replayBody) {
+		if b.refs == 0 {
+			dead = append(dead, id)
+		} else {
+			r.live.add(b.seg, 1, int64(len(b.msg)))
+		}
+	})
+	for _, id := range dead {
+		r.bodies.del(id)
 	}
 }
 
@@ -246,23 +269,7 @@ func (r *replay) place(p placement) {
 		r.queues[p.queueID] = q
 	}
 	q.last = max(q.last, p.seq)
-	r.bodies.get(p.msgID).refs++ // before the old placement lets go: it may be the same body
-	if old := q.msgs.get(p.seq); old != nil {
-		r.unref(old.msgID)
-	}
 	*q.msgs.put(p.seq) = replayMsg{msgID: p.msgID, seq: p.seq, deadline: p.deadline, returns: p.returns, redelivered: p.returns > 0}
-}
-
-// unref drops one placement of a message's body, and the body with its last.
-func (r *replay) unref(msgID uint64) {
-	b := r.bodies.get(msgID)
-	if b == nil {
-		return
-	}
-	if b.refs--; b.refs <= 0 {
-		r.live.add(b.seg, -1, -int64(len(b.msg)))
-		r.bodies.del(msgID)
-	}
 }
 
 // messages calls fn with what queueID gets back, in sequence order: each message as it is to be

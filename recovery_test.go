@@ -31,6 +31,12 @@ func replayLog(t *testing.T, recs [][]byte, segs ...uint64) *replay {
 		}
 		r.apply(seg, rec)
 	}
+	for id := range r.queues { // the records are about queues declared elsewhere
+		if _, ok := r.queueDecls[id]; !ok {
+			r.queueDecls[id] = decl{id: id, name: fmt.Sprint("queue ", id), flags: flagDurable}
+		}
+	}
+	r.finish()
 	return r
 }
 
@@ -89,9 +95,37 @@ func TestReplayBodiesAcrossQueues(t *testing.T) {
 	require.Equal(t, []byte("fanout"), r.body(1), "kept while a queue holds it")
 	require.Equal(t, 1, r.live[1].bodies)
 
-	r.apply(4, record{typ: recSettle, placement: placement{queueID: 20, seq: 7}})
+	r = replayLog(t, [][]byte{
+		pub(1, 10, 1, "fanout"),
+		appendPlacement(nil, placement{msgID: 1, queueID: 20, seq: 7}, nil),
+		appendSeqRecord(nil, recSettle, 10, 1, 0),
+		appendSeqRecord(nil, recSettle, 20, 7, 0),
+	}, 1, 1, 3, 4)
 	require.Nil(t, r.body(1))
 	require.Equal(t, 0, r.live[1].bodies, "segment 1 holds nothing live")
+}
+
+// TestReplayPlacementsMeetBodiesAtTheEnd: a placement is matched with its body once the log is
+// read: one written before the body's rewrite (a queue took the message while compaction moved
+// it), or after every other placement was settled (a queue took it while another let it go),
+// is kept; one whose body is not in the log, or whose queue was deleted, is dropped.
+func TestReplayPlacementsMeetBodiesAtTheEnd(t *testing.T) {
+	r := replayLog(t, [][]byte{
+		pub(1, 10, 1, "moved"),
+		pub(2, 10, 2, "let go"),
+		appendPlacement(nil, placement{msgID: 1, queueID: 20, seq: 1}, nil),             // before the rewrite
+		appendSeqRecord(nil, recSettle, 10, 2, 0),                                       // 2's last holder lets go
+		appendPlacement(nil, placement{msgID: 2, queueID: 20, seq: 2}, nil),             // and 20 takes it
+		appendPlacement(nil, placement{msgID: 1, queueID: 10, seq: 1}, []byte("moved")), // the rewrite
+		appendPlacement(nil, placement{msgID: 9, queueID: 20, seq: 3}, nil),             // its body is gone
+		appendPlacement(nil, placement{msgID: 1, queueID: 30, seq: 1}, nil),
+		appendDecl(nil, recUnqueue, decl{id: 30}), // deleted, its declaration in a removed segment
+	}, 1, 1, 2, 2, 2, 3, 3, 3, 3)
+	require.Equal(t, []replayMsg{{msgID: 1, seq: 1}}, replayed(r, 10))
+	require.Equal(t, []replayMsg{{msgID: 1, seq: 1}, {msgID: 2, seq: 2}}, replayed(r, 20))
+	require.Empty(t, replayed(r, 30))
+	require.Equal(t, liveSegments{1: {1, int64(len("let go"))}, 3: {1, int64(len("moved"))}}, r.live,
+		"2's body is still in segment 1; 1's moved to 3; nothing counts the deleted queue's")
 }
 
 func TestReplayCompactedRewrite(t *testing.T) {

@@ -110,6 +110,11 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 			continue
 		}
 		env, start := ef.e.env, len(buf)
+		if ef.e.seq == 0 || ef.reason == ReasonNoConsumers {
+			// Refused on arrival (a full or deleted queue, an Immediate publish no consumer
+			// took): never logged as here, it holds no reference.
+			continue
+		}
 		switch ef.kind {
 		case EventEnqueued:
 			p := placement{queueID: q.log.qid, seq: ef.e.seq, returns: ef.e.returns}
@@ -120,7 +125,7 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 				p.deadline = wall + (ef.e.deadline - now)
 			}
 			if env.more == nil {
-				env.more = &envelopeMore{} // set by the publishing goroutine, before other queues see it
+				env.more = &envelopeMore{} // publishing sets it first (newEnvelope): a fallback
 			}
 			if env.more.logID == 0 {
 				env.more.logID = s.nextMsg.Add(1)
@@ -187,11 +192,14 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 // unref records that a durable queue let go of a persistent message; the last to let go frees
 // its body's segment, and the segments that then need keeping no more are released.
 func (s *store) unref(env *envelope) {
-	if env.more == nil || env.more.refs.Add(-1) != 0 {
+	if env.more == nil {
 		return
 	}
-	s.mu.Lock()
+	s.mu.Lock() // with the count: a queue taking it again meanwhile moves its seg under mu
 	defer s.mu.Unlock()
+	if env.more.refs.Add(-1) != 0 {
+		return
+	}
 	s.live.add(env.more.seg, -1, -env.more.size)
 	s.advanceLocked()
 }
@@ -248,6 +256,15 @@ func (s *store) close() {
 	}
 }
 
+// logReady gives a persistent message of a durable broker the envelopeMore its log keeps, before
+// any queue can see it: a durable queue's commit fills it in, while other queues' goroutines
+// may read its BCC keys. The common case of a broker from New costs one check.
+func (b *Broker) logReady(env *envelope) {
+	if b.store != nil && env.msg.Persistent && env.more == nil {
+		env.more = &envelopeMore{}
+	}
+}
+
 // confirm waits until the log holds everything a publish wrote to it, up to lsn (0: nothing).
 func (b *Broker) confirm(lsn wal.LSN) error {
 	if lsn == 0 {
@@ -265,7 +282,7 @@ func (b *Broker) confirm(lsn wal.LSN) error {
 // settleDeadLetter records that a message dead-lettered from the durable queue q left it, once
 // its copy is in the queues it went to (at least once: a crash in between leaves it in both).
 func (s *store) settleDeadLetter(q *Queue, e entry) {
-	if !e.env.msg.Persistent {
+	if !e.env.msg.Persistent || e.seq == 0 { // seq 0: refused on arrival, never here
 		return
 	}
 	s.log.Append(appendSeqRecord(nil, recSettle, q.log.qid, e.seq, 0))

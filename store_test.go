@@ -589,3 +589,273 @@ func TestDurablePoisonCountsAcrossCrashes(t *testing.T) {
 		require.NoError(t, b.Close())
 	}
 }
+
+// Bugs a review of the durable path found, each with the test that showed it.
+
+// TestDurableRefusalKeepsTheOthers: a persistent message fanned out to a durable queue that
+// takes it and one that refuses it on arrival (reject-publish, reject-publish-dlx, an Immediate
+// publish with no consumer there): the refusal holds no reference, so the taker's copy keeps its
+// segment; after the log has moved on and the process crashed, it is still there.
+func TestDurableRefusalKeepsTheOthers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refuser []QueueOption
+		publish []PublishOption
+		err     error
+		want    string
+	}{
+		{"reject-publish", []QueueOption{MaxLength(0), Overflow(RejectPublish)}, nil, ErrQueueFull, "m"},
+		{"reject-publish-dlx", []QueueOption{MaxLength(0), Overflow(RejectPublishDLX), DeadLetter("amq.fanout", "")}, nil, ErrQueueFull, "m"},
+		{"immediate", nil, []PublishOption{Immediate()}, nil, "m(1)"}, // out with a's consumer at the crash
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := wal.NewMemFS()
+			opts := logOptions(wal.Options{SegmentSize: 1024})
+			b := openTest(t, fs, opts)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			_, err := b.DeclareExchange("x", ExchangeFanout, Durable())
+			require.NoError(t, err)
+			a, err := b.DeclareQueue("a", Durable())
+			require.NoError(t, err)
+			_, err = b.DeclareQueue("c", append([]QueueOption{Durable()}, tc.refuser...)...)
+			require.NoError(t, err)
+			_, err = b.DeclareQueue("other", Durable())
+			require.NoError(t, err)
+			require.NoError(t, b.Bind("a", "x", "", nil))
+			require.NoError(t, b.Bind("c", "x", "", nil))
+			if tc.publish != nil {
+				_, err := a.Consume(ctx)
+				require.NoError(t, err)
+			}
+			err = b.Publish(ctx, "x", "", Message{Body: []byte("m"), Persistent: true}, tc.publish...)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err, "c refused it; a took it")
+			} else {
+				require.NoError(t, err, "a's consumer took it")
+			}
+			for i := range 200 { // the log moves past the message's segment
+				persistent(t, b, "other", fmt.Sprint("filler ", i))
+				held(t, b, "other")
+			}
+			require.NoError(t, b.store.log.Sync())
+			fs.Crash(wal.KeepWritten, nil)
+			cancel()
+			b.Close()
+			b = openTest(t, fs, opts)
+			defer b.Close()
+			require.Equal(t, []string{tc.want}, held(t, b, "a"))
+		})
+	}
+}
+
+// env.more is set by the first durable queue's logEffects (the publisher's goroutine, under that
+// queue's lock) after a non-durable queue earlier in the route already handed the envelope to a
+// consumer, whose Reject dead-letters it and reads env.more (deadletter.go:127) unlocked.
+func TestDurableEnvMoreRace(t *testing.T) {
+	b := openTest(t, wal.NewMemFS(), logOptions(wal.Options{Sync: wal.SyncNever}))
+	defer b.Close()
+	ctx := context.Background()
+	_, err := b.DeclareExchange("x", ExchangeFanout, Durable())
+	require.NoError(t, err)
+	_, err = b.DeclareExchange("dlx", ExchangeFanout)
+	require.NoError(t, err)
+	n, err := b.DeclareQueue("n", DeadLetter("dlx", ""))
+	require.NoError(t, err)
+	_, err = b.DeclareQueue("d", Durable())
+	require.NoError(t, err)
+	_, err = b.DeclareQueue("sink")
+	require.NoError(t, err)
+	require.NoError(t, b.Bind("n", "x", "", nil))
+	require.NoError(t, b.Bind("d", "x", "", nil))
+	require.NoError(t, b.Bind("sink", "dlx", "", nil))
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c, err := n.Consume(cctx)
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for d := range c.Deliveries() {
+			d.Reject()
+		}
+	}()
+	for range 2000 {
+		require.NoError(t, b.Publish(ctx, "x", "", Message{Body: []byte("m"), Persistent: true}))
+	}
+	cancel()
+	<-done
+}
+
+// passByHand runs a compaction pass over queues in the given order, calling between(i) after
+// the i-th queue's visit.
+func passByHand(b *Broker, between func(i int), queues ...*Queue) {
+	s := b.store
+	s.mu.Lock()
+	cut := s.lastSeg
+	s.compacting = true
+	s.pass++
+	pass := s.pass
+	s.mu.Unlock()
+	for i, q := range queues {
+		q.view(func() { s.moveLocked(q, cut, pass) })
+		between(i)
+	}
+	s.mu.Lock()
+	s.compacting = false
+	s.advanceLocked()
+	s.mu.Unlock()
+}
+
+func stopCompactor(b *Broker) {
+	s := b.store
+	close(s.compactor.quit)
+	<-s.compactor.done
+	s.compactor.quit = nil
+}
+
+// A message in two durable queues, q and r, its body in an old segment. A pass writes its body
+// again with q's placement, then q settles it (an ack), then the pass writes r's placement.
+// Replay, once the old segment is gone, sees the body with one placement, the settle drops the
+// body with its last ref, and r's placement finds no body: lost from r.
+func TestDurableAckBetweenVisits(t *testing.T) {
+	for _, variant := range []string{"ack", "delete"} {
+		t.Run(variant, func(t *testing.T) {
+			fs := wal.NewMemFS()
+			opts := logOptions(wal.Options{SegmentSize: 1024})
+			b := openTest(t, fs, opts)
+			stopCompactor(b)
+			ctx := context.Background()
+			_, err := b.DeclareExchange("x", ExchangeFanout, Durable())
+			require.NoError(t, err)
+			q, err := b.DeclareQueue("q", Durable())
+			require.NoError(t, err)
+			r, err := b.DeclareQueue("r", Durable())
+			require.NoError(t, err)
+			_, err = b.DeclareQueue("other", Durable())
+			require.NoError(t, err)
+			require.NoError(t, b.Bind("q", "x", "", nil))
+			require.NoError(t, b.Bind("r", "x", "", nil))
+			require.NoError(t, b.Publish(ctx, "x", "", Message{Body: []byte("M"), Persistent: true}))
+			for i := range 100 {
+				persistent(t, b, "other", fmt.Sprint("filler ", i))
+				held(t, b, "other")
+			}
+			passByHand(b, func(i int) {
+				if i != 0 {
+					return
+				}
+				if variant == "ack" {
+					d, err := q.Get(ctx)
+					require.NoError(t, err)
+					require.NoError(t, d.Ack())
+				} else {
+					_, err := b.DeleteQueue("q")
+					require.NoError(t, err)
+				}
+			}, q, r)
+			require.NoError(t, b.store.log.Sync())
+			require.NoError(t, b.store.log.Sync())
+			fs.Crash(wal.KeepWritten, nil)
+			b.Close()
+			b = openTest(t, fs, opts)
+			defer b.Close()
+			require.Equal(t, []string{"M"}, held(t, b, "r"))
+		})
+	}
+}
+
+// A fan-out publish enqueues into its queues one at a time. If a compaction pass visits queue c
+// before the publish reaches c, and the publish reaches c before the pass visits a (whose body
+// of the message is below the cut), c's placement is written at the head before the body is
+// written again there: replay meets the placement before any body with that id, ignores it, and
+// the message is lost from c once the old segment goes. Here the publisher waits for room in c
+// (Block), and the pass is run by hand in that order.
+func TestDurablePlacementBeforeRewrite(t *testing.T) {
+	fs := wal.NewMemFS()
+	opts := logOptions(wal.Options{SegmentSize: 1024})
+	b := openTest(t, fs, opts)
+	ctx := context.Background()
+	s := b.store
+	// No background pass: this test runs one by hand.
+	close(s.compactor.quit)
+	<-s.compactor.done
+	s.compactor.quit = nil
+
+	_, err := b.DeclareExchange("x", ExchangeFanout, Durable())
+	require.NoError(t, err)
+	a, err := b.DeclareQueue("a", Durable())
+	require.NoError(t, err)
+	c, err := b.DeclareQueue("c", Durable(), MaxLength(1), Overflow(Block))
+	require.NoError(t, err)
+	_, err = b.DeclareQueue("other", Durable())
+	require.NoError(t, err)
+	require.NoError(t, b.Bind("a", "x", "", nil))
+	require.NoError(t, b.Bind("c", "x", "", nil))
+	persistent(t, b, "c", "fill")
+	done := make(chan error)
+	go func() { done <- b.Publish(ctx, "x", "", Message{Body: []byte("M"), Persistent: true}) }()
+	for a.Len() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	for i := range 100 {
+		persistent(t, b, "other", fmt.Sprint("filler ", i))
+		held(t, b, "other")
+	}
+	// A pass, by hand, visiting c, then (after the publish reached c) a.
+	passByHand(b, func(i int) {
+		if i == 0 {
+			d, err := c.Get(ctx) // "fill": room for M
+			require.NoError(t, err)
+			require.NoError(t, d.Ack())
+			require.NoError(t, <-done)
+			require.Equal(t, 1, c.Len())
+		}
+	}, c, a)
+
+	require.NoError(t, s.log.Sync())
+	require.NoError(t, s.log.Sync())
+	fs.Crash(wal.KeepWritten, nil)
+	b.Close()
+	b = openTest(t, fs, opts)
+	defer b.Close()
+	require.Equal(t, []string{"M"}, held(t, b, "a"))
+	require.Equal(t, []string{"M"}, held(t, b, "c"), "the confirmed publish's copy in c")
+}
+
+// A pass writes q's message again at the head, then q is deleted before the pass ends. The
+// recUnqueue comes before the topology is written again (end of the pass), and q's declaration
+// was in a segment the pass removes: replay ignores the recUnqueue, keeps q's placement as a
+// ghost (no declaration: never restored), and counts its body live. No envelope holds it, so
+// nothing ever lowers that count: the segment, and every later one, never go.
+func TestDurableGhostAfterDeleteInPass(t *testing.T) {
+	fs := wal.NewMemFS()
+	opts := logOptions(wal.Options{SegmentSize: 1024})
+	b := openTest(t, fs, opts)
+	stopCompactor(b)
+	q, err := b.DeclareQueue("q", Durable())
+	require.NoError(t, err)
+	_, err = b.DeclareQueue("other", Durable())
+	require.NoError(t, err)
+	persistent(t, b, "q", "M")
+	for i := range 50 {
+		persistent(t, b, "other", fmt.Sprint("filler ", i))
+		held(t, b, "other")
+	}
+	passByHand(b, func(int) {
+		_, err := b.DeleteQueue("q")
+		require.NoError(t, err)
+	}, q)
+	require.NoError(t, b.Close())
+
+	b = openTest(t, fs, opts)
+	defer b.Close()
+	t.Logf("live after open: %v (oldest %d, last %d)", b.store.live, b.store.oldest, b.store.lastSeg)
+	for i := range 2000 {
+		persistent(t, b, "other", fmt.Sprint("filler ", i))
+		held(t, b, "other")
+	}
+	require.NoError(t, b.store.log.Sync())
+	require.NoError(t, b.store.log.Sync())
+	require.LessOrEqual(t, len(segmentNames(t, fs)), 4, "nothing is live: the log stays within its bound")
+}

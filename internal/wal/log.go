@@ -207,7 +207,9 @@ func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log,
 			f.Close()
 			return nil, rec, err
 		}
-		l.file, l.fileSeg, l.fileOff = f, n, size
+		// Its tail may be unsynced (a crash of the last life): it is synced before the log
+		// moves past it, as every segment is.
+		l.file, l.fileSeg, l.fileOff, l.dirty = f, n, size, true
 	}
 	l.lastSeg, l.segBytes = l.fileSeg, l.fileOff
 	rec.Last = l.fileSeg
