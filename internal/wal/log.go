@@ -473,10 +473,10 @@ func (l *Log) await(lsn LSN, sync bool) error {
 	}
 	for {
 		switch {
+		case sync && l.synced >= lsn && !l.releasing(), !sync && l.written >= lsn:
+			return nil // before the error: what was written before a failure, or Close, was
 		case l.err != nil:
 			return l.err
-		case sync && l.synced >= lsn && !l.releasing(), !sync && l.written >= lsn:
-			return nil
 		case !l.writing:
 			l.writeLocked(sync)
 		default:
@@ -673,6 +673,9 @@ func (l *Log) syncBeside() {
 func (l *Log) ReleaseBelow(n uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.err != nil {
+		return // failed or closed: no timer is armed any more
+	}
 	if n > l.release {
 		l.release = n
 		l.arm(&l.flusher, l.opts.FlushDelay, (*Log).flushTick)

@@ -732,3 +732,17 @@ func TestLogRotateAfterCrashUnsynced(t *testing.T) {
 	}
 	require.Zero(t, failures, "opens refused as corrupt after a crash, a restart and a power loss")
 }
+
+// TestLogWaitAfterClose: a record Close wrote is confirmed to a late waiter, not refused as
+// closed (a publisher told "closed" might publish it again); a later one is refused.
+func TestLogWaitAfterClose(t *testing.T) {
+	l, _, _ := openLog(t, NewMemFS(), Options{Sync: SyncAlways})
+	lsn, _, err := l.Append(record(1))
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	require.NoError(t, l.Wait(lsn), "Close wrote and synced it")
+	_, _, err = l.Append(record(2))
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, l.Wait(lsn+1), ErrClosed)
+	l.ReleaseBelow(5) // arms nothing on a closed log
+}
