@@ -282,6 +282,16 @@ func steady(ctx context.Context, dir string, depth, through int, r *Result) erro
 	}
 	defer c.Cancel()
 	chk, o := newChecker(depth+through), newOrder(1)
+	// take checks a delivery (every message once, in order) and acks it.
+	take := func(d *warren.Delivery) error {
+		if d == nil {
+			return fmt.Errorf("consumer ended: %v", c.Err())
+		}
+		seq := SeqOf(d.Message.Body)
+		chk.mark(seq)
+		o.see(seq)
+		return d.Ack()
+	}
 	t0 := time.Now()
 	next := depth
 	for next < depth+through {
@@ -297,13 +307,7 @@ func steady(ctx context.Context, dir string, depth, through int, r *Result) erro
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			}
-			if d == nil {
-				return fmt.Errorf("consumer ended: %v", c.Err())
-			}
-			seq := SeqOf(d.Message.Body)
-			chk.mark(seq)
-			o.see(seq)
-			if err := d.Ack(); err != nil {
+			if err := take(d); err != nil {
 				return err
 			}
 			live.Add(-1)
@@ -339,13 +343,7 @@ func steady(ctx context.Context, dir string, depth, through int, r *Result) erro
 	for range depth {
 		select {
 		case d := <-c.Deliveries():
-			if d == nil {
-				return fmt.Errorf("consumer ended: %v", c.Err())
-			}
-			seq := SeqOf(d.Message.Body)
-			chk.mark(seq)
-			o.see(seq)
-			if err := d.Ack(); err != nil {
+			if err := take(d); err != nil {
 				return err
 			}
 		case <-ctx.Done():
