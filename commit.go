@@ -141,7 +141,7 @@ func (b *Broker) flush(src *Queue, batch []effect) (dead, lost uint64) {
 				lost++
 			}
 			if src.log != nil {
-				b.store.settleDeadLetter(src, ef.e)
+				b.store.settleDeadLetter(src, ef)
 			}
 		case ef.kind == eventDelayed, !listening:
 		default:

@@ -91,6 +91,13 @@ type effect struct {
 	ev     *Event
 }
 
+// refused reports whether the effect is the terminal one of a message the queue refused on
+// arrival (a length limit, a deleted queue, an Immediate publish no consumer took): it was never
+// enqueued here (no Enqueued effect came before it), so whatever counts holders of the message
+// must not count this queue's letting go of it. Such a message has no sequence id, but for the
+// Immediate one, which is taken back out after it was admitted.
+func (ef effect) refused() bool { return ef.e.seq == 0 || ef.reason == ReasonNoConsumers }
+
 // eventDelayed is an effect that is not emitted: a message hidden until a due time.
 const eventDelayed = eventDeadLetter + 1
 

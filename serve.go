@@ -211,10 +211,12 @@ func (s *server) serveOne(d *Delivery) {
 		return
 	}
 	if s.q.log != nil && d.Message.Persistent {
-		// Its delivery's record is in the log before the handler runs: a handler that takes
-		// the process down (a crash, the OOM killer) still counts towards the delivery limit
-		// after the restart, which a poison message must reach.
-		s.q.b.store.log.Flush()
+		// Its delivery's record is written before the handler runs: a handler that takes the
+		// process down (a crash, the OOM killer) still counts towards the delivery limit after
+		// the restart, which a poison message must reach. The cost, a write(2) per handler
+		// run or per group of them: Serve on a durable queue measured ~420k msg/s against
+		// ~1.3M without it (SyncNever, 4 workers).
+		s.q.b.store.log.WaitWritten(0)
 	}
 	err := s.q.runHandler(s.hctx, s.h, d, s.settle)
 	s.settle(d, err)

@@ -110,10 +110,8 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 			continue
 		}
 		env, start := ef.e.env, len(buf)
-		if ef.e.seq == 0 || ef.reason == ReasonNoConsumers {
-			// Refused on arrival (a full or deleted queue, an Immediate publish no consumer
-			// took): never logged as here, it holds no reference.
-			continue
+		if ef.refused() {
+			continue // never logged as here: it holds no reference
 		}
 		switch ef.kind {
 		case EventEnqueued:
@@ -281,12 +279,12 @@ func (b *Broker) confirm(lsn wal.LSN) error {
 
 // settleDeadLetter records that a message dead-lettered from the durable queue q left it, once
 // its copy is in the queues it went to (at least once: a crash in between leaves it in both).
-func (s *store) settleDeadLetter(q *Queue, e entry) {
-	if !e.env.msg.Persistent || e.seq == 0 { // seq 0: refused on arrival, never here
+func (s *store) settleDeadLetter(q *Queue, ef effect) {
+	if !ef.e.env.msg.Persistent || ef.refused() {
 		return
 	}
-	s.log.Append(appendSeqRecord(nil, recSettle, q.log.qid, e.seq, 0))
-	s.unref(e.env)
+	s.log.Append(appendSeqRecord(nil, recSettle, q.log.qid, ef.e.seq, 0))
+	s.unref(ef.e.env)
 }
 
 // logTopologyLocked logs a change of the durable topology; the caller holds the broker's

@@ -456,9 +456,9 @@ func (l *Log) newBuffer() []byte {
 // or the error that prevents it.
 func (l *Log) Wait(lsn LSN) error { return l.await(lsn, l.opts.Sync == SyncAlways) }
 
-// Flush writes everything appended so far, without syncing it: it is then safe from a crash of
-// the process, not from a power loss.
-func (l *Log) Flush() error { return l.await(0, false) }
+// WaitWritten returns once everything before lsn (0: everything appended so far) is written,
+// synced or not: safe from a crash of the process, not from a power loss.
+func (l *Log) WaitWritten(lsn LSN) error { return l.await(lsn, false) }
 
 // Sync writes and syncs everything appended so far.
 func (l *Log) Sync() error { return l.await(0, true) }

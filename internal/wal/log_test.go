@@ -711,7 +711,7 @@ func TestLogRotateAfterCrashUnsynced(t *testing.T) {
 		for range 5 {
 			_, _, err := l.Append(make([]byte, 30))
 			require.NoError(t, err)
-			require.NoError(t, l.Flush())
+			require.NoError(t, l.WaitWritten(0))
 		}
 		fs.Crash(KeepWritten, nil) // kill -9
 		l.Close()
