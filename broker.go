@@ -529,6 +529,48 @@ func (b *Broker) Publish(ctx context.Context, exchange, key string, msg Message,
 	return b.publish(ctx, nil, exchange, key, &msg, opts)
 }
 
+// PublishDeferred publishes msg as [Broker.Publish] does, but does not wait for the durable log:
+// it returns once the message is in its queues, with a [Confirmation] whose Wait is the rest of
+// Publish's confirm. Routing errors ([ErrUnroutable], [ErrNotFound], …) are returned at once, as
+// Publish returns them; so is [ErrQueueFull], with a Confirmation for the queues that took the
+// message.
+//
+// It is the asynchronous confirm of AMQP's confirm mode, for a publisher that streams: keep a
+// window of confirmations and wait for the oldest when it is full, or wait for the last one
+// only. Confirmations are ordered: once Wait returns nil, every publish that returned before
+// this one on this broker is confirmed too. A message is delivered to consumers before its
+// confirm, as in RabbitMQ; a crash may lose a message whose Wait did not return nil, even if a
+// consumer had it. On a broker from [New], and for a transient message, the Confirmation is
+// already complete.
+func (b *Broker) PublishDeferred(ctx context.Context, exchange, key string, msg Message, opts ...PublishOption) (Confirmation, error) {
+	if err := ctx.Err(); err != nil {
+		return Confirmation{}, err
+	}
+	lsn, err := b.send(ctx, nil, exchange, key, &msg, opts)
+	if lsn == 0 {
+		return Confirmation{}, err
+	}
+	return Confirmation{b: b, lsn: lsn}, err
+}
+
+// Confirmation is the pending confirm of a [Broker.PublishDeferred]. The zero value is a
+// complete confirm. It is a small value: copy it freely.
+type Confirmation struct {
+	b   *Broker
+	lsn wal.LSN
+}
+
+// Wait returns once the message's records are in the log as the broker's [SyncPolicy] asks (as
+// [Broker.Publish] returns), or with the error that prevents it: [ErrStorage] when the log
+// failed (the message must be taken as not confirmed), [ErrClosed] when the broker closed
+// first. It may be called any number of times, from any goroutine.
+func (c Confirmation) Wait() error {
+	if c.b == nil {
+		return nil
+	}
+	return c.b.confirm(c.lsn)
+}
+
 // Publishing is one message of a [Broker.PublishBatch]: the exchange and routing key to publish
 // it with, and the message.
 type Publishing struct {

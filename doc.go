@@ -30,7 +30,10 @@
 // comes back, and [SyncPolicy] for what a power loss may take).
 //
 // [Broker.Publish] returns the publisher confirm synchronously: nil means the message is in every
-// queue it routed to. Publishing blocks only on a full queue with the [Block] overflow policy.
+// queue it routed to (and, on a durable broker, in the log). [Broker.PublishBatch] confirms many
+// messages at once, and [Broker.PublishDeferred] confirms later, through a [Confirmation]: AMQP's
+// asynchronous confirms, for a publisher that streams to a durable broker. Publishing blocks
+// only on a full queue with the [Block] overflow policy.
 //
 // # Ordering, requeue and redelivery
 //

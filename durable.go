@@ -67,7 +67,8 @@ type SyncPolicy struct {
 var (
 	// SyncAlways syncs before a publish is confirmed: a confirmed message survives a power
 	// loss. Concurrent publishers share a sync (group commit), so throughput grows with them; a
-	// single publisher waits for the disk once per publish, or once per [Broker.PublishBatch].
+	// single publisher waits for the disk once per publish, once per [Broker.PublishBatch], or
+	// once per window of [Broker.PublishDeferred] confirms.
 	SyncAlways = SyncPolicy{mode: wal.SyncAlways}
 	// SyncNever leaves syncing to the operating system (and to Close): a power loss may take
 	// whatever it had not yet written back.

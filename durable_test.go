@@ -232,6 +232,91 @@ func (f countedFile) Sync() error {
 	return f.File.Sync()
 }
 
+// TestPublishDeferred: a deferred publish is in its queue at once, and confirmed by its
+// Confirmation: before Wait a crash may lose it, after Wait a power loss under SyncAlways may
+// not; a Wait confirms every publish before it.
+func TestPublishDeferred(t *testing.T) {
+	ctx := context.Background()
+	fs := wal.NewMemFS()
+	slow := logOptions(wal.Options{FlushDelay: time.Hour}) // only a Wait writes
+	b := openTest(t, fs, slow)
+	_, err := b.DeclareQueue("jobs", Durable())
+	require.NoError(t, err)
+	deferred := func(bodies ...string) []Confirmation {
+		var cs []Confirmation
+		for _, body := range bodies {
+			c, err := b.PublishDeferred(ctx, "", "jobs", Message{Body: []byte(body), Persistent: true})
+			require.NoError(t, err)
+			require.NotEqual(t, Confirmation{}, c, "a durable publish has a confirm to wait for")
+			cs = append(cs, c)
+		}
+		return cs
+	}
+
+	deferred("lost1", "lost2")
+	q, err := b.Queue("jobs")
+	require.NoError(t, err)
+	require.Equal(t, 2, q.Len(), "in the queue before the confirm")
+	fs.Crash(wal.KeepWritten, nil)
+	b = openTest(t, fs, slow)
+	require.Empty(t, held(t, b, "jobs"), "not written, not confirmed: a process crash loses them")
+
+	cs := deferred("m1", "m2", "m3")
+	require.NoError(t, cs[2].Wait(), "the last one confirms the others")
+	fs.Crash(wal.KeepSynced, nil)
+	b = openTest(t, fs, slow)
+	defer func() { b.Close() }()
+	require.Equal(t, []string{"m1", "m2", "m3"}, held(t, b, "jobs"))
+	require.NoError(t, cs[0].Wait(), "a Wait after the crash of an earlier life is already confirmed")
+
+	c, err := b.PublishDeferred(ctx, "", "jobs", Message{Body: []byte("transient")})
+	require.NoError(t, err)
+	require.Equal(t, Confirmation{}, c, "a transient message has nothing to wait for")
+	require.NoError(t, c.Wait())
+
+	mem := New()
+	defer mem.Close()
+	_, err = mem.DeclareQueue("jobs", Durable())
+	require.NoError(t, err)
+	c, err = mem.PublishDeferred(ctx, "", "jobs", Message{Body: []byte("m"), Persistent: true})
+	require.NoError(t, err)
+	require.Equal(t, Confirmation{}, c, "a broker from New confirms on return")
+
+	_, err = b.PublishDeferred(ctx, "", "nowhere", Message{Persistent: true}, Mandatory())
+	require.ErrorIs(t, err, ErrUnroutable, "a routing error is returned at once")
+}
+
+// TestPublishDeferredPartial: a publish that a reject-publish queue refused is confirmed for
+// the queues that took it; a failed log refuses the confirm.
+func TestPublishDeferredPartial(t *testing.T) {
+	ctx := context.Background()
+	fs := wal.NewMemFS()
+	b := openTest(t, fs)
+	_, err := b.DeclareExchange("fan", "fanout", Durable())
+	require.NoError(t, err)
+	for _, name := range []string{"a", "full"} {
+		_, err := b.DeclareQueue(name, Durable(), MaxLength(1), Overflow(RejectPublish))
+		require.NoError(t, err)
+		require.NoError(t, b.Bind(name, "fan", "", nil))
+	}
+	persistent(t, b, "full", "f1")
+	c, err := b.PublishDeferred(ctx, "fan", "", Message{Body: []byte("m1"), Persistent: true})
+	require.ErrorIs(t, err, ErrQueueFull)
+	require.NotEqual(t, Confirmation{}, c, "queue a took it")
+	require.NoError(t, c.Wait())
+	fs.Crash(wal.KeepSynced, nil)
+	b = openTest(t, fs)
+	defer func() { b.Close() }()
+	require.Equal(t, []string{"m1"}, held(t, b, "a"))
+	require.Equal(t, []string{"f1"}, held(t, b, "full"))
+
+	fs.FailWrite(0, wal.ErrNoSpace, nil)
+	c, err = b.PublishDeferred(ctx, "fan", "", Message{Body: []byte("m2"), Persistent: true})
+	require.NoError(t, err, "routing succeeded")
+	require.ErrorIs(t, c.Wait(), ErrStorage)
+	require.ErrorIs(t, c.Wait(), ErrStorage, "and again")
+}
+
 // TestPublishBatchStops: a batch stops at the first publish that fails and says which; the
 // messages before it are published, the ones after it are not.
 func TestPublishBatchStops(t *testing.T) {
