@@ -127,8 +127,7 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 	} else if env.more != nil {
 		bcc = env.more.bcc
 	}
-	dl := &envelope{msg: msg} // the copy: routed, enqueued and evented as one message
-	b.logReady(dl)
+	dl := b.newEnvelope(&msg, nil, "") // the copy: routed, enqueued and evented as one message
 	outcome := func(kind EventKind, why Reason) {
 		if b.listening() {
 			b.emit(Event{Kind: kind, Queue: src.name, Exchange: src.cfg.dlx, RoutingKey: key, Message: &dl.msg, Reason: why})

@@ -596,7 +596,7 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 	r.routeLocked(b, x, key, msg.Headers, nil)
 	b.mu.RUnlock()
 
-	env := &envelope{msg: *msg, exchange: x, routingKey: key}
+	env := b.newEnvelope(msg, x, key)
 	if bcc, ok := msg.Headers["BCC"]; ok {
 		// Stripped from the delivered message, kept for dead-letter routing.
 		h := make(Table, len(msg.Headers)-1)
@@ -608,9 +608,11 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 		env.msg.Headers = h
 		var keys []string
 		headerKeys(bcc, func(k string) { keys = append(keys, k) })
-		env.more = &envelopeMore{bcc: keys}
+		if env.more == nil {
+			env.more = &envelopeMore{}
+		}
+		env.more.bcc = keys
 	}
-	b.logReady(env)
 	if b.listening() {
 		b.emit(Event{Kind: EventPublished, Exchange: x.name, RoutingKey: key, Message: &env.msg})
 	}
@@ -664,8 +666,7 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 	if closed {
 		return 0, ErrClosed
 	}
-	env := &envelope{msg: *msg, exchange: b.defaultX, routingKey: key}
-	b.logReady(env)
+	env := b.newEnvelope(msg, b.defaultX, key)
 	if b.listening() {
 		b.emit(Event{Kind: EventPublished, RoutingKey: key, Message: &env.msg})
 	}

@@ -88,6 +88,7 @@ type queueLog struct {
 	buf    []byte                      // records being built
 	recs   [][]byte
 	bodies []loggedBody // the messages whose bodies are in the records being built
+	unrefs []*envelope  // the messages the records being built let go of
 }
 
 // loggedBody is a message whose body is in the records being built, and the bytes of its
@@ -149,17 +150,17 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 			buf = appendSeqRecord(buf, recDelay, q.log.qid, ef.e.seq, wall+(ef.n-now))
 		case EventAcked, EventExpired:
 			buf = appendSeqRecord(buf, recSettle, q.log.qid, ef.e.seq, 0)
-			s.unref(env)
+			q.log.unrefs = append(q.log.unrefs, env)
 		case EventDropped:
 			switch ef.reason {
 			case ReasonClosed:
 				continue // the broker's end, not the message's: it stays in the log
 			case ReasonQueueDeleted:
-				s.unref(env) // the queue's deletion record says it
+				q.log.unrefs = append(q.log.unrefs, env) // the queue's deletion record says it
 				continue
 			}
 			buf = appendSeqRecord(buf, recSettle, q.log.qid, ef.e.seq, 0)
-			s.unref(env)
+			q.log.unrefs = append(q.log.unrefs, env)
 		default:
 			// A dead letter is settled once it is in its target queues (settleDeadLetter).
 			continue
@@ -167,23 +168,39 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 		q.log.recs = append(q.log.recs, buf[start:len(buf):len(buf)])
 	}
 	q.log.buf = buf
-	if len(q.log.recs) == 0 {
+	var (
+		lsn wal.LSN
+		seg uint64
+		err error
+	)
+	if len(q.log.recs) > 0 {
+		if lsn, seg, err = s.log.Append(q.log.recs...); err != nil {
+			lsn = unreached // the log failed: Wait says so
+		}
+	}
+	if len(q.log.recs) == 0 && len(q.log.unrefs) == 0 {
 		return 0
 	}
-	lsn, seg, err := s.log.Append(q.log.recs...)
-	if err == nil {
-		s.mu.Lock()
+	// One critical section for the batch's bookkeeping: the bodies it wrote, then the messages
+	// it let go of (after their settle records, and after a body the same batch wrote).
+	s.mu.Lock()
+	if lsn != unreached {
 		for _, b := range q.log.bodies {
 			b.env.more.seg, b.env.more.size = seg, b.size
 			s.live.add(seg, 1, b.size)
 		}
-		s.wrote(seg)
-		s.mu.Unlock()
-	} else {
-		lsn = unreached // the log failed: Wait says so
+		if seg != 0 {
+			s.wrote(seg)
+		}
 	}
+	for _, env := range q.log.unrefs {
+		s.unrefLocked(env)
+	}
+	s.mu.Unlock()
 	clear(q.log.bodies)
 	q.log.bodies = q.log.bodies[:0]
+	clear(q.log.unrefs)
+	q.log.unrefs = q.log.unrefs[:0]
 	return lsn
 }
 
@@ -195,6 +212,14 @@ func (s *store) unref(env *envelope) {
 	}
 	s.mu.Lock() // with the count: a queue taking it again meanwhile moves its seg under mu
 	defer s.mu.Unlock()
+	s.unrefLocked(env)
+}
+
+// unrefLocked is unref; the caller holds mu.
+func (s *store) unrefLocked(env *envelope) {
+	if env.more == nil {
+		return
+	}
 	if env.more.refs.Add(-1) != 0 {
 		return
 	}
@@ -254,13 +279,23 @@ func (s *store) close() {
 	}
 }
 
-// logReady gives a persistent message of a durable broker the envelopeMore its log keeps, before
-// any queue can see it: a durable queue's commit fills it in, while other queues' goroutines
-// may read its BCC keys. The common case of a broker from New costs one check.
-func (b *Broker) logReady(env *envelope) {
-	if b.store != nil && env.msg.Persistent && env.more == nil {
-		env.more = &envelopeMore{}
+// newEnvelope returns a new envelope of msg. A persistent message of a durable broker gets the
+// envelopeMore its log keeps, in the same allocation, before any queue can see it: a durable
+// queue's commit fills it in, while other queues' goroutines may read its BCC keys. A broker
+// from New pays one check.
+func (b *Broker) newEnvelope(msg *Message, x *Exchange, key string) *envelope {
+	if b.store != nil && msg.Persistent {
+		le := &loggedEnvelope{envelope: envelope{msg: *msg, exchange: x, routingKey: key}}
+		le.envelope.more = &le.more
+		return &le.envelope
 	}
+	return &envelope{msg: *msg, exchange: x, routingKey: key}
+}
+
+// loggedEnvelope is an envelope and its envelopeMore, allocated together.
+type loggedEnvelope struct {
+	envelope
+	more envelopeMore
 }
 
 // confirm waits until the log holds everything a publish wrote to it, up to lsn (0: nothing).

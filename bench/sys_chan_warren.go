@@ -172,8 +172,14 @@ func (s *warrenSys) DeclareQueue(name string, _ Config) error {
 	return nil
 }
 
+// Producer: on a durable broker, a producer that streams with deferred confirms (at most
+// AsyncWindow unconfirmed, as JetStream's); in memory, Publish, which is its own confirm.
 func (s *warrenSys) Producer() (Producer, error) {
-	return &warrenProducer{b: s.b, persistent: s.durable}, nil
+	p := &warrenProducer{b: s.b, persistent: s.durable}
+	if s.durable {
+		p.window = make([]warren.Confirmation, AsyncWindow)
+	}
+	return p, nil
 }
 
 func (s *warrenSys) Consumer(name string, prefetch int) (Consumer, error) {
@@ -202,10 +208,26 @@ type warrenProducer struct {
 	b          *warren.Broker
 	persistent bool
 	batch      []warren.Publishing // PublishBatch's, reused
+	// window, when set, makes Publish deferred: a ring of the last len(window) confirmations,
+	// the oldest waited for before its slot is reused.
+	window []warren.Confirmation
+	next   int
+	last   warren.Confirmation
 }
 
 func (p *warrenProducer) Publish(name string, body []byte) error {
-	return p.b.Publish(context.Background(), "", name, warren.Message{Body: body, Persistent: p.persistent})
+	msg := warren.Message{Body: body, Persistent: p.persistent}
+	if p.window == nil {
+		return p.b.Publish(context.Background(), "", name, msg)
+	}
+	slot := &p.window[p.next]
+	p.next = (p.next + 1) % len(p.window)
+	if err := slot.Wait(); err != nil {
+		return err
+	}
+	c, err := p.b.PublishDeferred(context.Background(), "", name, msg)
+	*slot, p.last = c, c
+	return err
 }
 
 // PublishBatch is Broker.PublishBatch: on a durable broker, one wait for the log per batch.
@@ -217,7 +239,8 @@ func (p *warrenProducer) PublishBatch(name string, bodies [][]byte) error {
 	return p.b.PublishBatch(context.Background(), p.batch)
 }
 
-func (p *warrenProducer) Flush() error { return nil } // Publish is the confirm
+// Flush waits for the last deferred confirm, which confirms the ones before it.
+func (p *warrenProducer) Flush() error { return p.last.Wait() }
 func (p *warrenProducer) Close() error { return nil }
 
 type warrenConsumer struct {

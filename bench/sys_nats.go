@@ -15,9 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// JetStreamAsyncWindow is the most unconfirmed asynchronous publishes a JetStream producer
-// keeps in flight (nats.go's default is 4000).
-var JetStreamAsyncWindow = 4000
+// AsyncWindow is the most unconfirmed publishes a producer that streams with asynchronous
+// confirms keeps in flight: JetStream's PublishAsync (nats.go's default is 4000) and warren's
+// PublishDeferred on a durable broker.
+var AsyncWindow = 4000
 
 func init() {
 	register(Spec{
@@ -47,7 +48,7 @@ func init() {
 	register(Spec{
 		Info: Info{
 			Name: "nats-jetstream-file", Ordered: true, Acks: true, Backlog: true, Durable: true,
-			Setup: fileSetup + "the server's default sync policy: every message is written to the OS before it is acknowledged (the file store flushes in place) and the files are fsynced every `sync_interval`, 2 minutes by default. W1 publishes asynchronously as `nats-jetstream-mem` does (at most 4000 unconfirmed, all confirmed at the end), which is more favourable to JetStream than warren's one confirm per publish; D1's publishers use the synchronous `JetStream.Publish`, which waits for each acknowledgement",
+			Setup: fileSetup + "the server's default sync policy: every message is written to the OS before it is acknowledged (the file store flushes in place) and the files are fsynced every `sync_interval`, 2 minutes by default. W1 publishes asynchronously as `nats-jetstream-mem` does (at most 4000 unconfirmed, all confirmed at the end), as warren's durable W1 does with `PublishDeferred`; D1's and D3's publishers use the synchronous `JetStream.Publish`, which waits for each acknowledgement",
 		},
 		Open: func() (System, error) { return newNATS(natsFile) },
 	})
@@ -183,7 +184,7 @@ func (s *natsSys) Producer() (Producer, error) {
 	}
 	p := &jsProducer{nc: nc, stall: jetstream.WithStallWait(time.Minute)}
 	p.js, err = jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(JetStreamAsyncWindow),
+		jetstream.WithPublishAsyncMaxPending(AsyncWindow),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
 			p.errs.Add(1)
 			p.lastErr.Store(&err)

@@ -31,14 +31,14 @@ func init() {
 	register(Spec{
 		Info: Info{
 			Name: "rabbitmq-durable", Ordered: true, Acks: true, Backlog: true, ClientOnly: true, Durable: true,
-			Setup: "the same RabbitMQ node and client as `rabbitmq` (its data directory under `$TMPDIR`, else /tmp), with durable classic queues and persistent messages (`DeliveryMode` 2); publisher confirms, and every `Publish` waits for its own confirm before it returns, as warren's `Publish` does (so one producer has one message in flight; RabbitMQ confirms a persistent message once it is fsynced). Consumers as `rabbitmq`. Allocations and peak RSS are the client process's only",
+			Setup: "the same RabbitMQ node and client as `rabbitmq` (its data directory under `$TMPDIR`, else /tmp), with durable classic queues and persistent messages (`DeliveryMode` 2); publisher confirms with at most 4000 unconfirmed per producer in W1 (RabbitMQ confirms a persistent message once it is fsynced), and in D1 and D3 every `Publish` waits for its own confirm before it returns, as warren's `Publish` does. Consumers as `rabbitmq`. Allocations and peak RSS are the client process's only",
 		},
 		Open: func() (System, error) { return newRabbit(true) },
 	})
 }
 
 type rabbitSys struct {
-	durable bool // durable queues, persistent messages, each publish waits for its confirm
+	durable bool // durable queues, persistent messages
 	prefix  string
 	conn    *amqp.Connection
 	ch      *amqp.Channel
@@ -101,7 +101,7 @@ func (s *rabbitSys) declare(ch *amqp.Channel, name string) error {
 
 func (s *rabbitSys) DeclareQueue(name string, _ Config) error { return s.declare(s.ch, name) }
 
-func (s *rabbitSys) Producer() (Producer, error) { return s.producer(s.durable) }
+func (s *rabbitSys) Producer() (Producer, error) { return s.producer(false) }
 
 // SyncProducer is a producer whose Publish waits for its confirm.
 func (s *rabbitSys) SyncProducer() (Producer, error) { return s.producer(true) }

@@ -32,7 +32,7 @@ func init() {
 		register(Spec{
 			Info: Info{
 				Name: d.name, Ordered: true, Acks: true, Backlog: true, Durable: true, Batch: true,
-				Setup: "`warren.Open(dir, opt)` with " + d.what + "; dir is a fresh directory made for the run with `os.MkdirTemp` (in `$TMPDIR`, else /tmp; removed after the run); queues declared `Durable()`, messages `Persistent: true`; otherwise as `warren`: `Broker.Publish` through the default exchange (it returns once the message's record is written, and synced where the policy says), `Queue.Consume` with `Prefetch`, `Delivery.Ack` per message (an ack is logged, not waited for); D2 uses `Broker.PublishBatch`",
+				Setup: "`warren.Open(dir, opt)` with " + d.what + "; dir is a fresh directory made for the run with `os.MkdirTemp` (in `$TMPDIR`, else /tmp; removed after the run); queues declared `Durable()`, messages `Persistent: true`; otherwise as `warren`: W1 publishes with `Broker.PublishDeferred` through the default exchange, at most 4000 unconfirmed (the oldest `Confirmation.Wait`ed for before the next publish; the last one at the end), D1 and D3 with `Broker.Publish`, which returns once the message's record is written, and synced where the policy says, and D2 with `Broker.PublishBatch`; `Queue.Consume` with `Prefetch`, `Delivery.Ack` per message (an ack is logged, not waited for)",
 			},
 			Open: func() (System, error) { return newWarrenDurable(d.name, d.policy) },
 		})
@@ -53,7 +53,9 @@ func newWarrenDurable(name string, policy warren.SyncPolicy) (*warrenSys, error)
 }
 
 // SyncProducer: warren's Publish returns once the message is confirmed.
-func (s *warrenSys) SyncProducer() (Producer, error) { return s.Producer() }
+func (s *warrenSys) SyncProducer() (Producer, error) {
+	return &warrenProducer{b: s.b, persistent: s.durable}, nil
+}
 
 // DiskUsage is the bytes and number of the log's segment files.
 func (s *warrenSys) DiskUsage() (int64, int, error) {

@@ -22,7 +22,7 @@ type Sizes struct {
 	W4Queue, W4Requeue int
 	S1Measure, S1Batch int // messages measured at each depth, in batches
 	S2Messages         int
-	D1, D2             int // messages
+	D1, D2, D3         int // messages
 	D1Producers        int // D1's publishers, each waiting for every confirm
 	D1Consumers        int
 	Stall              time.Duration // no progress for this long fails the run
@@ -35,7 +35,7 @@ func FullSizes() Sizes {
 		W4Queue: 100_000, W4Requeue: 10_000,
 		S1Measure: 100_000, S1Batch: 1000,
 		S2Messages: 200_000,
-		D1:         256_000, D1Producers: 64, D1Consumers: 1, D2: 1_000_000,
+		D1:         256_000, D1Producers: 64, D1Consumers: 1, D2: 1_000_000, D3: 1_000_000,
 		Stall: 60 * time.Second,
 	}
 }
@@ -47,7 +47,7 @@ func QuickSizes() Sizes {
 		W4Queue: 5000, W4Requeue: 1000,
 		S1Measure: 2000, S1Batch: 500,
 		S2Messages: 5000,
-		D1:         6400, D1Producers: 64, D1Consumers: 1, D2: 20_000,
+		D1:         6400, D1Producers: 64, D1Consumers: 1, D2: 20_000, D3: 20_000,
 		Stall: 20 * time.Second,
 	}
 }
@@ -88,6 +88,7 @@ func Cases(quick bool) []Case {
 		{ID: "D1", Workload: "D1", Title: "D1 group commit: 64 publishers, each waiting for every confirm; 1 consumer"},
 		{ID: "D2/64", Workload: "D2", Title: "D2 batch publish: 1 publisher, batches of 64; 1 consumer", Batch: 64},
 		{ID: "D2/256", Workload: "D2", Title: "D2 batch publish: 1 publisher, batches of 256; 1 consumer", Batch: 256},
+		{ID: "D3", Workload: "D3", Title: "D3 confirm each: 1 publisher waiting for every confirm; 1 consumer"},
 	}
 }
 
@@ -95,7 +96,7 @@ func Cases(quick bool) []Case {
 // in-memory comparison, and the durable systems' (cmd/bench -durable).
 const (
 	MemoryWorkloads  = "W1,W2,W3,W4,S1,S2"
-	DurableWorkloads = "W1,D1,D2"
+	DurableWorkloads = "W1,D1,D2,D3"
 )
 
 // LookupCase finds a case by ID.
@@ -168,6 +169,8 @@ func Run(ctx context.Context, system string, c Case, sz Sizes) Result {
 		err = runStream(ctx, sys, &r, streamShape{n: sz.D1, producers: sz.D1Producers, consumers: sz.D1Consumers, prefetch: sz.Prefetch, window: sz.W1W2Window, confirmEach: true}, sz)
 	case "D2":
 		err = runBatch(ctx, sys, &r, sz.D2, c.Batch, sz)
+	case "D3":
+		err = runStream(ctx, sys, &r, streamShape{n: sz.D3, producers: 1, consumers: 1, prefetch: sz.Prefetch, window: sz.W1W2Window, confirmEach: true}, sz)
 	case "W3":
 		err = runBacklog(ctx, sys, &r, sz)
 	case "W4":

@@ -25,7 +25,7 @@ func (r *report) chart(path string) error {
 			cats = append(cats, cat{"W3 publish", c.ID, "publish_rate"}, cat{"W3 drain", c.ID, "drain_rate"})
 		case "W4":
 			cats = append(cats, cat{"W4 requeue", c.ID, "requeue_rate"})
-		case "S1", "S2", "D1", "D2":
+		case "S1", "S2", "D1", "D2", "D3":
 			cats = append(cats, cat{c.ID, c.ID, "rate"})
 		}
 	}

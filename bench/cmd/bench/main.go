@@ -130,11 +130,11 @@ func main() {
 
 // The default -scale of each suite: the slow peers' sizes. In the durable suite a single
 // publisher that waits for an fsync per message (warren-durable-always, nats-jetstream-file-sync
-// and rabbitmq-durable in W1) manages a few hundred to a few thousand messages a second here: 1M
+// and rabbitmq-durable in D3; JetStream with SyncAlways in W1 too) manages a few hundred to a few thousand messages a second here: 1M
 // would take hours. JetStream with SyncAlways syncs every message even with 64 publishers (D1).
 const (
 	memoryScale  = "rabbitmq=0.1"
-	durableScale = "warren-durable-always/W1=0.01,nats-jetstream-file=0.2,nats-jetstream-file-sync=0.01,nats-jetstream-file-sync/D1=0.02,rabbitmq-durable/W1=0.005,rabbitmq-durable/D1=0.1"
+	durableScale = "warren-durable-always/D3=0.01,nats-jetstream-file=0.2,nats-jetstream-file-sync=0.01,nats-jetstream-file-sync/D1=0.02,rabbitmq-durable/D3=0.005,rabbitmq-durable/D1=0.1"
 )
 
 // sizes are the sizes of one child run.
@@ -147,7 +147,7 @@ func sizes(quick bool, factor float64) bench.Sizes {
 		f := func(n int) int { return max(1000, int(float64(n)*factor)) }
 		sz.W1, sz.W2, sz.W3, sz.S2Messages = f(sz.W1), f(sz.W2), f(sz.W3), f(sz.S2Messages)
 		sz.S1Measure = max(sz.S1Batch*10, f(sz.S1Measure)/sz.S1Batch*sz.S1Batch)
-		sz.D1, sz.D2 = f(sz.D1), f(sz.D2)
+		sz.D1, sz.D2, sz.D3 = f(sz.D1), f(sz.D2), f(sz.D3)
 	}
 	return sz
 }

@@ -347,6 +347,9 @@ func (r *report) rows() []row {
 			rows = append(rows, row{fmt.Sprintf("D2 PublishBatch of %d (1 publisher → 1 consumer), msg/s", c.Batch), c.ID, "rate", "rate"})
 		}
 	}
+	if has("D3") {
+		rows = append(rows, row{"D3 confirm each (1 publisher waiting for every confirm → 1 consumer), msg/s", "D3", "rate", "rate"})
+	}
 	return rows
 }
 
@@ -440,9 +443,9 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "Sizes: W1 %d, W2 %d (%d producers, %d consumers), W3 %d messages; W1/W2 bound (chan capacity, warren-block MaxLength) %d, prefetch %d; W4 %d unacked returned into %d; S1 %d messages measured in batches of %d at each depth; S2 %d messages; 128-byte bodies.\n\n",
 			sz.W1, sz.W2, sz.W2Producers, sz.W2Producers, sz.W3, sz.W1W2Window, sz.Prefetch, sz.W4Requeue, sz.W4Queue, sz.S1Measure, sz.S1Batch, sz.S2Messages)
 	}
-	if r.hasWorkload("D1", "D2") {
-		fmt.Fprintf(&b, "Durable sizes: D1 %d messages (%d publishers, each waiting for every confirm, %d consumer(s)), D2 %d messages (1 publisher, 1 consumer); prefetch %d; 128-byte bodies.\n\n",
-			sz.D1, sz.D1Producers, sz.D1Consumers, sz.D2, sz.Prefetch)
+	if r.hasWorkload("D1", "D2", "D3") {
+		fmt.Fprintf(&b, "Durable sizes: D1 %d messages (%d publishers, each waiting for every confirm, %d consumer(s)), D2 %d messages (1 publisher, 1 consumer), D3 %d messages (1 publisher waiting for every confirm, 1 consumer); prefetch %d; 128-byte bodies.\n\n",
+			sz.D1, sz.D1Producers, sz.D1Consumers, sz.D2, sz.D3, sz.Prefetch)
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.scaled)) {
 		f := r.scaled[k]
@@ -459,7 +462,7 @@ func (r *report) markdown() string {
 		what := map[string]string{
 			"W1": fmt.Sprintf("W1 %d", sz.W1), "W2": fmt.Sprintf("W2 %d", sz.W2), "W3": fmt.Sprintf("W3 %d", sz.W3),
 			"S1": fmt.Sprintf("S1 %d measured at each depth", sz.S1Measure), "S2": fmt.Sprintf("S2 %d", sz.S2Messages),
-			"D1": fmt.Sprintf("D1 %d", sz.D1), "D2": fmt.Sprintf("D2 %d", sz.D2),
+			"D1": fmt.Sprintf("D1 %d", sz.D1), "D2": fmt.Sprintf("D2 %d", sz.D2), "D3": fmt.Sprintf("D3 %d", sz.D3),
 		}
 		ranWorkload := func(w string) bool {
 			for kk, c := range r.cells {
@@ -470,7 +473,7 @@ func (r *report) markdown() string {
 			return false
 		}
 		var parts []string
-		for _, w := range []string{"W1", "W2", "W3", "S1", "S2", "D1", "D2"} {
+		for _, w := range []string{"W1", "W2", "W3", "S1", "S2", "D1", "D2", "D3"} {
 			if (workload == "" || workload == w) && ranWorkload(w) {
 				if _, own := r.scaled[s+"/"+w]; workload == "" && own {
 					continue // its own entry says it
@@ -539,7 +542,7 @@ func (r *report) markdown() string {
 	var arows []arow
 	for _, c := range r.cases {
 		switch c.Workload {
-		case "W1", "W2", "D1", "D2":
+		case "W1", "W2", "D1", "D2", "D3":
 			arows = append(arows, arow{c.ID + " allocs/msg · peak RSS", c.ID, []string{"allocs_per_msg"}, true})
 		case "W3":
 			arows = append(arows, arow{"W3 allocs/msg publish / drain · peak RSS", c.ID, []string{"publish_allocs_per_msg", "drain_allocs_per_msg"}, true})
@@ -705,7 +708,7 @@ func (r *report) diskTable(b *strings.Builder) {
 		return
 	}
 	b.WriteString("### Disk after each run\n\n")
-	b.WriteString("What the system's data directory held at the end of the run, when every message had been consumed and acknowledged: bytes in files (median) · files. warren counts its log's segments (`*.wal`); JetStream every file under its store directory. warren removes a segment once nothing in it or before it is needed, but never the one it is writing (64 MiB at most).\n\n")
+	b.WriteString("What the system's data directory held at the end of the run, when every message had been consumed and acknowledged: bytes in files (median) · files. warren counts its log's segments (`*.wal`); JetStream every file under its store directory. warren removes a segment once nothing in it or before it is needed, but never the one it is writing (512 KiB, the default segment size).\n\n")
 	fmt.Fprintf(b, "| Workload |")
 	for _, s := range systems {
 		fmt.Fprintf(b, " %s |", s)
@@ -864,6 +867,11 @@ func (r *report) targets() []target {
 		}
 		minRate(me, "W1 ≥ 300k msg/s", "W1", 300_000)
 		ratio(me, "W1 ≥ 10× nats-jetstream-file", "W1", "rate", "nats-jetstream-file", 10)
+		if r.hasWorkload("D3") {
+			// The same two targets where both sides wait for each confirm (Publish, JetStream.Publish).
+			minRate(me, "D3 (a Publish that waits for its confirm) ≥ 300k msg/s", "D3", 300_000)
+			ratio(me, "D3 ≥ 10× nats-jetstream-file (both waiting for each confirm)", "D3", "rate", "nats-jetstream-file", 10)
+		}
 	}
 	if slices.Contains(r.systems, "warren-durable-always") && r.hasWorkload("D1") {
 		minRate("warren-durable-always", "D1 (SyncAlways, 64 publishers) ≥ 20k msg/s", "D1", 20_000)
