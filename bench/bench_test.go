@@ -97,6 +97,42 @@ func verifyCase(t *testing.T, system string, c Case, sz Sizes) {
 	})
 }
 
+// TestChanMinBaselines checks what the report relies on: chan-min is the in-memory suite's
+// first system (its baseline), and chan-min-unbounded takes every message of the run with
+// nobody receiving, whatever the workload's bound.
+func TestChanMinBaselines(t *testing.T) {
+	if got := SuiteSystems(false); len(got) < 3 || got[0] != "chan-min" || got[1] != "chan-min-unbounded" || got[2] != "chan" {
+		t.Fatalf("in-memory suite %v: want chan-min, chan-min-unbounded, chan first", got)
+	}
+	spec, err := Lookup("chan-min-unbounded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys, err := spec.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+	const n = 10_000
+	if err := sys.DeclareQueue("q", Config{Capacity: 4096, Messages: n}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sys.Producer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- publishSeq(p, "q", 0, n) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("publishing %d messages with nobody receiving blocked: the buffer is bounded", n)
+	}
+}
+
 func TestTopicKeysMatchOnePattern(t *testing.T) {
 	for i := range 30 {
 		for j := range 30 {

@@ -1,4 +1,4 @@
-// Package bench compares warren with a buffered Go channel and with other message brokers a Go
+// Package bench compares warren with buffered Go channels and with other message brokers a Go
 // service might embed or talk to, on the same workloads, in one run. Each system sits behind
 // the small interface below; the workloads (workloads.go) drive it and verify every message:
 // nothing lost, nothing duplicated, and the order, where the system promises one.
@@ -29,9 +29,12 @@ type Delivery struct {
 
 // Config describes the queue a workload needs.
 type Config struct {
-	// Capacity is the most messages the queue will hold at once (a hint: the channel baseline
-	// sizes its buffer with it; the others ignore it).
+	// Capacity is the most messages the queue will hold at once (a hint: the channel baselines
+	// size their buffers with it; the others ignore it).
 	Capacity int
+	// Messages is every message the workload will publish to the queue (chan-min-unbounded
+	// sizes its buffer with it, so that its producer never waits for room).
+	Messages int
 	// MaxUnacked is the most unacknowledged deliveries the workload's consumers hold at once,
 	// prefetch × consumers (JetStream sets its consumer's MaxAckPending to it; the others
 	// bound each consumer by its own prefetch).
@@ -165,7 +168,7 @@ func register(s Spec) {
 
 // Systems returns the names of the known systems, in report order.
 func Systems() []string {
-	order := []string{"chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem", "rabbitmq",
+	order := []string{"chan-min", "chan-min-unbounded", "chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem", "rabbitmq",
 		"warren-durable-always", "warren-durable-interval", "warren-durable-never", "nats-jetstream-file", "nats-jetstream-file-sync", "rabbitmq-durable"}
 	var names []string
 	for _, n := range order {

@@ -17,7 +17,7 @@ import (
 type Sizes struct {
 	W1, W2, W3         int // messages
 	W2Producers        int // and as many consumers
-	W1W2Window         int // the channel's capacity and warren-block's MaxLength in W1 and W2
+	W1W2Window         int // the channels' capacity and warren-block's MaxLength in W1 and W2
 	Prefetch           int // W1, W2, W3
 	W4Queue, W4Requeue int
 	S1Measure, S1Batch int // messages measured at each depth, in batches
@@ -235,7 +235,7 @@ type streamShape struct {
 	n                    int // messages
 	producers, consumers int
 	prefetch             int // per consumer
-	window               int // the channel's capacity
+	window               int // the channels' capacity
 	confirmEach          bool
 	batch                int // > 0: the producer publishes with PublishBatch, this many at a time
 }
@@ -256,7 +256,7 @@ func (st streamShape) producer(sys System) (Producer, error) {
 func runStream(ctx context.Context, sys System, r *Result, st streamShape, sz Sizes) error {
 	const q = "stream"
 	n, producers, consumers, prefetch := st.n, st.producers, st.consumers, st.prefetch
-	if err := sys.DeclareQueue(q, Config{Capacity: st.window, MaxUnacked: prefetch * consumers}); err != nil {
+	if err := sys.DeclareQueue(q, Config{Capacity: st.window, Messages: n, MaxUnacked: prefetch * consumers}); err != nil {
 		return err
 	}
 	cons := make([]Consumer, consumers)
@@ -464,7 +464,7 @@ func runBacklog(ctx context.Context, sys System, r *Result, sz Sizes) error {
 	const q = "backlog"
 	n := sz.W3
 	r.Messages = n
-	p, err := openProducer(sys, q, Config{Capacity: n, MaxUnacked: sz.Prefetch})
+	p, err := openProducer(sys, q, Config{Capacity: n, Messages: n, MaxUnacked: sz.Prefetch})
 	if err != nil {
 		return err
 	}
@@ -513,7 +513,7 @@ func runRequeue(ctx context.Context, sys System, r *Result, sz Sizes) error {
 	const q = "requeue"
 	n, k := sz.W4Queue, sz.W4Requeue
 	r.Messages = n
-	p, err := openProducer(sys, q, Config{Capacity: n, MaxUnacked: k})
+	p, err := openProducer(sys, q, Config{Capacity: n, Messages: n, MaxUnacked: k})
 	if err != nil {
 		return err
 	}
@@ -613,7 +613,7 @@ func runDepth(ctx context.Context, sys System, r *Result, depth int, sz Sizes) e
 	k, b := sz.S1Measure, sz.S1Batch
 	total := depth + k
 	r.Messages = total
-	p, err := openProducer(sys, q, Config{Capacity: total + b, MaxUnacked: b})
+	p, err := openProducer(sys, q, Config{Capacity: total + b, Messages: total, MaxUnacked: b})
 	if err != nil {
 		return err
 	}
