@@ -70,8 +70,9 @@ func (r *report) chart(path string) error {
 		}
 		bars.LineStyle.Width = vg.Length(0)
 		bars.Color = plotutil.Color(i)
-		if s == "chan" {
-			bars.Color = color.Gray{Y: 90}
+		// The channel baselines in greys, darkest the minimal one.
+		if g, ok := map[string]uint8{"chan-min": 40, "chan-min-unbounded": 90, "chan": 150}[s]; ok {
+			bars.Color = color.Gray{Y: g}
 		}
 		bars.Offset = vg.Length(float64(i)-float64(n-1)/2) * w
 		p.Add(bars)

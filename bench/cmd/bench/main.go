@@ -79,7 +79,7 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "smoke run: toy sizes, 1 run, no rabbitmq unless -systems names it")
 	flag.StringVar(&o.out, "out", "results", "directory for results.md, results.json and chart.png")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "limit for one child run")
-	flag.StringVar(&o.deep, "s1-10m", "chan,warren", "systems that run S1 at a 10M backlog (the others are skipped there, with a footnote)")
+	flag.StringVar(&o.deep, "s1-10m", "chan-min,chan,warren", "systems that run S1 at a 10M backlog (the others are skipped there, with a footnote)")
 	flag.StringVar(&o.scale, "scale", memoryScale, "system=factor or system/workload=factor,…: run a slow peer's W1, W2, W3, S1 measurement, S2, D1 and D2 message counts (or one workload's) scaled by factor (footnoted)")
 	flag.BoolVar(&o.noChart, "no-chart", false, "do not write chart.png")
 	flag.StringVar(&o.readme, "readme", "", "also put the throughput table, the machine and the command into this file, between its "+readmeBegin+" and "+readmeEnd+" lines (the project's README: ../README.md)")
