@@ -532,21 +532,36 @@ func (b *Broker) Publish(ctx context.Context, exchange, key string, msg Message,
 // PublishDeferred publishes msg as [Broker.Publish] does, but does not wait for the durable log:
 // it returns once the message is in its queues, with a [Confirmation] whose Wait is the rest of
 // Publish's confirm. Routing errors ([ErrUnroutable], [ErrNotFound], …) are returned at once, as
-// Publish returns them; so is [ErrQueueFull], with a Confirmation for the queues that took the
-// message.
+// Publish returns them; so is an error after some queues took the message ([ErrQueueFull], or
+// ctx's end while a [Block] queue was full), with a Confirmation for those queues.
 //
 // It is the asynchronous confirm of AMQP's confirm mode, for a publisher that streams: keep a
 // window of confirmations and wait for the oldest when it is full, or wait for the last one
 // only. Confirmations are ordered: once Wait returns nil, every publish that returned before
-// this one on this broker is confirmed too. A message is delivered to consumers before its
-// confirm, as in RabbitMQ; a crash may lose a message whose Wait did not return nil, even if a
-// consumer had it. On a broker from [New], and for a transient message, the Confirmation is
-// already complete.
+// this one on this broker is confirmed too, including when this one had nothing of its own to
+// confirm (a transient message, or no durable queue took it). A message is delivered to
+// consumers before its confirm, as in RabbitMQ; a crash may lose a message whose Wait did not
+// return nil, even if a consumer had it. On a broker from [New] the Confirmation is always
+// complete.
 func (b *Broker) PublishDeferred(ctx context.Context, exchange, key string, msg Message, opts ...PublishOption) (Confirmation, error) {
 	if err := ctx.Err(); err != nil {
 		return Confirmation{}, err
 	}
 	lsn, err := b.send(ctx, nil, exchange, key, &msg, opts)
+	if b.store != nil {
+		// The order of confirmations: this one covers every deferred publish before it,
+		// even when it wrote nothing itself (a transient message, no durable queue).
+		last := &b.store.deferred
+		for cur := last.Load(); ; cur = last.Load() {
+			if lsn <= wal.LSN(cur) {
+				lsn = wal.LSN(cur)
+				break
+			}
+			if last.CompareAndSwap(cur, uint64(lsn)) {
+				break
+			}
+		}
+	}
 	if lsn == 0 {
 		return Confirmation{}, err
 	}

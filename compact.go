@@ -27,7 +27,7 @@ import (
 // as much as the log held beyond its bound, so the bytes written again are at most those
 // written meanwhile: the log's writes at most double.
 
-// compactChunk is how many bytes of records a pass appends at once.
+// compactChunk is how many bytes of records a pass appends at once (at most a segment's).
 const compactChunk = 1 << 20
 
 // compactor runs the store's compaction passes, one at a time, on its own goroutine, from open
@@ -207,7 +207,7 @@ func (s *store) moveLocked(q *Queue, cut, pass uint64) {
 			buf = appendSeqRecord(buf, recDelay, q.log.qid, e.seq, onWall(due))
 			recs = append(recs, buf[start:len(buf):len(buf)])
 		}
-		if len(buf) >= compactChunk {
+		if len(buf) >= min(compactChunk, int(s.log.SegmentSize())) {
 			flush()
 		}
 	})

@@ -23,6 +23,9 @@ import (
 type store struct {
 	log     *wal.Log
 	nextMsg atomic.Uint64 // the last message id given
+	// deferred is the highest log position a PublishDeferred's Confirmation waits for: a
+	// later one waits for it too, even with nothing of its own to wait for.
+	deferred atomic.Uint64
 	// nextQueue is the last queue id given; guarded by the broker's topology lock.
 	nextQueue uint64
 	// restoring is the id of the queue being declared while the log is replayed (open): it
@@ -42,7 +45,8 @@ type store struct {
 
 	// Which segments are needed: a segment is removed once it and every segment before it
 	// hold no body of a message a durable queue holds (a later segment may hold the state of
-	// such a message: its returns, its delay). mu is a leaf, taken under a queue's lock.
+	// such a message: its returns, its delay). mu is taken under a queue's lock, and the log's
+	// lock under it: a batch's append and the count of the bodies it wrote are one section.
 	mu      sync.Mutex
 	live    liveSegments // what each segment holds that a durable queue holds
 	oldest  uint64       // the oldest segment still needed
@@ -168,22 +172,24 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 		q.log.recs = append(q.log.recs, buf[start:len(buf):len(buf)])
 	}
 	q.log.buf = buf
+	if len(q.log.recs) == 0 && len(q.log.unrefs) == 0 {
+		return 0
+	}
+	// One critical section for the batch: its append, then its bookkeeping, the bodies it wrote
+	// and the messages it let go of (after their settle records, and after a body the same batch
+	// wrote). The append is inside it so that no other queue can release the segment a body
+	// went to between the append and the count that keeps the segment.
 	var (
 		lsn wal.LSN
 		seg uint64
 		err error
 	)
+	s.mu.Lock()
 	if len(q.log.recs) > 0 {
 		if lsn, seg, err = s.log.Append(q.log.recs...); err != nil {
 			lsn = unreached // the log failed: Wait says so
 		}
 	}
-	if len(q.log.recs) == 0 && len(q.log.unrefs) == 0 {
-		return 0
-	}
-	// One critical section for the batch's bookkeeping: the bodies it wrote, then the messages
-	// it let go of (after their settle records, and after a body the same batch wrote).
-	s.mu.Lock()
 	if lsn != unreached {
 		for _, b := range q.log.bodies {
 			b.env.more.seg, b.env.more.size = seg, b.size

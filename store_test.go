@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren/internal/wal"
@@ -858,4 +859,46 @@ func TestDurableGhostAfterDeleteInPass(t *testing.T) {
 	require.NoError(t, b.store.log.Sync())
 	require.NoError(t, b.store.log.Sync())
 	require.LessOrEqual(t, len(segmentNames(t, fs)), 4, "nothing is live: the log stays within its bound")
+}
+
+// TestDurableBodyCountedBeforeRelease: a body's segment counts as live from the append that
+// writes it. When the count came after the append, another queue could start a segment and let
+// go of its last message in between, and the segment went with a confirmed body in it (a
+// review found it; with a segment per append it took a few hundred rounds).
+func TestDurableBodyCountedBeforeRelease(t *testing.T) {
+	ctx := context.Background()
+	fs := wal.NewMemFS()
+	opts := logOptions(wal.Options{Sync: wal.SyncNever, SegmentSize: 1}) // a segment per append
+	b := openTest(t, fs, opts)
+	defer func() { b.Close() }()
+	qa, err := b.DeclareQueue("a", Durable())
+	require.NoError(t, err)
+	qb, err := b.DeclareQueue("b", Durable())
+	require.NoError(t, err)
+	for round := range 2000 {
+		body := fmt.Sprintf("a%d", round)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			assert.NoError(t, b.Publish(ctx, "", "a", Message{Body: []byte(body), Persistent: true}))
+		})
+		wg.Go(func() {
+			for range 4 {
+				assert.NoError(t, b.Publish(ctx, "", "b", Message{Body: []byte("b"), Persistent: true}))
+				d, err := qb.Get(ctx)
+				if assert.NoError(t, err) {
+					assert.NoError(t, d.Ack())
+				}
+			}
+		})
+		wg.Wait()
+		var seg uint64
+		qa.view(func() { qa.core.each(func(e entry, _ int64, _ bool) { seg = e.env.more.seg }) })
+		b.store.mu.Lock()
+		oldest := b.store.oldest
+		b.store.mu.Unlock()
+		require.GreaterOrEqual(t, seg, oldest, "round %d: %q's body is in a segment the log may remove", round, body)
+		d, err := qa.Get(ctx)
+		require.NoError(t, err)
+		require.NoError(t, d.Ack())
+	}
 }
