@@ -129,6 +129,11 @@ type crashWorkload struct {
 	next             int         // the next message number; step's goroutine only
 	held             []*Delivery // step's goroutine only
 	consumer         *Consumer   // pollConsumer's
+	// deferred are the messages published with PublishDeferred and not yet journaled as
+	// confirmed, and last the Confirmation of the latest: its Wait confirms them all (step's
+	// goroutine only).
+	deferred []journalEntry
+	last     Confirmation
 	// pause, if not nil, is called once step's goroutine has handed work to another (a Get's
 	// context ended): it returns once that work is done.
 	pause func()
@@ -179,6 +184,8 @@ func (w *crashWorkload) step(ctx context.Context, rng *rand.Rand) {
 		w.take(ctx, w.dlq, rng)
 	case r < 94:
 		w.pollConsumer(ctx, rng)
+	case r < 96:
+		w.confirmDeferred()
 	default:
 		if len(w.held) > 0 {
 			d := w.held[0]
@@ -217,6 +224,18 @@ func (w *crashWorkload) publish(ctx context.Context, rng *rand.Rand) {
 		w.note('I', queue, first+i, start, int64(delay), int64(ttl))
 	}
 	w.next += len(ps)
+	if len(ps) == 1 && rng.IntN(3) == 0 {
+		// Deferred: confirmed (journaled P) only once a later Wait returns, for it and every
+		// deferred publish before it, which is what the Confirmation's order promises.
+		c, err := w.b.PublishDeferred(ctx, "", queue, ps[0].Message, opts...)
+		must(err)
+		w.deferred = append(w.deferred, journalEntry{queue: queue, n: first})
+		w.last = c
+		if len(w.deferred) >= 8 {
+			w.confirmDeferred()
+		}
+		return
+	}
 	if len(ps) == 1 {
 		must(w.b.Publish(ctx, "", queue, ps[0].Message, opts...))
 	} else {
@@ -225,6 +244,19 @@ func (w *crashWorkload) publish(ctx context.Context, rng *rand.Rand) {
 	for i := range ps {
 		w.note('P', queue, first+i)
 	}
+}
+
+// confirmDeferred waits for the latest deferred publish's Confirmation alone, and journals every
+// deferred publish so far as confirmed.
+func (w *crashWorkload) confirmDeferred() {
+	if len(w.deferred) == 0 {
+		return
+	}
+	must(w.last.Wait())
+	for _, e := range w.deferred {
+		w.note('P', e.queue, e.n)
+	}
+	w.deferred = w.deferred[:0]
 }
 
 // take gets a message from q, if it has one, journals its delivery, and settles it, or, from
