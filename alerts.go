@@ -148,7 +148,7 @@ func (q *Queue) crossLocked(i int, over bool, value, limit int64, m *envelope, n
 	s.last = now
 	e := Event{Kind: EventAlert, Reason: alertNames[i], Value: value, Limit: limit}
 	if m != nil {
-		e.Message = &m.msg
+		e.Message = m.messagePtr()
 	}
 	q.eventLocked(e) // always: the flush logs it (see Broker.flush)
 	if i != alertSize && q.cfg.alerts.Policy == Delete && q.doomed == nil {

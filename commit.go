@@ -147,7 +147,7 @@ func (b *Broker) flush(src *Queue, batch []effect) (dead, lost uint64) {
 		default:
 			env := ef.e.env
 			b.emit(Event{Kind: ef.kind, Queue: src.name, Exchange: env.exchange.name, RoutingKey: env.routingKey,
-				Consumer: ef.tag, Message: &env.msg, Reason: ef.reason})
+				Consumer: ef.tag, Message: env.messagePtr(), Reason: ef.reason})
 		}
 	}
 	return dead, lost

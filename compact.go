@@ -177,7 +177,7 @@ func (s *store) moveLocked(q *Queue, cut, pass uint64) {
 	}
 	q.core.each(func(e entry, due int64, out bool) {
 		env := e.env
-		if !env.msg.Persistent || env.more == nil || env.more.logID == 0 {
+		if !env.persistent || env.more == nil || env.more.logID == 0 {
 			return
 		}
 		body := env.more.seg < cut && env.more.pass != pass

@@ -244,7 +244,7 @@ func (c *queueCore) admit(e *entry, ttl time.Duration) (now int64) {
 // rank sets an arriving entry's priority rank and deadline, and returns the clock if it read it.
 func (c *queueCore) rank(e *entry, ttl time.Duration) (now int64) {
 	if p := c.cfg.maxPriority; p > 0 {
-		e.rank = uint8(p - min(p, int(e.env.msg.Priority))) // above the maximum counts as the maximum
+		e.rank = uint8(p - min(p, int(e.env.priority))) // above the maximum counts as the maximum
 	}
 	if ttl >= 0 || c.cfg.ttl >= 0 {
 		now = c.clock()
@@ -536,7 +536,12 @@ func (c *queueCore) deliver(h *holder, e entry, autoAck bool, due int64) *Delive
 	c.slab = c.slab[1:]
 	// Field by field rather than *d = Delivery{…}: the slot is fresh zeroed memory, and the
 	// whole-struct copy costs a bulk write barrier over every pointer field during GC.
-	d.Message = &e.env.msg
+	if d.Message = e.env.messagePtrShared(); d.Message == nil {
+		// A message of a body, Persistent and Priority alone (envelope.message), set field
+		// by field into the fresh slot for the reason above.
+		d.msg.Body, d.msg.Persistent, d.msg.Priority = e.env.bodyBytes(), e.env.persistent, e.env.priority
+		d.Message = &d.msg
+	}
 	d.Exchange = e.env.exchange.name
 	d.RoutingKey = e.env.routingKey
 	d.Redelivered = e.redelivered

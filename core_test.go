@@ -39,6 +39,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/google/btree"
 	"github.com/stretchr/testify/assert"
@@ -68,7 +69,7 @@ var coreExchange = &Exchange{name: "x"}
 func coreEnv(i, size int, priority uint8) *envelope {
 	body := fmt.Sprintf("m%d", i)
 	body += strings.Repeat(".", max(size-len(body), 0))
-	return &envelope{msg: Message{Body: []byte(body), Priority: priority}, exchange: coreExchange}
+	return testEnvelope(Message{Body: []byte(body), Priority: priority}, coreExchange)
 }
 
 // corePublish enqueues a message with message TTL ttl as the shell does when no consumer takes
@@ -370,7 +371,7 @@ func (m *coreMsg) cmp(o *coreMsg) int {
 func (m *coreMsg) key() uint64 { return entry{seq: m.seq, rank: m.rank}.key() }
 
 func (m coreMsg) String() string {
-	return fmt.Sprintf("%s %q rank %d deadline %d", entryString(m.seq, m.returns, m.redelivered), m.env.msg.Body, m.rank, m.deadline)
+	return fmt.Sprintf("%s %q rank %d deadline %d", entryString(m.seq, m.returns, m.redelivered), m.env.bodyBytes(), m.rank, m.deadline)
 }
 
 func entryMsg(e entry) *coreMsg {
@@ -555,7 +556,7 @@ func (r *coreRun) deadLetter(m *coreMsg, reason Reason) {
 func (r *coreRun) readyBytes() int64 {
 	var n int64
 	for _, m := range r.ready {
-		n += int64(len(m.env.msg.Body))
+		n += int64(m.env.size)
 	}
 	return n
 }
@@ -612,7 +613,8 @@ func (r *coreRun) take() *coreMsg {
 func (r *coreRun) delivered(h *coreHolder, m *coreMsg, d *Delivery, autoAck bool) {
 	t := r.t
 	h.nextTag++
-	eq(t, &m.env.msg, d.Message, "Message")
+	want := m.env.message()
+	eq(t, &want, d.Message, "Message")
 	eq(t, "x", d.Exchange, "Exchange")
 	eq(t, m.redelivered, d.Redelivered, "Redelivered")
 	eq(t, int(m.returns), d.DeliveryCount, "DeliveryCount")
@@ -798,7 +800,7 @@ func (r *coreRun) admit(env *envelope, ttl time.Duration) (entry, int64, *coreMs
 	m := &coreMsg{env: env, seq: r.nextSeq}
 	r.nextSeq++
 	if p := r.cfg.maxPriority; p > 0 {
-		m.rank = uint8(p - min(p, int(env.msg.Priority)))
+		m.rank = uint8(p - min(p, int(env.priority)))
 	}
 	var wantNow int64
 	if ttl >= 0 || r.cfg.ttl >= 0 {
@@ -846,7 +848,7 @@ func (r *coreRun) takeDeliver(h *coreHolder, autoAck bool) (*Delivery, bool) {
 func (r *coreRun) opPublish() string {
 	c, t := r.c, r.t
 	env := r.newEnv()
-	size := len(env.msg.Body)
+	size := int(env.size)
 	if r.cfg.limited() && r.cfg.overflow != DropHead {
 		room := (r.cfg.maxLen < 0 || int64(len(r.ready)) < r.cfg.maxLen) &&
 			(r.cfg.maxBytes < 0 || r.readyBytes()+int64(size) <= r.cfg.maxBytes)
@@ -919,7 +921,7 @@ func (r *coreRun) opPublish() string {
 	}
 	c.dropHead()
 	r.dropHead()
-	return fmt.Sprintf("publish %d ttl %v prio %d: %s", m.seq, ttl, env.msg.Priority, how)
+	return fmt.Sprintf("publish %d ttl %v prio %d: %s", m.seq, ttl, env.priority, how)
 }
 
 func (r *coreRun) opPublishDelayed() string {
@@ -1628,7 +1630,7 @@ func TestCoreTakeBackGets(t *testing.T) {
 	c := newCore(&cfg, btree.NewFreeListG[entry](32), &heard)
 	x := &Exchange{name: "x"}
 	for i := range 4 {
-		e, _ := admitted(&c, &envelope{msg: Message{Body: []byte{byte(i)}}, exchange: x}, -1)
+		e, _ := admitted(&c, testEnvelope(Message{Body: []byte{byte(i)}}, x), -1)
 		c.ready.push(e)
 	}
 	var ds []*Delivery
@@ -1655,4 +1657,60 @@ func admitted(c *queueCore, env *envelope, ttl time.Duration) (entry, int64) {
 	e := entry{env: env}
 	now := c.admit(&e, ttl)
 	return e, now
+}
+
+// testEnvelope returns an envelope of m published to x, as a broker from New makes it.
+func testEnvelope(m Message, x *Exchange) *envelope {
+	var b Broker
+	return b.newEnvelope(&m, x, "")
+}
+
+// TestEnvelopeKeepsTheMessage: the 48-byte envelope gives back the message that was published,
+// whole, whether it keeps it in its own fields (a body, Persistent, Priority) or in more; a
+// delivery of a message with more shares the envelope's Message, one without gets its own copy,
+// with the publisher's body (not copied).
+func TestEnvelopeKeepsTheMessage(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) == 8 {
+		require.Equal(t, uintptr(48), unsafe.Sizeof(envelope{}), "what a queued message costs beyond its entry and body")
+	}
+	body := []byte("body")
+	full := Message{Body: body, Headers: Table{"k": "v"}, ContentType: "text/plain", Persistent: true, Priority: 3,
+		Timestamp: time.Unix(1, 0), AppID: "app"}
+	for _, m := range []Message{
+		{Body: body},
+		{Body: body, Persistent: true, Priority: 9},
+		{Body: nil},
+		{Body: []byte{}},
+		{Body: body, MessageID: "id"},
+		full,
+	} {
+		env := testEnvelope(m, coreExchange)
+		require.Equal(t, m.needsMore(), env.more != nil)
+		got := env.message()
+		require.Equal(t, m, got)
+		require.Equal(t, m.Body == nil, got.Body == nil, "nil stays apart from empty")
+		if len(body) > 0 && len(m.Body) > 0 {
+			require.Same(t, &m.Body[0], &got.Body[0], "the body is not copied")
+		}
+		c := newTestCore(nil)
+		d := c.deliver(&holder{}, entry{env: env}, true, 0)
+		require.Equal(t, m, *d.Message)
+		if env.more != nil {
+			require.Same(t, &env.more.msg, d.Message, "shared with the envelope")
+		} else {
+			require.Same(t, &d.msg, d.Message, "the delivery's own")
+		}
+	}
+}
+
+// TestBodySizeLimit: a body longer than an envelope's 32-bit length is refused (Publish calls
+// checkBodySize first; a test cannot make such a body under the race detector's checkptr).
+func TestBodySizeLimit(t *testing.T) {
+	require.NoError(t, checkBodySize(0))
+	require.NoError(t, checkBodySize(math.MaxUint32>>1))
+	if strconv.IntSize == 64 {
+		big := uint64(math.MaxUint32) // not a constant: an int of 32 bits could not hold it
+		require.NoError(t, checkBodySize(int(big)))
+		require.ErrorIs(t, checkBodySize(int(big+1)), ErrInvalidArgument)
+	}
 }

@@ -112,11 +112,11 @@ func (q *Queue) endReasonLocked() Reason {
 // dropped because the exchange is missing, nothing took it, or it would cycle.
 func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now time.Time) bool {
 	keys := []string{env.routingKey}
-	headerKeys(env.msg.Headers["CC"], func(k string) { keys = append(keys, k) }) // x-death: no BCC
-	msg := env.msg
-	msg.Headers = recordDeath(env.msg.Headers, death{
+	msg := env.message()
+	headerKeys(msg.Headers["CC"], func(k string) { keys = append(keys, k) }) // x-death: no BCC
+	msg.Headers = recordDeath(msg.Headers, death{
 		queue: src.name, reason: reason, exchange: env.exchange.name, routingKeys: keys,
-		expiration: env.msg.Expiration, time: now,
+		expiration: msg.Expiration, time: now,
 	})
 	msg.Expiration = ""
 	key := env.routingKey
@@ -130,7 +130,7 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 	dl := b.newEnvelope(&msg, nil, "") // the copy: routed, enqueued and evented as one message
 	outcome := func(kind EventKind, why Reason) {
 		if b.listening() {
-			b.emit(Event{Kind: kind, Queue: src.name, Exchange: src.cfg.dlx, RoutingKey: key, Message: &dl.msg, Reason: why})
+			b.emit(Event{Kind: kind, Queue: src.name, Exchange: src.cfg.dlx, RoutingKey: key, Message: dl.messagePtr(), Reason: why})
 		}
 	}
 
@@ -160,7 +160,7 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 	dl.exchange, dl.routingKey = x, key
 	took, cycled := false, false
 	for _, q := range r.queues {
-		if isDeathCycle(dl.msg.Headers, q.name, reason) {
+		if isDeathCycle(msg.Headers, q.name, reason) {
 			b.cfg.logger.Debug("warren: dead letter dropped: dead-letter cycle",
 				"queue", src.name, "reason", reason, "target", q.name)
 			cycled = true

@@ -111,7 +111,7 @@ func TestDeadLettersKeepOrderAcrossGoroutines(t *testing.T) {
 	collect := func(bodies ...string) {
 		q.mu.Lock()
 		for _, s := range bodies {
-			q.core.deadLetter(entry{env: &envelope{msg: Message{Body: []byte(s)}, exchange: b.defaultX}}, ReasonRejected)
+			q.core.deadLetter(entry{env: testEnvelope(Message{Body: []byte(s)}, b.defaultX)}, ReasonRejected)
 		}
 		q.commit()
 	}

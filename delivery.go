@@ -27,7 +27,7 @@ type settlement uint8
 // Deliveries are allocated in small chunks: holding one keeps the messages of up to 15 others
 // of its queue reachable until it is dropped.
 type Delivery struct {
-	Message       *Message      // the message; shared and immutable
+	Message       *Message      // the message; read-only (its Body and Headers are shared with every delivery of it)
 	Exchange      string        // the exchange it was published to
 	RoutingKey    string        // the routing key it was published with
 	Redelivered   bool          // it was delivered before and came back to the queue
@@ -44,6 +44,7 @@ type Delivery struct {
 	e    entry     // the message's place in q
 	due  int64     // when its consumer's ack timeout ends it, on q's clock; 0 for never
 	get  *getOwner // Get only, and only when the Get's context can end
+	msg  Message   // what Message points to: the queue keeps the message in a smaller form
 }
 
 // Ack acknowledges the delivery: the message is done and leaves the queue (AMQP's basic.ack).

@@ -341,7 +341,7 @@ type selectorScan struct {
 func (q *Queue) selectorVisit(e entry) bool {
 	c := q.scan.c
 	c.cursor[e.rank] = e.key() + 1 // rejected or taken: either way behind the cursor now
-	if q.core.expired(e) || !q.acceptsLocked(c, &e.env.msg) {
+	if q.core.expired(e) || !q.acceptsLocked(c, e.env) {
 		return true // an expired message is the timer's to remove
 	}
 	q.scan.found, q.scan.ok = e, true
@@ -351,14 +351,15 @@ func (q *Queue) selectorVisit(e entry) bool {
 // acceptsLocked runs c's selector on m. A selector that panics rejects the message: the panic
 // is the application's bug, but it runs under the queue lock and must not take the broker down.
 // The panic is logged after the lock is released.
-func (q *Queue) acceptsLocked(c *Consumer, m *Message) (ok bool) {
+func (q *Queue) acceptsLocked(c *Consumer, env *envelope) (ok bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			ok = false
 			q.panics = append(q.panics, selectorPanic{c.tag, p})
 		}
 	}()
-	return c.selector(m)
+	q.selecting = env.message() // the selector sees it only during the call (Selector)
+	return c.selector(&q.selecting)
 }
 
 // selectorPanic is a selector's panic, to be logged once the queue lock is released.

@@ -558,6 +558,9 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 	if len(key) > maxNameLen {
 		return 0, errorf("publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
+	if err := checkBodySize(len(msg.Body)); err != nil {
+		return 0, err
+	}
 	ttl, err := parseExpiration(msg.Expiration)
 	if err != nil {
 		return 0, err
@@ -605,16 +608,13 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 				h[k] = v
 			}
 		}
-		env.msg.Headers = h
+		env.more.msg.Headers = h // it has more: it has headers
 		var keys []string
 		headerKeys(bcc, func(k string) { keys = append(keys, k) })
-		if env.more == nil {
-			env.more = &envelopeMore{}
-		}
 		env.more.bcc = keys
 	}
 	if b.listening() {
-		b.emit(Event{Kind: EventPublished, Exchange: x.name, RoutingKey: key, Message: &env.msg})
+		b.emit(Event{Kind: EventPublished, Exchange: x.name, RoutingKey: key, Message: env.messagePtr()})
 	}
 	routed, took := 0, 0
 	var (
@@ -642,7 +642,7 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 		}
 	}
 	if routed == 0 { // no route, or every queue routed to went meanwhile
-		b.noRoute(x.name, key, &env.msg)
+		b.noRoute(x.name, key, env)
 	}
 	if full != nil {
 		return lsn, full
@@ -668,7 +668,7 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 	}
 	env := b.newEnvelope(msg, b.defaultX, key)
 	if b.listening() {
-		b.emit(Event{Kind: EventPublished, RoutingKey: key, Message: &env.msg})
+		b.emit(Event{Kind: EventPublished, RoutingKey: key, Message: env.messagePtr()})
 	}
 	if q != nil {
 		lsn, err := q.enqueue(ctx, env, ttl, cfg)
@@ -676,7 +676,7 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 			return lsn, err
 		}
 	}
-	b.noRoute("", key, &env.msg) // no such queue, or it went meanwhile
+	b.noRoute("", key, env) // no such queue, or it went meanwhile
 	switch {
 	case cfg.mandatory:
 		return 0, errorf("publish to exchange \"\" with key %q: %w", key, ErrUnroutable)
@@ -687,10 +687,10 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 }
 
 // noRoute counts and events a publish that reached no queue. The caller holds no lock.
-func (b *Broker) noRoute(exchange, key string, m *Message) {
+func (b *Broker) noRoute(exchange, key string, env *envelope) {
 	b.unroutable.Add(1)
 	if b.listening() {
-		b.emit(Event{Kind: EventUnroutable, Exchange: exchange, RoutingKey: key, Message: m})
+		b.emit(Event{Kind: EventUnroutable, Exchange: exchange, RoutingKey: key, Message: env.messagePtr()})
 	}
 }
 

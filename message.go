@@ -1,8 +1,10 @@
 package warren
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Table is a set of AMQP field values: message headers, and the arguments of declarations and
@@ -91,16 +93,105 @@ func checkField(v any, depth int) error {
 }
 
 // envelope is one published message, shared by reference by every queue it was routed to and by
-// every delivery of it. It is immutable once routed.
+// every delivery of it. It is immutable once routed (but for a durable broker's log state, in
+// more: store.go).
+//
+// A queue holds one envelope per message, so it is kept to 48 bytes (on 64-bit platforms; a
+// Message is 208): the body as its first byte and a 32-bit length, the two properties that
+// queues look at, and, out of line in more, the whole Message when the message sets more than
+// those (headers, properties), when a durable broker logs it, or when a listener was there to see
+// it published, so that every event of it carries one *Message. A delivery of a message without
+// more carries its own copy of it.
 type envelope struct {
-	msg        Message
-	exchange   *Exchange // the exchange it was published to (a pointer: 8 bytes, not a string's 16)
+	body       *byte  // the body's first byte, nil for a nil body (bodyBytes)
+	size       uint32 // the body's length (maxBodySize)
+	persistent bool
+	priority   uint8
 	routingKey string
-	more       *envelopeMore // what few messages need; nil for the others
+	exchange   *Exchange     // the exchange it was published to (a pointer: 8 bytes, not a string's 16)
+	more       *envelopeMore // headers, properties, and what few messages need; nil for the others
+}
+
+// maxBodySize is the largest body an envelope holds: a publish of a larger one fails. (RabbitMQ
+// refuses bodies over 512 MiB whatever its configuration.)
+const maxBodySize = math.MaxUint32
+
+// checkBodySize refuses a body of n bytes if an envelope cannot hold it.
+func checkBodySize(n int) error {
+	if uint64(n) > maxBodySize {
+		return errorf("publish: a body of %d bytes, over %d: %w", n, uint64(maxBodySize), ErrInvalidArgument)
+	}
+	return nil
+}
+
+// bodyBytes returns the message's body, the publisher's slice (with its capacity cut to its
+// length).
+func (e *envelope) bodyBytes() []byte { return unsafe.Slice(e.body, e.size) }
+
+// message returns the message the envelope holds.
+func (e *envelope) message() Message {
+	if e.more != nil {
+		return e.more.msg
+	}
+	return Message{Body: e.bodyBytes(), Persistent: e.persistent, Priority: e.priority}
+}
+
+// messagePtr returns the message as a pointer: the envelope's own Message when it keeps one
+// (more), shared by every event and delivery of it, else a copy on the heap. For events (made
+// only when someone listens) and Browse.
+func (e *envelope) messagePtr() *Message {
+	if e.more != nil {
+		return &e.more.msg
+	}
+	m := e.message()
+	return &m
+}
+
+// messagePtrShared returns the envelope's own Message, nil when it keeps none.
+func (e *envelope) messagePtrShared() *Message {
+	if e.more != nil {
+		return &e.more.msg
+	}
+	return nil
+}
+
+// headers returns the message's headers.
+func (e *envelope) headers() Table {
+	if e.more == nil {
+		return nil
+	}
+	return e.more.msg.Headers
+}
+
+// setMessage fills in e from m (a new envelope, before it is routed); e must have its more if m
+// sets more than its body, Persistent and Priority (needsMore).
+func (e *envelope) setMessage(m *Message) {
+	e.body, e.size = unsafe.SliceData(m.Body), uint32(len(m.Body))
+	e.persistent, e.priority = m.Persistent, m.Priority
+	if e.more != nil {
+		e.more.msg = *m
+	}
+}
+
+// needsMore reports whether an envelope of m needs its more for m's headers or properties.
+func (m *Message) needsMore() bool { return m.Headers != nil || m.hasProperties() }
+
+// hasProperties reports whether m sets a property besides Persistent and Priority.
+func (m *Message) hasProperties() bool {
+	if !m.Timestamp.IsZero() {
+		return true
+	}
+	for _, s := range m.text() {
+		if *s != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // envelopeMore is what an envelope rarely needs, out of line so that the others stay small.
 type envelopeMore struct {
+	msg   Message      // the message, whole
 	bcc   []string     // the keys of its BCC header, which publishing strips
 	logID uint64       // a durable broker's: its id in the log, once a durable queue took it (store.go)
 	seg   uint64       // the log segment its body is in

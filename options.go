@@ -367,7 +367,8 @@ func ConsumerPriority(p int) ConsumeOption {
 //
 // accept runs under the queue's lock, as messages are dispatched: it must be fast, must not
 // block and must not call into the broker, and it should depend on the message alone (it may be
-// called from any goroutine). A panic in it counts as false.
+// called from any goroutine). The *Message it is given is valid only during the call: accept must
+// not keep it. A panic in it counts as false.
 //
 // Cost: each consumer keeps a cursor in the queue (one per priority level), so accept sees each
 // ready message at most once while the message stays ready — and again only after a message

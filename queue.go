@@ -40,6 +40,7 @@ type Queue struct {
 	ownerStop   func() bool        // an exclusive queue: stops watching its owner context
 	scan        selectorScan       // the selector scan in progress (dispatch.go)
 	panics      []selectorPanic    // selector panics to log once mu is released
+	selecting   Message            // the message a selector is looking at (acceptsLocked)
 	// leaving are the stopped AutoAck consumers whose feeders have not yet put back what they
 	// hold: those messages are older than anything that could go out meanwhile, so dispatch,
 	// feeders' own takes and hand-offs wait while there are any (a context end's messages are all
@@ -108,14 +109,14 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 			q.commit()
 			return 0, err
 		}
-		if !q.cfg.limited() || q.cfg.overflow == DropHead || q.core.room(len(env.msg.Body)) {
+		if !q.cfg.limited() || q.cfg.overflow == DropHead || q.core.room(int(env.size)) {
 			break
 		}
 		// RejectPublish, RejectPublishDLX and Block check before enqueueing.
 		// Immediate never waits, nor does a body larger than the byte limit: it never fits.
 		if q.cfg.overflow == Block && ctx.Err() == nil && !opt.immediate &&
-			(q.cfg.maxBytes < 0 || int64(len(env.msg.Body)) <= q.cfg.maxBytes) {
-			if err := q.waitRoomLocked(ctx, len(env.msg.Body)); err != nil {
+			(q.cfg.maxBytes < 0 || int64(int(env.size)) <= q.cfg.maxBytes) {
+			if err := q.waitRoomLocked(ctx, int(env.size)); err != nil {
 				q.core.drop(entry{env: env}, ReasonQueueFull)
 				q.commit()
 				return 0, err
@@ -134,8 +135,8 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 	now := q.core.admit(&e, ttl)
 	if q.cfg.alerting && q.cfg.alerts.MessageSize > 0 {
 		q.alertStates[alertSize].over = false // each message is a crossing of its own
-		now = q.crossLocked(alertSize, len(env.msg.Body) >= q.cfg.alerts.MessageSize,
-			int64(len(env.msg.Body)), int64(q.cfg.alerts.MessageSize), env, now)
+		now = q.crossLocked(alertSize, int(env.size) >= q.cfg.alerts.MessageSize,
+			int64(int(env.size)), int64(q.cfg.alerts.MessageSize), env, now)
 	}
 	at := q.core.mark() // where its Enqueued effect goes, once the message is known to stay
 	if opt.delay > 0 {
@@ -265,7 +266,7 @@ func (q *Queue) Browse() iter.Seq[*Message] {
 			ms = make([]*Message, 0, q.core.ready.len())
 			q.core.ready.ascend(0, func(e entry) bool {
 				if !q.core.expired(e) {
-					ms = append(ms, &e.env.msg)
+					ms = append(ms, e.env.messagePtr())
 				}
 				return true
 			})

@@ -554,7 +554,7 @@ func searchKey(n int, at func(int) entry, k uint64) int {
 
 // index accounts for an entry entering the ready set: its body bytes and its deadline.
 func (r *readySet) index(e entry) {
-	r.bytes += int64(len(e.env.msg.Body))
+	r.bytes += int64(int(e.env.size))
 	if e.deadline != 0 {
 		r.expiries.ReplaceOrInsert(expiry{e.deadline, e.key()})
 	}
@@ -562,7 +562,7 @@ func (r *readySet) index(e entry) {
 
 // unindex accounts for an entry leaving the ready set.
 func (r *readySet) unindex(e entry) {
-	r.bytes -= int64(len(e.env.msg.Body))
+	r.bytes -= int64(int(e.env.size))
 	if e.deadline != 0 {
 		r.expiries.Delete(expiry{e.deadline, e.key()})
 	}

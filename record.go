@@ -120,7 +120,8 @@ func appendPlacement(dst []byte, p placement, msg []byte) []byte {
 func appendPublish(dst []byte, p placement, env *envelope) ([]byte, int64) {
 	dst = appendPlacementHead(dst, recPublish, p)
 	start := len(dst)
-	dst = appendEnvelope(dst, env.exchange.name, env.routingKey, &env.msg)
+	m := env.message()
+	dst = appendEnvelope(dst, env.exchange.name, env.routingKey, &m)
 	return dst, int64(len(dst) - start)
 }
 

@@ -333,13 +333,13 @@ func (q *Queue) restore(r *replay) error {
 			if ex == nil {
 				ex = &Exchange{name: x} // gone since: its name is all a delivery says of it
 			}
-			b.env = &envelope{msg: msg, exchange: ex, routingKey: key,
-				more: &envelopeMore{logID: m.msgID, seg: b.seg, size: int64(len(b.msg))}}
+			b.env = q.b.newEnvelope(&msg, ex, key) // persistent: it has its more
+			b.env.more.logID, b.env.more.seg, b.env.more.size = m.msgID, b.seg, int64(len(b.msg))
 		}
 		b.env.more.refs.Add(1)
 		e := entry{env: b.env, seq: m.seq, returns: m.returns, redelivered: m.redelivered}
 		if p := q.cfg.maxPriority; p > 0 {
-			e.rank = uint8(p - min(p, int(b.env.msg.Priority)))
+			e.rank = uint8(p - min(p, int(b.env.priority)))
 		}
 		if m.deadline != 0 {
 			e.deadline = onClock(m.deadline)

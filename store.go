@@ -111,7 +111,7 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 	q.log.recs = q.log.recs[:0]
 	var now, wall int64 // the queue's clock and the wall clock, read once, when needed
 	for _, ef := range efs {
-		if ef.ev != nil || !ef.e.env.msg.Persistent {
+		if ef.ev != nil || !ef.e.env.persistent {
 			continue
 		}
 		env, start := ef.e.env, len(buf)
@@ -285,21 +285,29 @@ func (s *store) close() {
 	}
 }
 
-// newEnvelope returns a new envelope of msg. A persistent message of a durable broker gets the
-// envelopeMore its log keeps, in the same allocation, before any queue can see it: a durable
-// queue's commit fills it in, while other queues' goroutines may read its BCC keys. A broker
-// from New pays one check.
+// newEnvelope returns a new envelope of msg, in one allocation. Its more, when it needs one,
+// comes with it: for msg's headers and properties; for a listener, so that every event of the
+// message carries the same *Message; or, for a persistent message of a durable broker, for the
+// state its log keeps, which must be there before any queue can see the envelope (a durable
+// queue's commit fills it in while other queues' goroutines may read its BCC keys). A message
+// with only a body, Persistent and Priority, on a broker from New that nobody listens to, gets
+// the 48-byte envelope alone.
 func (b *Broker) newEnvelope(msg *Message, x *Exchange, key string) *envelope {
-	if b.store != nil && msg.Persistent {
-		le := &loggedEnvelope{envelope: envelope{msg: *msg, exchange: x, routingKey: key}}
-		le.envelope.more = &le.more
-		return &le.envelope
+	var env *envelope
+	if msg.needsMore() || (b.store != nil && msg.Persistent) || b.listening() {
+		f := &fullEnvelope{}
+		f.envelope.more = &f.more
+		env = &f.envelope
+	} else {
+		env = &envelope{}
 	}
-	return &envelope{msg: *msg, exchange: x, routingKey: key}
+	env.exchange, env.routingKey = x, key
+	env.setMessage(msg)
+	return env
 }
 
-// loggedEnvelope is an envelope and its envelopeMore, allocated together.
-type loggedEnvelope struct {
+// fullEnvelope is an envelope and its envelopeMore, allocated together.
+type fullEnvelope struct {
 	envelope
 	more envelopeMore
 }
@@ -321,7 +329,7 @@ func (b *Broker) confirm(lsn wal.LSN) error {
 // settleDeadLetter records that a message dead-lettered from the durable queue q left it, once
 // its copy is in the queues it went to (at least once: a crash in between leaves it in both).
 func (s *store) settleDeadLetter(q *Queue, ef effect) {
-	if !ef.e.env.msg.Persistent || ef.refused() {
+	if !ef.e.env.persistent || ef.refused() {
 		return
 	}
 	s.log.Append(appendSeqRecord(nil, recSettle, q.log.qid, ef.e.seq, 0))
