@@ -44,6 +44,7 @@ import (
 	"github.com/google/btree"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/warrenmq/warren/internal/wal"
 )
 
 // newTestCore returns a core with the default configuration, changed by set if not nil, that
@@ -1686,6 +1687,7 @@ func TestEnvelopeKeepsTheMessage(t *testing.T) {
 	} {
 		env := testEnvelope(m, coreExchange)
 		require.Equal(t, m.needsMore(), env.more != nil)
+		require.Equal(t, m.needsMore(), env.messagePtrShared() != nil, "it keeps the Message only if it must")
 		got := env.message()
 		require.Equal(t, m, got)
 		require.Equal(t, m.Body == nil, got.Body == nil, "nil stays apart from empty")
@@ -1696,11 +1698,45 @@ func TestEnvelopeKeepsTheMessage(t *testing.T) {
 		d := c.deliver(&holder{}, entry{env: env}, true, 0)
 		require.Equal(t, m, *d.Message)
 		if env.more != nil {
-			require.Same(t, &env.more.msg, d.Message, "shared with the envelope")
+			require.Same(t, env.more.msg, d.Message, "shared with the envelope")
 		} else {
 			require.Same(t, &d.msg, d.Message, "the delivery's own")
 		}
 	}
+}
+
+// TestEnvelopeShapes: what an envelope keeps beside it depends on the message and the broker:
+// the whole Message for headers or properties, or for a listener (one *Message for every event);
+// a durable broker's log state for a persistent message, without the Message when the envelope's
+// own fields are all of it.
+func TestEnvelopeShapes(t *testing.T) {
+	plain, props := Message{Body: []byte("b"), Persistent: true}, Message{Body: []byte("b"), Persistent: true, Type: "t"}
+	mem := New()
+	defer mem.Close()
+	durable := openTest(t, wal.NewMemFS())
+	defer durable.Close()
+	for _, c := range []struct {
+		b         *Broker
+		m         Message
+		more, msg bool
+		what      string
+	}{
+		{mem, plain, false, false, "in memory, plain: the envelope alone"},
+		{mem, props, true, true, "in memory, with a property"},
+		{durable, plain, true, false, "durable and persistent, plain: the log state only"},
+		{durable, props, true, true, "durable and persistent, with a property"},
+		{durable, Message{Body: []byte("b")}, false, false, "durable, transient: the envelope alone"},
+	} {
+		env := c.b.newEnvelope(&c.m, c.b.defaultX, "k")
+		require.Equal(t, c.more, env.more != nil, c.what)
+		require.Equal(t, c.msg, env.messagePtrShared() != nil, c.what)
+		require.Equal(t, c.m, env.message(), c.what)
+	}
+	stop := mem.Listen(func(Event) {})
+	defer stop()
+	env := mem.newEnvelope(&plain, mem.defaultX, "k")
+	require.NotNil(t, env.messagePtrShared(), "with a listener: one *Message for its events")
+	require.Same(t, env.messagePtr(), env.messagePtr())
 }
 
 // TestBodySizeLimit: a body longer than an envelope's 32-bit length is refused (Publish calls

@@ -358,7 +358,8 @@ func (q *Queue) acceptsLocked(c *Consumer, env *envelope) (ok bool) {
 			q.panics = append(q.panics, selectorPanic{c.tag, p})
 		}
 	}()
-	q.selecting = env.message() // the selector sees it only during the call (Selector)
+	q.selecting = env.message()                // the selector sees it only during the call (Selector)
+	defer func() { q.selecting = Message{} }() // and the queue does not keep its body after
 	return c.selector(&q.selecting)
 }
 

@@ -203,7 +203,7 @@ type Event struct {
 	Queue               string   // the queue concerned
 	DestinationExchange string   // an exchange-to-exchange binding's destination
 	Consumer            string   // the consumer tag concerned
-	Message             *Message // the message concerned; shared and read-only
+	Message             *Message // the message concerned; read-only (the events of a message published while a listener was there share one *Message)
 	Reason              Reason   // why, for the kinds that say
 	Err                 error    // what went wrong
 	Value, Limit        int64    // EventAlert: the measure and its threshold

@@ -608,7 +608,7 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 				h[k] = v
 			}
 		}
-		env.more.msg.Headers = h // it has more: it has headers
+		env.more.msg.Headers = h // it has headers: it keeps its Message
 		var keys []string
 		headerKeys(bcc, func(k string) { keys = append(keys, k) })
 		env.more.bcc = keys

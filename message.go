@@ -98,10 +98,10 @@ func checkField(v any, depth int) error {
 //
 // A queue holds one envelope per message, so it is kept to 48 bytes (on 64-bit platforms; a
 // Message is 208): the body as its first byte and a 32-bit length, the two properties that
-// queues look at, and, out of line in more, the whole Message when the message sets more than
-// those (headers, properties), when a durable broker logs it, or when a listener was there to see
-// it published, so that every event of it carries one *Message. A delivery of a message without
-// more carries its own copy of it.
+// queues look at, and, out of line in more, what few messages need: the whole Message when the
+// message sets more than those (headers, properties) or when a listener was there to see it
+// published (so that every event of it carries one *Message), a durable broker's log state. A
+// delivery of a message whose envelope keeps no Message carries its own copy of it.
 type envelope struct {
 	body       *byte  // the body's first byte, nil for a nil body (bodyBytes)
 	size       uint32 // the body's length (maxBodySize)
@@ -130,18 +130,18 @@ func (e *envelope) bodyBytes() []byte { return unsafe.Slice(e.body, e.size) }
 
 // message returns the message the envelope holds.
 func (e *envelope) message() Message {
-	if e.more != nil {
-		return e.more.msg
+	if m := e.messagePtrShared(); m != nil {
+		return *m
 	}
 	return Message{Body: e.bodyBytes(), Persistent: e.persistent, Priority: e.priority}
 }
 
-// messagePtr returns the message as a pointer: the envelope's own Message when it keeps one
-// (more), shared by every event and delivery of it, else a copy on the heap. For events (made
-// only when someone listens) and Browse.
+// messagePtr returns the message as a pointer: the envelope's own Message when it keeps one,
+// shared by every event and delivery of it, else a copy on the heap. For events (made only
+// when someone listens) and Browse.
 func (e *envelope) messagePtr() *Message {
-	if e.more != nil {
-		return &e.more.msg
+	if m := e.messagePtrShared(); m != nil {
+		return m
 	}
 	m := e.message()
 	return &m
@@ -150,26 +150,26 @@ func (e *envelope) messagePtr() *Message {
 // messagePtrShared returns the envelope's own Message, nil when it keeps none.
 func (e *envelope) messagePtrShared() *Message {
 	if e.more != nil {
-		return &e.more.msg
+		return e.more.msg
 	}
 	return nil
 }
 
 // headers returns the message's headers.
 func (e *envelope) headers() Table {
-	if e.more == nil {
-		return nil
+	if m := e.messagePtrShared(); m != nil {
+		return m.Headers
 	}
-	return e.more.msg.Headers
+	return nil
 }
 
-// setMessage fills in e from m (a new envelope, before it is routed); e must have its more if m
-// sets more than its body, Persistent and Priority (needsMore).
+// setMessage fills in e from m (a new envelope, before it is routed); e must keep its own
+// Message (more.msg) if m sets more than its body, Persistent and Priority (needsMore).
 func (e *envelope) setMessage(m *Message) {
 	e.body, e.size = unsafe.SliceData(m.Body), uint32(len(m.Body))
 	e.persistent, e.priority = m.Persistent, m.Priority
-	if e.more != nil {
-		e.more.msg = *m
+	if own := e.messagePtrShared(); own != nil {
+		*own = *m
 	}
 }
 
@@ -191,7 +191,7 @@ func (m *Message) hasProperties() bool {
 
 // envelopeMore is what an envelope rarely needs, out of line so that the others stay small.
 type envelopeMore struct {
-	msg   Message      // the message, whole
+	msg   *Message     // the message, whole, when the envelope keeps it (newEnvelope); else nil
 	bcc   []string     // the keys of its BCC header, which publishing strips
 	logID uint64       // a durable broker's: its id in the log, once a durable queue took it (store.go)
 	seg   uint64       // the log segment its body is in

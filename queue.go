@@ -255,7 +255,7 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, erro
 // has no browse; Qpid's browsing consumers do this): a snapshot taken when the iteration starts,
 // in one critical section, then yielded with no lock held. Messages hidden by a delay and
 // deliveries outstanding are not included. After the queue is deleted it yields nothing. The
-// messages are shared with the queue: treat them as read-only.
+// messages are the queue's, or copies of them: treat them as read-only.
 func (q *Queue) Browse() iter.Seq[*Message] {
 	return func(yield func(*Message) bool) {
 		var ms []*Message

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/btree"
+	"github.com/stretchr/testify/require"
 )
 
 // checkReadySet verifies that ascend visits every ready entry once, in ascending key order.
@@ -756,4 +757,29 @@ func TestLater(t *testing.T) {
 			t.Errorf("later(%d, %d) = %d, want %d", tc.now, int64(tc.d), got, tc.want)
 		}
 	}
+}
+
+// TestSelectorLeavesNothing: a selector's message is the queue's scratch copy only during the
+// call; after it the queue holds nothing of it (it kept the last body a selector saw, which a
+// purge could not free).
+func TestSelectorLeavesNothing(t *testing.T) {
+	b := New()
+	defer b.Close()
+	q, err := b.DeclareQueue("q")
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(t.Context(), "", "q", Message{Body: []byte("big"), Type: "t"}))
+	saw := make(chan string, 1)
+	c, err := q.Consume(t.Context(), Selector(func(m *Message) bool {
+		select {
+		case saw <- string(m.Body) + " " + m.Type:
+		default:
+		}
+		return false
+	}))
+	require.NoError(t, err)
+	require.Equal(t, "big t", <-saw, "the selector sees the whole message")
+	var left Message
+	q.view(func() { left = q.selecting })
+	require.Equal(t, Message{}, left)
+	require.NoError(t, c.Cancel())
 }

@@ -333,7 +333,7 @@ func (q *Queue) restore(r *replay) error {
 			if ex == nil {
 				ex = &Exchange{name: x} // gone since: its name is all a delivery says of it
 			}
-			b.env = q.b.newEnvelope(&msg, ex, key) // persistent: it has its more
+			b.env = q.b.envelopeOf(&msg, ex, key, true)
 			b.env.more.logID, b.env.more.seg, b.env.more.size = m.msgID, b.seg, int64(len(b.msg))
 		}
 		b.env.more.refs.Add(1)

@@ -285,20 +285,32 @@ func (s *store) close() {
 	}
 }
 
-// newEnvelope returns a new envelope of msg, in one allocation. Its more, when it needs one,
-// comes with it: for msg's headers and properties; for a listener, so that every event of the
-// message carries the same *Message; or, for a persistent message of a durable broker, for the
-// state its log keeps, which must be there before any queue can see the envelope (a durable
-// queue's commit fills it in while other queues' goroutines may read its BCC keys). A message
-// with only a body, Persistent and Priority, on a broker from New that nobody listens to, gets
-// the 48-byte envelope alone.
+// newEnvelope returns a new envelope of msg, in one allocation with what it needs beside it:
+// the whole Message, for msg's headers and properties, or for a listener, so that every event of
+// the message carries the same *Message; the state a durable broker's log keeps of a persistent
+// message, which must be there before any queue can see the envelope (a durable queue's commit
+// fills it in while other queues' goroutines may read its BCC keys). A message with only a body,
+// Persistent and Priority, on a broker from New that nobody listens to, gets the 48-byte
+// envelope alone.
 func (b *Broker) newEnvelope(msg *Message, x *Exchange, key string) *envelope {
+	return b.envelopeOf(msg, x, key, b.store != nil && msg.Persistent)
+}
+
+// envelopeOf is newEnvelope, with the log state when logged (the store's replay: a record of
+// the log gets it, whatever its flags say).
+func (b *Broker) envelopeOf(msg *Message, x *Exchange, key string, logged bool) *envelope {
 	var env *envelope
-	if msg.needsMore() || (b.store != nil && msg.Persistent) || b.listening() {
+	switch {
+	case msg.needsMore() || b.listening():
 		f := &fullEnvelope{}
+		f.more.msg = &f.msg
 		f.envelope.more = &f.more
 		env = &f.envelope
-	} else {
+	case logged:
+		l := &loggedEnvelope{}
+		l.envelope.more = &l.more
+		env = &l.envelope
+	default:
 		env = &envelope{}
 	}
 	env.exchange, env.routingKey = x, key
@@ -306,8 +318,15 @@ func (b *Broker) newEnvelope(msg *Message, x *Exchange, key string) *envelope {
 	return env
 }
 
-// fullEnvelope is an envelope and its envelopeMore, allocated together.
+// fullEnvelope is an envelope, its envelopeMore and the whole Message, allocated together.
 type fullEnvelope struct {
+	envelope
+	more envelopeMore
+	msg  Message
+}
+
+// loggedEnvelope is an envelope and its envelopeMore, for a durable broker's log state alone.
+type loggedEnvelope struct {
 	envelope
 	more envelopeMore
 }
