@@ -76,6 +76,12 @@ func (s *store) wrote(seg uint64) {
 		return // the log grows past its bound only by new segments: nothing to check
 	}
 	s.lastSeg = seg
+	if s.compacting {
+		// A pass is running (its bound is not checked meanwhile): it checks again when it
+		// is done, for this segment's sake.
+		s.grewInPass = true
+		return
+	}
 	s.wakeIfLong()
 }
 
@@ -141,6 +147,12 @@ func (s *store) compact(b *Broker, factor int64) {
 	s.mu.Lock()
 	s.compacting = false
 	s.advanceLocked()
+	if s.grewInPass {
+		// Segments that others started during the pass woke nothing: without this the log
+		// could stay past its bound until the next one.
+		s.grewInPass = false
+		s.wakeIfLong()
+	}
 	s.mu.Unlock()
 }
 
@@ -169,7 +181,7 @@ func (s *store) moveLocked(q *Queue, cut, pass uint64) {
 			}
 		}
 		if err == nil {
-			s.wrote(seg)
+			s.lastSeg = max(s.lastSeg, seg) // the pass's own segments wake no pass
 		}
 		clear(q.log.bodies)
 		q.log.bodies = q.log.bodies[:0]

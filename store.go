@@ -53,6 +53,7 @@ type store struct {
 	lastSeg uint64       // the segment the log last appended to
 	// compacting is set while a compaction pass runs (compact.go); pass counts them.
 	compacting bool
+	grewInPass bool // a segment was started during the pass (wrote)
 	pass       uint64
 	compactor  compactor
 }
