@@ -155,14 +155,6 @@ func (e *envelope) messagePtrShared() *Message {
 	return nil
 }
 
-// headers returns the message's headers.
-func (e *envelope) headers() Table {
-	if m := e.messagePtrShared(); m != nil {
-		return m.Headers
-	}
-	return nil
-}
-
 // setMessage fills in e from m (a new envelope, before it is routed); e must keep its own
 // Message (more.msg) if m sets more than its body, Persistent and Priority (needsMore).
 func (e *envelope) setMessage(m *Message) {
