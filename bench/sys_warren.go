@@ -17,17 +17,6 @@ var BlockMaxLength = 4096
 func init() {
 	register(Spec{
 		Info: Info{
-			Name: "chan", Ordered: true, Backlog: true,
-			NA: map[string]string{
-				"W4": "a channel has no acknowledgements, so nothing can be taken unacknowledged and returned",
-				"S2": "a channel has no routing",
-			},
-			Setup: "a buffered `chan *warren.Message` per queue (one allocation per message, as the project's own baseline); its capacity is the workload's bound: 4096 for W1/W2, the whole backlog for W3/S1; receive is the acknowledgement",
-		},
-		Open: func() (System, error) { return &chanSys{queues: map[string]chan *warren.Message{}}, nil },
-	})
-	register(Spec{
-		Info: Info{
 			Name: "warren", Ordered: true, Acks: true, Backlog: true, Batch: true,
 			Setup: "`warren.New()`, queues with default options (unbounded), `Broker.Publish` through the default exchange, `Queue.Consume` with `Prefetch`, `Delivery.Ack` per message, `Consumer.NackUpTo` to requeue",
 		},
@@ -47,89 +36,6 @@ func init() {
 		Open: func() (System, error) { return newWarren(true), nil },
 	})
 }
-
-// ---- chan ----
-
-type chanSys struct {
-	mu     sync.Mutex
-	queues map[string]chan *warren.Message
-}
-
-func (s *chanSys) DeclareQueue(name string, cfg Config) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := cfg.Capacity
-	if c <= 0 {
-		c = 4096
-	}
-	s.queues[name] = make(chan *warren.Message, c)
-	return nil
-}
-
-func (s *chanSys) queue(name string) (chan *warren.Message, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, ok := s.queues[name]
-	if !ok {
-		return nil, fmt.Errorf("chan: no queue %q", name)
-	}
-	return q, nil
-}
-
-func (s *chanSys) Producer() (Producer, error) { return &chanProducer{s: s}, nil }
-
-func (s *chanSys) Consumer(name string, _ int) (Consumer, error) {
-	q, err := s.queue(name)
-	if err != nil {
-		return nil, err
-	}
-	return &chanConsumer{ch: q}, nil
-}
-
-func (s *chanSys) Close() error { return nil }
-
-type chanProducer struct {
-	s    *chanSys
-	name string
-	ch   chan *warren.Message
-}
-
-func (p *chanProducer) Publish(name string, body []byte) error {
-	if p.ch == nil || name != p.name {
-		q, err := p.s.queue(name)
-		if err != nil {
-			return err
-		}
-		p.ch, p.name = q, name
-	}
-	p.ch <- &warren.Message{Body: body}
-	return nil
-}
-
-func (p *chanProducer) Flush() error { return nil }
-func (p *chanProducer) Close() error { return nil }
-
-type chanConsumer struct{ ch chan *warren.Message }
-
-func (c *chanConsumer) Next(ctx context.Context) (Delivery, error) {
-	select {
-	case m := <-c.ch:
-		return Delivery{Body: m.Body}, nil
-	default:
-	}
-	select {
-	case m := <-c.ch:
-		return Delivery{Body: m.Body}, nil
-	case <-ctx.Done():
-		return Delivery{}, context.Cause(ctx)
-	}
-}
-
-func (c *chanConsumer) Ack(Delivery) error       { return nil }
-func (c *chanConsumer) Requeue([]Delivery) error { return ErrUnsupported }
-func (c *chanConsumer) Close() error             { return nil }
-
-// ---- warren ----
 
 type warrenSys struct {
 	b      *warren.Broker
