@@ -21,8 +21,7 @@ func TestOpenDirectory(t *testing.T) {
 	dir := t.TempDir() + "/data" // created by Open
 	b, err := Open(dir, WithSync(SyncNever))
 	require.NoError(t, err)
-	_, err = b.DeclareQueue("jobs", Durable())
-	require.NoError(t, err)
+	durableQueue(t, b, "jobs")
 	persistent(t, b, "jobs", "m1", "m2")
 
 	_, err = Open(dir)
@@ -88,8 +87,7 @@ func TestOpenCorrupt(t *testing.T) {
 	fs := wal.NewMemFS()
 	opts := logOptions(wal.Options{SegmentSize: 512})
 	b := openTest(t, fs, opts)
-	_, err := b.DeclareQueue("jobs", Durable())
-	require.NoError(t, err)
+	durableQueue(t, b, "jobs")
 	var bodies []string
 	for i := range 40 {
 		bodies = append(bodies, fmt.Sprintf("message %02d", i))
@@ -100,7 +98,7 @@ func TestOpenCorrupt(t *testing.T) {
 	require.Greater(t, len(segs), 2)
 	corruptByte(t, fs, segs[1], 40) // the second segment, past its header and its first frame's
 
-	_, err = openBroker(fs, opts)
+	_, err := openBroker(fs, opts)
 	require.ErrorIs(t, err, ErrCorrupt, "damage before the last segment is refused")
 	require.ErrorContains(t, err, segs[1], "the error names the file")
 
@@ -124,8 +122,7 @@ func TestOpenCorrupt(t *testing.T) {
 func TestOpenTornTail(t *testing.T) {
 	fs := wal.NewMemFS()
 	b := openTest(t, fs)
-	_, err := b.DeclareQueue("jobs", Durable())
-	require.NoError(t, err)
+	durableQueue(t, b, "jobs")
 	persistent(t, b, "jobs", "m1", "m2")
 	require.NoError(t, b.Close())
 	segs := segmentNames(t, fs)
@@ -156,9 +153,8 @@ func TestDurableStorageFails(t *testing.T) {
 	b := openTest(t, fs)
 	defer b.Close()
 	ctx := context.Background()
-	_, err := b.DeclareQueue("jobs", Durable())
-	require.NoError(t, err)
-	_, err = b.DeclareQueue("temp")
+	durableQueue(t, b, "jobs")
+	_, err := b.DeclareQueue("temp")
 	require.NoError(t, err)
 	persistent(t, b, "jobs", "m1")
 
@@ -182,8 +178,7 @@ func TestPublishBatchConfirmsOnce(t *testing.T) {
 	fs := &syncCounter{MemFS: wal.NewMemFS()}
 	b := openTest(t, fs)
 	defer b.Close()
-	_, err := b.DeclareQueue("jobs", Durable())
-	require.NoError(t, err)
+	durableQueue(t, b, "jobs")
 	var batch []Publishing
 	for i := range 50 {
 		batch = append(batch, Publishing{Key: "jobs", Message: Message{Body: fmt.Appendf(nil, "m%d", i), Persistent: true}})
@@ -240,8 +235,7 @@ func TestPublishDeferred(t *testing.T) {
 	fs := wal.NewMemFS()
 	slow := logOptions(wal.Options{FlushDelay: time.Hour}) // only a Wait writes
 	b := openTest(t, fs, slow)
-	_, err := b.DeclareQueue("jobs", Durable())
-	require.NoError(t, err)
+	durableQueue(t, b, "jobs")
 	deferred := func(bodies ...string) []Confirmation {
 		var cs []Confirmation
 		for _, body := range bodies {
@@ -283,8 +277,7 @@ func TestPublishDeferred(t *testing.T) {
 
 	mem := New()
 	defer mem.Close()
-	_, err = mem.DeclareQueue("jobs", Durable())
-	require.NoError(t, err)
+	durableQueue(t, mem, "jobs")
 	c, err = mem.PublishDeferred(ctx, "", "jobs", Message{Body: []byte("m"), Persistent: true})
 	require.NoError(t, err)
 	require.Equal(t, Confirmation{}, c, "a broker from New confirms on return")

@@ -210,14 +210,6 @@ func crash(t *testing.T, b *Broker, fs *wal.MemFS, d time.Duration) {
 	time.Sleep(d)
 }
 
-// durableQueue declares a durable queue with opts.
-func durableQueue(t *testing.T, b *Broker, name string, opts ...QueueOption) *Queue {
-	t.Helper()
-	q, err := b.DeclareQueue(name, append([]QueueOption{Durable()}, opts...)...)
-	require.NoError(t, err)
-	return q
-}
-
 // lookup returns the queue named name, which must exist.
 func lookup(t *testing.T, b *Broker, name string) *Queue {
 	t.Helper()

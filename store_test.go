@@ -32,6 +32,14 @@ func openTest(t *testing.T, fs wal.FS, opts ...BrokerOption) *Broker {
 	return b
 }
 
+// durableQueue declares a durable queue with opts.
+func durableQueue(t *testing.T, b *Broker, name string, opts ...QueueOption) *Queue {
+	t.Helper()
+	q, err := b.DeclareQueue(name, append([]QueueOption{Durable()}, opts...)...)
+	require.NoError(t, err)
+	return q
+}
+
 // persistent publishes persistent messages to queue through the default exchange.
 func persistent(t *testing.T, b *Broker, queue string, bodies ...string) {
 	t.Helper()
@@ -65,9 +73,8 @@ func TestDurableRestart(t *testing.T) {
 	fs := wal.NewMemFS()
 	b := openTest(t, fs)
 	ctx := context.Background()
-	jobs, err := b.DeclareQueue("jobs", Durable())
-	require.NoError(t, err)
-	_, err = b.DeclareQueue("temp")
+	jobs := durableQueue(t, b, "jobs")
+	_, err := b.DeclareQueue("temp")
 	require.NoError(t, err)
 	persistent(t, b, "jobs", "m1", "m2", "m3")
 	require.NoError(t, b.Publish(ctx, "", "jobs", Message{Body: []byte("transient")}))
@@ -215,11 +222,9 @@ func TestDurableSegmentsGo(t *testing.T) {
 		b := openTest(t, fs, opts)
 		defer b.Close() // if the test fails before its Close: nothing is left in the bubble
 		ctx := context.Background()
-		q, err := b.DeclareQueue("jobs", Durable())
-		require.NoError(t, err)
-		_, err = b.DeclareQueue("audit", Durable())
-		require.NoError(t, err)
-		_, err = b.DeclareExchange("x", ExchangeFanout, Durable())
+		q := durableQueue(t, b, "jobs")
+		durableQueue(t, b, "audit")
+		_, err := b.DeclareExchange("x", ExchangeFanout, Durable())
 		require.NoError(t, err)
 		require.NoError(t, b.Bind("jobs", "x", "", nil))
 		require.NoError(t, b.Bind("audit", "x", "", nil))
@@ -268,8 +273,7 @@ func TestDurableSegmentsGo(t *testing.T) {
 func TestDurableHeadersChecked(t *testing.T) {
 	b := openTest(t, wal.NewMemFS())
 	defer b.Close()
-	_, err := b.DeclareQueue("jobs", Durable())
-	require.NoError(t, err)
+	durableQueue(t, b, "jobs")
 	bad := Message{Body: []byte("x"), Persistent: true, Headers: Table{"k": struct{}{}}}
 	require.ErrorIs(t, b.Publish(context.Background(), "", "jobs", bad), ErrPreconditionFailed)
 	good := Message{Body: []byte("y"), Persistent: true, Headers: Table{"k": int16(1), "t": Table{"n": nil}}}
@@ -287,8 +291,7 @@ func TestDurableDeliveryLimitAcrossRestart(t *testing.T) {
 	fs := wal.NewMemFS()
 	b := openTest(t, fs)
 	ctx := context.Background()
-	_, err := b.DeclareQueue("dlq", Durable())
-	require.NoError(t, err)
+	durableQueue(t, b, "dlq")
 	q, err := b.DeclareQueue("jobs", Durable(), DeliveryLimit(1), DeadLetter("", "dlq"))
 	require.NoError(t, err)
 	persistent(t, b, "jobs", "poison")
@@ -322,8 +325,7 @@ func TestDurableDeadLetterAtOpen(t *testing.T) {
 		require.NoError(t, err)
 		_, err = b.DeclareQueue("jobs", Durable(), MessageTTL(time.Second), DeadLetter("dlx", "dead"))
 		require.NoError(t, err)
-		_, err = b.DeclareQueue("dlq", Durable())
-		require.NoError(t, err)
+		durableQueue(t, b, "dlq")
 		require.NoError(t, b.Bind("dlq", "dlx", "dead", nil))
 		persistent(t, b, "jobs", "m")
 		require.NoError(t, b.Close())
@@ -362,13 +364,12 @@ func TestDurableOpensAfterTornSegmentHeader(t *testing.T) {
 	for seed := range uint64(40) {
 		fs := wal.NewMemFS()
 		b := openTest(t, fs, opts)
-		_, err := b.DeclareQueue("jobs", Durable())
-		require.NoError(t, err)
+		durableQueue(t, b, "jobs")
 		persistent(t, b, "jobs", "m1", "m2")
 		fs.Crash(wal.TornTail, rand.New(rand.NewPCG(seed, 1)))
 		b.Close()
 
-		b, err = openBroker(fs, opts)
+		b, err := openBroker(fs, opts)
 		require.NoError(t, err, "seed %d", seed)
 		require.NoError(t, b.Close())
 	}
@@ -386,8 +387,7 @@ func TestDurablePowerLossAfterSegmentRelease(t *testing.T) {
 		opts := logOptions(wal.Options{Sync: wal.SyncInterval, Interval: d, SegmentSize: 1024})
 		b := openTest(t, fs, opts)
 		defer func() { b.Close() }()
-		q, err := b.DeclareQueue("jobs", Durable())
-		require.NoError(t, err)
+		q := durableQueue(t, b, "jobs")
 		filler := 0
 		for segments := 1; segments < 2; filler++ {
 			persistent(t, b, "jobs", fmt.Sprintf("filler %03d", filler))
@@ -408,7 +408,7 @@ func TestDurablePowerLossAfterSegmentRelease(t *testing.T) {
 		b.Close()
 
 		b = openTest(t, fs, opts)
-		_, err = b.Queue("jobs")
+		_, err := b.Queue("jobs")
 		require.NoError(t, err, "the durable queue, declared %v before the power loss", 2*d+d/10)
 		require.Contains(t, held(t, b, "jobs"), "kept", "confirmed %v before the power loss", 2*d+d/10)
 	})
@@ -529,8 +529,7 @@ func TestDurableCloseCompacts(t *testing.T) {
 	fs := wal.NewMemFS()
 	opts := logOptions(wal.Options{SegmentSize: 1024})
 	b := openTest(t, fs, opts)
-	q, err := b.DeclareQueue("jobs", Durable())
-	require.NoError(t, err)
+	q := durableQueue(t, b, "jobs")
 	var want []string
 	for i := range 400 {
 		persistent(t, b, "jobs", fmt.Sprintf("message %03d %s", i, strings.Repeat(".", 100)))
@@ -567,8 +566,7 @@ func TestDurablePoisonCountsAcrossCrashes(t *testing.T) {
 	opts := logOptions(wal.Options{Sync: wal.SyncNever, FlushDelay: time.Hour}) // nothing is written unless waited for
 	for life := range 4 {
 		b := openTest(t, fs, opts)
-		_, err := b.DeclareQueue("dead", Durable())
-		require.NoError(t, err)
+		durableQueue(t, b, "dead")
 		q, err := b.DeclareQueue("jobs", Durable(), DeliveryLimit(2), DeadLetter("", "dead"))
 		require.NoError(t, err)
 		if life == 0 {
@@ -617,12 +615,10 @@ func TestDurableRefusalKeepsTheOthers(t *testing.T) {
 			defer cancel()
 			_, err := b.DeclareExchange("x", ExchangeFanout, Durable())
 			require.NoError(t, err)
-			a, err := b.DeclareQueue("a", Durable())
-			require.NoError(t, err)
+			a := durableQueue(t, b, "a")
 			_, err = b.DeclareQueue("c", append([]QueueOption{Durable()}, tc.refuser...)...)
 			require.NoError(t, err)
-			_, err = b.DeclareQueue("other", Durable())
-			require.NoError(t, err)
+			durableQueue(t, b, "other")
 			require.NoError(t, b.Bind("a", "x", "", nil))
 			require.NoError(t, b.Bind("c", "x", "", nil))
 			if tc.publish != nil {
@@ -663,8 +659,7 @@ func TestDurableEnvMoreRace(t *testing.T) {
 	require.NoError(t, err)
 	n, err := b.DeclareQueue("n", DeadLetter("dlx", ""))
 	require.NoError(t, err)
-	_, err = b.DeclareQueue("d", Durable())
-	require.NoError(t, err)
+	durableQueue(t, b, "d")
 	_, err = b.DeclareQueue("sink")
 	require.NoError(t, err)
 	require.NoError(t, b.Bind("n", "x", "", nil))
@@ -729,12 +724,9 @@ func TestDurableAckBetweenVisits(t *testing.T) {
 			ctx := context.Background()
 			_, err := b.DeclareExchange("x", ExchangeFanout, Durable())
 			require.NoError(t, err)
-			q, err := b.DeclareQueue("q", Durable())
-			require.NoError(t, err)
-			r, err := b.DeclareQueue("r", Durable())
-			require.NoError(t, err)
-			_, err = b.DeclareQueue("other", Durable())
-			require.NoError(t, err)
+			q := durableQueue(t, b, "q")
+			r := durableQueue(t, b, "r")
+			durableQueue(t, b, "other")
 			require.NoError(t, b.Bind("q", "x", "", nil))
 			require.NoError(t, b.Bind("r", "x", "", nil))
 			require.NoError(t, b.Publish(ctx, "x", "", Message{Body: []byte("M"), Persistent: true}))
@@ -785,12 +777,10 @@ func TestDurablePlacementBeforeRewrite(t *testing.T) {
 
 	_, err := b.DeclareExchange("x", ExchangeFanout, Durable())
 	require.NoError(t, err)
-	a, err := b.DeclareQueue("a", Durable())
-	require.NoError(t, err)
+	a := durableQueue(t, b, "a")
 	c, err := b.DeclareQueue("c", Durable(), MaxLength(1), Overflow(Block))
 	require.NoError(t, err)
-	_, err = b.DeclareQueue("other", Durable())
-	require.NoError(t, err)
+	durableQueue(t, b, "other")
 	require.NoError(t, b.Bind("a", "x", "", nil))
 	require.NoError(t, b.Bind("c", "x", "", nil))
 	persistent(t, b, "c", "fill")
@@ -834,10 +824,8 @@ func TestDurableGhostAfterDeleteInPass(t *testing.T) {
 	opts := logOptions(wal.Options{SegmentSize: 1024})
 	b := openTest(t, fs, opts)
 	stopCompactor(b)
-	q, err := b.DeclareQueue("q", Durable())
-	require.NoError(t, err)
-	_, err = b.DeclareQueue("other", Durable())
-	require.NoError(t, err)
+	q := durableQueue(t, b, "q")
+	durableQueue(t, b, "other")
 	persistent(t, b, "q", "M")
 	for i := range 50 {
 		persistent(t, b, "other", fmt.Sprint("filler ", i))
@@ -871,10 +859,8 @@ func TestDurableBodyCountedBeforeRelease(t *testing.T) {
 	opts := logOptions(wal.Options{Sync: wal.SyncNever, SegmentSize: 1}) // a segment per append
 	b := openTest(t, fs, opts)
 	defer func() { b.Close() }()
-	qa, err := b.DeclareQueue("a", Durable())
-	require.NoError(t, err)
-	qb, err := b.DeclareQueue("b", Durable())
-	require.NoError(t, err)
+	qa := durableQueue(t, b, "a")
+	qb := durableQueue(t, b, "b")
 	for round := range 2000 {
 		body := fmt.Sprintf("a%d", round)
 		var wg sync.WaitGroup
