@@ -124,11 +124,10 @@ func (s *store) cutoffLocked(factor int64) uint64 {
 func (s *store) compact(b *Broker, factor int64) {
 	s.mu.Lock()
 	cut := s.cutoffLocked(factor)
+	var pass uint64
 	if cut != 0 {
-		s.compacting = true
-		s.pass++
+		pass = s.beginPassLocked()
 	}
-	pass := s.pass
 	s.mu.Unlock()
 	if cut == 0 {
 		return
@@ -144,16 +143,29 @@ func (s *store) compact(b *Broker, factor int64) {
 	for _, q := range queues {
 		q.view(func() { s.moveLocked(q, cut, pass) })
 	}
+	s.endPass()
+}
+
+// beginPassLocked starts a pass and returns its number: until endPass, no segment is released
+// and the log's bound is not checked. The caller holds mu.
+func (s *store) beginPassLocked() uint64 {
+	s.compacting = true
+	s.pass++
+	return s.pass
+}
+
+// endPass ends the pass: the segments nothing needs any more go, and if others started
+// segments meanwhile, which woke nothing, the bound is checked now; else the log could stay past
+// it until the next segment.
+func (s *store) endPass() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.compacting = false
 	s.advanceLocked()
 	if s.grewInPass {
-		// Segments that others started during the pass woke nothing: without this the log
-		// could stay past its bound until the next one.
 		s.grewInPass = false
 		s.wakeIfLong()
 	}
-	s.mu.Unlock()
 }
 
 // moveLocked writes again, at the head of the log, q's placements of the messages whose bodies

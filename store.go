@@ -128,9 +128,8 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 				}
 				p.deadline = wall + (ef.e.deadline - now)
 			}
-			if env.more == nil {
-				env.more = &envelopeMore{} // publishing sets it first (newEnvelope): a fallback
-			}
+			// env.more is there: a durable broker gives every persistent envelope its log
+			// state before any queue sees it (newEnvelope).
 			if env.more.logID == 0 {
 				env.more.logID = s.nextMsg.Add(1)
 			}

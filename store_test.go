@@ -689,18 +689,13 @@ func passByHand(b *Broker, between func(i int), queues ...*Queue) {
 	s := b.store
 	s.mu.Lock()
 	cut := s.lastSeg
-	s.compacting = true
-	s.pass++
-	pass := s.pass
+	pass := s.beginPassLocked()
 	s.mu.Unlock()
 	for i, q := range queues {
 		q.view(func() { s.moveLocked(q, cut, pass) })
 		between(i)
 	}
-	s.mu.Lock()
-	s.compacting = false
-	s.advanceLocked()
-	s.mu.Unlock()
+	s.endPass()
 }
 
 func stopCompactor(b *Broker) {
@@ -887,4 +882,37 @@ func TestDurableBodyCountedBeforeRelease(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, d.Ack())
 	}
+}
+
+// TestDurablePassChecksAgain: a segment that traffic starts during a compaction pass wakes no
+// pass then (the bound is not checked while one runs); the pass, when it ends, checks it. It was
+// lost, and the log stayed past its bound until the next segment (TestDurableSegmentsGo failed
+// about once in five full runs).
+func TestDurablePassChecksAgain(t *testing.T) {
+	b := openTest(t, wal.NewMemFS(), logOptions(wal.Options{SegmentSize: 1024}))
+	defer b.Close()
+	stopCompactor(b) // its wake-ups now stay in the channel, for the test to see
+	durableQueue(t, b, "keep")
+	persistent(t, b, "keep", "held") // keeps the first segment
+	q := durableQueue(t, b, "jobs")
+	s := b.store
+	woken := func() bool {
+		select {
+		case <-s.compactor.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	woken()
+	s.mu.Lock()
+	s.beginPassLocked()
+	s.mu.Unlock()
+	for i := range 100 {
+		persistent(t, b, "jobs", fmt.Sprint("message ", i))
+		require.NoError(t, get(t, q).Ack())
+	}
+	require.False(t, woken(), "no pass is woken while one runs")
+	s.endPass()
+	require.True(t, woken(), "the pass's end finds the log past its bound")
 }
