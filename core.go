@@ -536,7 +536,7 @@ func (c *queueCore) deliver(h *holder, e entry, autoAck bool, due int64) *Delive
 	c.slab = c.slab[1:]
 	// Field by field rather than *d = Delivery{…}: the slot is fresh zeroed memory, and the
 	// whole-struct copy costs a bulk write barrier over every pointer field during GC.
-	if d.Message = e.env.messagePtrShared(); d.Message == nil {
+	if d.Message = e.env.ownMessage(); d.Message == nil {
 		// A message of a body, Persistent and Priority alone (envelope.message), set field
 		// by field into the fresh slot for the reason above.
 		d.msg.Body, d.msg.Persistent, d.msg.Priority = e.env.bodyBytes(), e.env.persistent, e.env.priority

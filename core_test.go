@@ -1687,7 +1687,7 @@ func TestEnvelopeKeepsTheMessage(t *testing.T) {
 	} {
 		env := testEnvelope(m, coreExchange)
 		require.Equal(t, m.needsMore(), env.more != nil)
-		require.Equal(t, m.needsMore(), env.messagePtrShared() != nil, "it keeps the Message only if it must")
+		require.Equal(t, m.needsMore(), env.ownMessage() != nil, "it keeps the Message only if it must")
 		got := env.message()
 		require.Equal(t, m, got)
 		require.Equal(t, m.Body == nil, got.Body == nil, "nil stays apart from empty")
@@ -1729,13 +1729,13 @@ func TestEnvelopeShapes(t *testing.T) {
 	} {
 		env := c.b.newEnvelope(&c.m, c.b.defaultX, "k")
 		require.Equal(t, c.more, env.more != nil, c.what)
-		require.Equal(t, c.msg, env.messagePtrShared() != nil, c.what)
+		require.Equal(t, c.msg, env.ownMessage() != nil, c.what)
 		require.Equal(t, c.m, env.message(), c.what)
 	}
 	stop := mem.Listen(func(Event) {})
 	defer stop()
 	env := mem.newEnvelope(&plain, mem.defaultX, "k")
-	require.NotNil(t, env.messagePtrShared(), "with a listener: one *Message for its events")
+	require.NotNil(t, env.ownMessage(), "with a listener: one *Message for its events")
 	require.Same(t, env.messagePtr(), env.messagePtr())
 }
 

@@ -130,7 +130,7 @@ func (e *envelope) bodyBytes() []byte { return unsafe.Slice(e.body, e.size) }
 
 // message returns the message the envelope holds.
 func (e *envelope) message() Message {
-	if m := e.messagePtrShared(); m != nil {
+	if m := e.ownMessage(); m != nil {
 		return *m
 	}
 	return Message{Body: e.bodyBytes(), Persistent: e.persistent, Priority: e.priority}
@@ -140,15 +140,15 @@ func (e *envelope) message() Message {
 // shared by every event and delivery of it, else a copy on the heap. For events (made only
 // when someone listens) and Browse.
 func (e *envelope) messagePtr() *Message {
-	if m := e.messagePtrShared(); m != nil {
+	if m := e.ownMessage(); m != nil {
 		return m
 	}
 	m := e.message()
 	return &m
 }
 
-// messagePtrShared returns the envelope's own Message, nil when it keeps none.
-func (e *envelope) messagePtrShared() *Message {
+// ownMessage returns the envelope's own Message, nil when it keeps none.
+func (e *envelope) ownMessage() *Message {
 	if e.more != nil {
 		return e.more.msg
 	}
@@ -160,7 +160,7 @@ func (e *envelope) messagePtrShared() *Message {
 func (e *envelope) setMessage(m *Message) {
 	e.body, e.size = unsafe.SliceData(m.Body), uint32(len(m.Body))
 	e.persistent, e.priority = m.Persistent, m.Priority
-	if own := e.messagePtrShared(); own != nil {
+	if own := e.ownMessage(); own != nil {
 		*own = *m
 	}
 }
