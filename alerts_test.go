@@ -435,7 +435,7 @@ func TestDeletePolicyOnCrossing(t *testing.T) {
 				require.NoError(t, err)
 				served := make(chan error, 1)
 				go func() {
-					served <- q.Serve(t.Context(), func(ctx context.Context, d *warren.Delivery) error {
+					served <- q.Serve(t.Context(), func(ctx context.Context, d warren.Delivery) error {
 						<-ctx.Done() // a slow handler
 						return context.Cause(ctx)
 					}, warren.ConsumerTag("served"))
@@ -446,7 +446,7 @@ func TestDeletePolicyOnCrossing(t *testing.T) {
 				synctest.Wait() // the handler holds the other
 				g, err := q.Get(t.Context())
 				require.ErrorIs(t, err, warren.ErrEmpty)
-				require.Nil(t, g)
+				require.Zero(t, g)
 				publish(t, b, "q", "2")
 				g, err = q.Get(t.Context()) // held by a Get
 				require.NoError(t, err)
@@ -475,7 +475,7 @@ func TestDeletePolicyOnCrossing(t *testing.T) {
 				default:
 					t.Fatal("Serve did not return")
 				}
-				err = q.Serve(t.Context(), func(context.Context, *warren.Delivery) error { return nil })
+				err = q.Serve(t.Context(), func(context.Context, warren.Delivery) error { return nil })
 				require.ErrorIs(t, err, warren.ErrSlowConsumer, "a Serve on the deleted queue")
 				require.ErrorIs(t, err, warren.ErrQueueDeleted)
 				_, err = q.Consume(t.Context())

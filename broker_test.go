@@ -45,7 +45,7 @@ func TestClosePushConsumers(t *testing.T) {
 		assertStopped(t, c1, warren.ErrClosed)
 		assertStopped(t, c2, warren.ErrClosed)
 		assert.True(t, cancelled.Err() == warren.ErrCancelled, "a consumer cancelled before Close keeps its reason: Err() = %v", cancelled.Err())
-		for _, d := range []*warren.Delivery{d1, held} {
+		for _, d := range []warren.Delivery{d1, held} {
 			assert.ErrorIs(t, d.Ack(), warren.ErrClosed, "Ack of a delivery held across Close")
 			assert.ErrorIs(t, d.Nack(), warren.ErrClosed, "Nack of a delivery held across Close")
 		}
@@ -115,7 +115,7 @@ func TestCloseOutstandingGets(t *testing.T) {
 		require.NoError(t, b.Close())
 		assert.Equal(t, 0, q.Unacked())
 		assert.Equal(t, 0, q.Len())
-		for _, d := range []*warren.Delivery{g1, g2, g3, auto} {
+		for _, d := range []warren.Delivery{g1, g2, g3, auto} {
 			assert.ErrorIs(t, d.Ack(), warren.ErrClosed, "Ack of Get delivery %d after Close", d.DeliveryTag)
 		}
 
@@ -124,7 +124,7 @@ func TestCloseOutstandingGets(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, 0, q.Len())
 		assert.Equal(t, 0, q.Unacked())
-		for _, d := range []*warren.Delivery{g1, g2, g3} {
+		for _, d := range []warren.Delivery{g1, g2, g3} {
 			assert.ErrorIs(t, d.Nack(), warren.ErrClosed, "Nack of Get delivery %d after Close and owner end", d.DeliveryTag)
 		}
 	})
@@ -425,7 +425,7 @@ func closeRacingCalls(t *testing.T, rng *rand.Rand) {
 				cancel()
 				return
 			}
-			if d != nil && rng.IntN(2) == 0 {
+			if err == nil && rng.IntN(2) == 0 {
 				check("Ack", d.Ack())
 			}
 			cancel()

@@ -33,9 +33,9 @@ type Consumer struct {
 	exclusive  bool
 	priority   int
 	selector   func(*Message) bool
-	ackTimeout time.Duration  // 0 for none
-	ch         chan *Delivery // capacity = prefetch; push consumers: sent to and closed under q.mu
-	done       chan struct{}  // closed when the consumer has stopped and its messages are back (see Done)
+	ackTimeout time.Duration // 0 for none
+	ch         chan Delivery // capacity = prefetch; push consumers: sent to and closed under q.mu
+	done       chan struct{} // closed when the consumer has stopped and its messages are back (see Done)
 
 	feeder feeder // AutoAck consumers only: the goroutine that sends to ch (feeder.go)
 
@@ -102,7 +102,7 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 		owner:     ctx,
 		as:        cfg.owner,
 		served:    cfg.served,
-		ch:        make(chan *Delivery, bufferSize(cfg)),
+		ch:        make(chan Delivery, bufferSize(cfg)),
 		done:      make(chan struct{}),
 	}
 	c.holder.c, c.tag = c, cfg.tag
@@ -164,7 +164,7 @@ func (c *Consumer) Tag() string { return c.tag }
 // Deliveries returns the channel on which the consumer receives. It is closed when the
 // consumer stops: after [Consumer.Cancel], when the consumer's context ends, when the queue is
 // deleted or when the broker closes; [Consumer.Err] then says which.
-func (c *Consumer) Deliveries() <-chan *Delivery { return c.ch }
+func (c *Consumer) Deliveries() <-chan Delivery { return c.ch }
 
 // Done returns a channel that is closed when the consumer has ended: it receives nothing more
 // and holds nothing more. By then every delivery it was given has been settled or dealt with —
@@ -301,8 +301,8 @@ func (c *Consumer) drainLocked(back []entry, why Reason) []entry {
 	for {
 		select {
 		case d := <-c.ch:
-			if !c.autoAck {
-				c.q.core.release(d, deliveryReturned)
+			if d.lease != nil {
+				c.q.core.release(d.lease, deliveryReturned)
 			}
 			c.q.core.back(&c.holder, d.e, why)
 			back = append(back, d.e)
@@ -331,7 +331,7 @@ func (q *Queue) shouldAutoDeleteLocked() bool {
 // dominate (a consumer that holds one delivery for long while settling many later ones), and
 // finishes a stopped consumer that holds nothing more.
 func (c *Consumer) tidyLocked() {
-	c.trim()
+	c.q.core.trim(&c.holder)
 	if c.stopped && c.live == 0 && !c.ended {
 		c.finishLocked()
 	}
@@ -356,19 +356,20 @@ func (q *Queue) unholdLocked(c *Consumer) {
 }
 
 // deliverLocked records a delivery of e to c and returns it for sending.
-func (c *Consumer) deliverLocked(e entry) *Delivery {
+func (c *Consumer) deliverLocked(e entry) Delivery {
 	var due int64
 	if c.ackTimeout > 0 {
 		due = later(c.q.core.clock(), c.ackTimeout)
 	}
-	return c.q.deliverLocked(&c.holder, e, c.autoAck, due)
+	d := c.q.core.deliver(&c.holder, e, c.autoAck, due)
+	d.q = c.q
+	return d
 }
 
 const (
 	deliveryOutstanding deliveryState = iota + 1 // held by the application, to be settled
 	deliverySettled                              // acked, nacked or rejected
 	deliveryReturned                             // went back to the queue: its consumer or Get context ended, or Recover
-	deliveryAutoAcked                            // settled at delivery; nothing to settle
 )
 
 const (

@@ -138,7 +138,7 @@ func benchServe(b *testing.B, workers int, opts ...warren.ServeOption) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	win := newAckWindow(pcaWindow)
-	h := func(context.Context, *warren.Delivery) error {
+	h := func(context.Context, warren.Delivery) error {
 		win.ack() // counts handled messages; Serve acks right after
 		return nil
 	}
@@ -179,7 +179,7 @@ func benchServe(b *testing.B, workers int, opts ...warren.ServeOption) {
 // delivery it receives must pass (nil: any).
 type flowConsumer struct {
 	opts  []warren.ConsumeOption
-	check func(*warren.Delivery) bool
+	check func(warren.Delivery) bool
 }
 
 // benchFlow is publish + consume + ack with consumers of any options: one producer publishes
@@ -341,7 +341,7 @@ func BenchmarkSelector(b *testing.B) {
 func benchSelector(b *testing.B, pct int) {
 	sel := flowConsumer{
 		opts:  []warren.ConsumeOption{warren.Prefetch(256), warren.ConsumerPriority(1), warren.Selector(isSelected)},
-		check: func(d *warren.Delivery) bool { return isSelected(d.Message) },
+		check: func(d warren.Delivery) bool { return isSelected(&d.Message) },
 	}
 	rest := flowConsumer{opts: []warren.ConsumeOption{warren.Prefetch(256)}}
 	msgs := selectorMsgs(pct)

@@ -59,10 +59,10 @@ type queueCore struct {
 	nextSeq  uint64                      // sequence id of the next enqueued message
 	arriving uint64                      // seq of the message being enqueued, which TTL 0 lets through once
 
-	holders []*holder  // consumers holding deliveries or able to, in the order they started
-	gets    holder     // the Gets' deliveries
-	unacked int        // deliveries outstanding, all holders
-	slab    []Delivery // the next deliveries to hand out
+	holders []*holder // consumers holding deliveries or able to, in the order they started
+	gets    holder    // the Gets' deliveries
+	unacked int       // deliveries outstanding, all holders
+	free    []*lease  // delivery records to reuse (deliver)
 
 	stamps      ring[stamp] // arrival times, sampled (see stamp)
 	pruneStamps int         // prune stamps when there are this many
@@ -106,7 +106,7 @@ const eventDelayed = eventDeadLetter + 1
 type holder struct {
 	c       *Consumer // the consumer, for the shell; nil for the Gets. The core does not look at it.
 	tag     string    // the consumer's tag; "" for the Gets
-	unacked ring[*Delivery]
+	unacked ring[*lease]
 	live    int    // outstanding deliveries in unacked
 	nextTag uint64 // last delivery tag issued
 }
@@ -522,81 +522,93 @@ func (c *queueCore) nextDeadline() int64 {
 // so a delivery the application still holds stays valid; the cost is that it keeps its chunk
 // alive, and with it the messages of up to deliverySlabSize-1 other deliveries. 16 keeps that
 // bound small while making the allocation per delivery negligible.
-const deliverySlabSize = 16
+// leaseSlabSize is how many delivery records a queue allocates at once, when its free list is
+// empty.
+const leaseSlabSize = 16
 
 // deliver records a delivery of e to h, with h's next tag, and returns it. With autoAck it is
-// acknowledged as it goes out; else it is outstanding, held by h until it is settled or comes
-// back, and due is when an ack timeout ends it (0 for never). The caller sets the delivery's
-// queue (q) and sends it.
-func (c *queueCore) deliver(h *holder, e entry, autoAck bool, due int64) *Delivery {
-	if len(c.slab) == 0 {
-		c.slab = make([]Delivery, deliverySlabSize)
-	}
-	d := &c.slab[0]
-	c.slab = c.slab[1:]
-	// Field by field rather than *d = Delivery{…}: the slot is fresh zeroed memory, and the
-	// whole-struct copy costs a bulk write barrier over every pointer field during GC.
-	if d.Message = e.env.ownMessage(); d.Message == nil {
-		// A message of a body, Persistent and Priority alone (envelope.message), set field
-		// by field into the fresh slot for the reason above.
-		d.msg.Body, d.msg.Persistent, d.msg.Priority = e.env.bodyBytes(), e.env.persistent, e.env.priority
-		d.Message = &d.msg
-	}
-	d.Exchange = e.env.exchange.name
-	d.RoutingKey = e.env.routingKey
-	d.Redelivered = e.redelivered
-	d.DeliveryCount = int(e.returns)
-	d.self = d
-	d.e = e
-	d.h = h
+// acknowledged as it goes out; else it is outstanding, held by h (in a lease) until it
+// is settled or comes back, and due is when an ack timeout ends it (0 for never). The caller
+// sets the delivery's queue (Delivery.q) and sends it, or returns it.
+func (c *queueCore) deliver(h *holder, e entry, autoAck bool, due int64) Delivery {
 	h.nextTag++
-	d.DeliveryTag = h.nextTag
-	d.ConsumerTag = h.tag
+	d := Delivery{
+		Exchange:      e.env.exchange.name,
+		RoutingKey:    e.env.routingKey,
+		Redelivered:   e.redelivered,
+		DeliveryCount: int(e.returns),
+		DeliveryTag:   h.nextTag,
+		ConsumerTag:   h.tag,
+		e:             e,
+	}
+	if m := e.env.ownMessage(); m != nil {
+		d.Message = *m
+	} else {
+		d.Message.Body, d.Message.Persistent, d.Message.Priority = e.env.bodyBytes(), e.env.persistent, e.env.priority
+	}
 	c.recordDelivered(e, h.tag)
 	if autoAck {
-		d.state = deliveryAutoAcked
 		c.recordAcked(e, h.tag)
 		return d
 	}
-	d.state = deliveryOutstanding
-	d.due = due
-	h.unacked.push(d)
+	r := c.newLease()
+	r.h, r.e, r.tag, r.due, r.state = h, e, h.nextTag, due, deliveryOutstanding
+	d.lease, d.gen = r, r.gen
+	h.unacked.push(r)
 	h.live++
 	c.unacked++
 	return d
 }
 
-// checkSettle says why d cannot be settled, if it cannot.
-func checkSettle(d *Delivery) error {
-	switch {
-	case d.state == deliveryAutoAcked:
-		return errorf("settle auto-acked delivery %d: %w", d.DeliveryTag, ErrUnknownDelivery)
-	case d.state != deliveryOutstanding:
-		return errorf("settle delivery %d: %w", d.DeliveryTag, ErrAlreadySettled)
+// newLease returns a lease from the free list, or a fresh one.
+func (c *queueCore) newLease() *lease {
+	if len(c.free) == 0 {
+		slab := make([]lease, leaseSlabSize)
+		for i := range slab {
+			c.free = append(c.free, &slab[i])
+		}
+	}
+	r := c.free[len(c.free)-1]
+	c.free = c.free[:len(c.free)-1]
+	return r
+}
+
+// reuse takes back a lease its holder's list let go of: no Delivery value names it any more
+// (its generation moves on), and it keeps nothing reachable.
+func (c *queueCore) reuse(r *lease) {
+	r.h, r.e, r.tag, r.due, r.get, r.state = nil, entry{}, 0, 0, nil, 0
+	r.gen++
+	c.free = append(c.free, r)
+}
+
+// checkSettle says why r cannot be settled, if it cannot.
+func checkSettle(r *lease) error {
+	if r.state != deliveryOutstanding {
+		return errorf("settle delivery %d: %w", r.tag, ErrAlreadySettled)
 	}
 	return nil
 }
 
 // release moves an outstanding delivery to state, settled or returned, and releases what it
-// held: the queue's unacked count and its holder's credit. It leaves the delivery in its
+// held: the queue's unacked count and its holder's credit. It leaves the record in its
 // holder's list, which the caller may be walking: the caller trims the list when it is done
-// (holder.trim; Consumer.tidyLocked for a consumer).
-func (c *queueCore) release(d *Delivery, state deliveryState) {
-	d.state = state
+// (queueCore.trim; Consumer.tidyLocked for a consumer).
+func (c *queueCore) release(r *lease, state deliveryState) {
+	r.state = state
 	c.unacked--
-	d.h.live--
+	r.h.live--
 }
 
 // settle settles an outstanding delivery: releases it and does with its message what how says.
-func (c *queueCore) settle(d *Delivery, how settlement) {
-	c.release(d, deliverySettled)
+func (c *queueCore) settle(r *lease, how settlement) {
+	c.release(r, deliverySettled)
 	switch how {
 	case settleAck:
-		c.recordAcked(d.e, d.ConsumerTag)
+		c.recordAcked(r.e, r.h.tag)
 	case settleNack:
-		c.nack(d.e, d.ConsumerTag, 0)
+		c.nack(r.e, r.h.tag, 0)
 	case settleReject:
-		c.deadLetter(d.e, ReasonRejected)
+		c.deadLetter(r.e, ReasonRejected)
 	}
 }
 
@@ -612,21 +624,35 @@ func (c *queueCore) unhold(h *holder) bool {
 	return i >= 0
 }
 
-// trim drops settled deliveries from the front of h's list, and compacts it when holes
-// dominate (a consumer that holds one delivery for long while settling many later ones).
-func (h *holder) trim() {
-	r := &h.unacked
-	for r.len() > 0 && r.front().state != deliveryOutstanding {
-		r.pop()
+// trim lets go of settled and returned deliveries at the front of h's list, and compacts it
+// when holes dominate (a consumer that holds one delivery for long while settling many later
+// ones); their records are reused.
+func (c *queueCore) trim(h *holder) {
+	l := &h.unacked
+	for l.len() > 0 && l.front().state != deliveryOutstanding {
+		c.reuse(l.pop())
 	}
-	if n := r.len(); n > 64 && n > 4*h.live {
-		r.filter(func(d *Delivery) bool { return d.state == deliveryOutstanding })
+	if n := l.len(); n > 64 && n > 4*h.live {
+		l.filter(func(r *lease) bool {
+			if r.state != deliveryOutstanding {
+				c.reuse(r)
+				return false
+			}
+			return true
+		})
+	}
+}
+
+// clear lets go of every delivery in h's list, none of them outstanding any more.
+func (c *queueCore) clear(h *holder) {
+	for h.unacked.len() > 0 {
+		c.reuse(h.unacked.pop())
 	}
 }
 
 // outstanding yields h's outstanding deliveries in tag order.
-func (h *holder) outstanding() iter.Seq[*Delivery] {
-	return func(yield func(*Delivery) bool) {
+func (h *holder) outstanding() iter.Seq[*lease] {
+	return func(yield func(*lease) bool) {
 		for i := range h.unacked.len() {
 			if d := h.unacked.at(i); d.state == deliveryOutstanding && !yield(d) {
 				return
@@ -637,8 +663,8 @@ func (h *holder) outstanding() iter.Seq[*Delivery] {
 
 // outstanding yields every outstanding delivery of the queue: each consumer's in tag order,
 // consumers in the order they started, then the Gets' in tag order.
-func (c *queueCore) outstanding() iter.Seq[*Delivery] {
-	return func(yield func(*Delivery) bool) {
+func (c *queueCore) outstanding() iter.Seq[*lease] {
+	return func(yield func(*lease) bool) {
 		for _, h := range c.holders {
 			for d := range h.outstanding() {
 				if !yield(d) {
@@ -709,7 +735,7 @@ func (c *queueCore) end(why Reason) {
 // reset lets go of everything an ended queue held, once the shell has stopped its holders.
 func (c *queueCore) reset(free *btree.FreeListG[entry]) {
 	c.ready = newReadySet(free, c.cfg.levels())
-	c.holders, c.gets, c.unacked, c.slab = nil, holder{}, 0, nil
+	c.holders, c.gets, c.unacked, c.free = nil, holder{}, 0, nil
 	c.stamps = ring[stamp]{}
 }
 

@@ -94,7 +94,25 @@ func coreTake(c *queueCore, h *holder) *Delivery {
 	if !ok {
 		return nil
 	}
-	return c.deliver(h, e, false, 0)
+	return deliverTo(c, h, e, false, 0)
+}
+
+// deliverTo is c.deliver, with the Delivery on the heap: the tests tell deliveries apart by
+// their address.
+func deliverTo(c *queueCore, h *holder, e entry, autoAck bool, due int64) *Delivery {
+	d := c.deliver(h, e, autoAck, due)
+	return &d
+}
+
+// settleable says why d cannot be settled, if it cannot, as Delivery.settleWith would.
+func settleable(d *Delivery) error {
+	switch {
+	case d.lease == nil:
+		return ErrUnknownDelivery
+	case d.lease.gen != d.gen:
+		return ErrAlreadySettled
+	}
+	return checkSettle(d.lease)
 }
 
 // coreFx is an effect as the tests compare it.
@@ -192,9 +210,9 @@ func TestCoreNackReturnsToOriginalPosition(t *testing.T) {
 	d1, d2 := coreTake(c, h), coreTake(c, h)
 	require.Equal(t, []string{"3"}, readyOf(c))
 
-	c.settle(d1, settleNack)
+	c.settle(d1.lease, settleNack)
 	assert.Equal(t, []string{"1+1", "3"}, readyOf(c), "1 goes back ahead of 3, redelivered")
-	c.settle(d2, settleNack)
+	c.settle(d2.lease, settleNack)
 	assert.Equal(t, []string{"1+1", "2+1", "3"}, readyOf(c), "2 goes back between 1 and 3")
 
 	d := coreTake(c, h)
@@ -210,7 +228,7 @@ func TestCoreNackReturnsToOriginalPosition(t *testing.T) {
 	}, fxStrings(takeEffects(t, c)))
 	assert.Equal(t, 1, c.unacked)
 	assert.Equal(t, 1, h.live)
-	assert.ErrorIs(t, checkSettle(d1), ErrAlreadySettled)
+	assert.ErrorIs(t, settleable(d1), ErrAlreadySettled)
 }
 
 func TestCoreRecordCountsEveryEffect(t *testing.T) {
@@ -237,11 +255,11 @@ func TestCoreRecordCountsEveryEffect(t *testing.T) {
 				for i := 1; i <= 4; i++ { // 1 is dropped from the head
 					corePublish(c, coreEnv(i, 0, 0), -1)
 				}
-				c.settle(coreTake(c, h), settleAck)    // 2
-				c.settle(coreTake(c, h), settleNack)   // 3, back
-				c.settle(coreTake(c, h), settleReject) // 3 again, redelivered
+				c.settle(coreTake(c, h).lease, settleAck)    // 2
+				c.settle(coreTake(c, h).lease, settleNack)   // 3, back
+				c.settle(coreTake(c, h).lease, settleReject) // 3 again, redelivered
 				e, _ := c.take()
-				c.deliver(&c.gets, e, true, 0) // 4, auto-acked
+				deliverTo(c, &c.gets, e, true, 0) // 4, auto-acked
 				corePublish(c, coreEnv(5, 0, 0), time.Second)
 				time.Sleep(time.Second)
 				c.expireDue(c.clock()) // 5
@@ -272,7 +290,7 @@ func TestCoreEndDropsEverything(t *testing.T) {
 	c.delay(e, time.Hour) // 5, hidden
 	held, got, rejected := coreTake(c, h), coreTake(c, &c.gets), coreTake(c, h)
 	takeEffects(t, c)
-	c.settle(rejected, settleReject) // a dead letter the shell has not published yet
+	c.settle(rejected.lease, settleReject) // a dead letter the shell has not published yet
 	require.Len(t, c.effects, 1)
 	require.Equal(t, eventDeadLetter, c.effects[0].kind)
 
@@ -287,8 +305,8 @@ func TestCoreEndDropsEverything(t *testing.T) {
 	assert.Equal(t, 0, c.ready.len())
 	assert.Nil(t, c.delayed)
 	assert.Equal(t, 2, c.unacked, "outstanding deliveries stay outstanding: the shell settles them as no-ops")
-	assert.NoError(t, checkSettle(held))
-	assert.NoError(t, checkSettle(got))
+	assert.NoError(t, settleable(held))
+	assert.NoError(t, settleable(got))
 
 	// What comes back or is dead-lettered after the end is dropped.
 	c.deadLetter(entry{env: coreEnv(6, 0, 0), seq: 6}, ReasonExpired)
@@ -329,7 +347,7 @@ func TestCoreTTLZeroArriving(t *testing.T) {
 		c.enqueued(e, c.mark(), "")
 		assert.Nil(t, coreTake(c, h))
 		// And the one delivered expires as it comes back.
-		c.settle(d, settleNack)
+		c.settle(d.lease, settleNack)
 		assert.Equal(t, []string{"Enqueued 3", "Expired 3", "Requeued 1 c1 nack", "Expired 1"}, fxStrings(takeEffects(t, c)))
 		assert.Equal(t, counters{enqueued: 3, delivered: 1, nacked: 1, expired: 3}, c.n)
 	})
@@ -349,7 +367,7 @@ func TestCoreDropHeadDropsReturnedFirst(t *testing.T) {
 		"Enqueued 1", "Enqueued 2", "Delivered 1 c1", "Enqueued 3",
 		"Requeued 1 c1 owner-ended", "Dropped 1 maxlen",
 	}, fxStrings(takeEffects(t, c)))
-	assert.ErrorIs(t, checkSettle(d), ErrAlreadySettled, "returned")
+	assert.ErrorIs(t, settleable(d), ErrAlreadySettled, "returned")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -615,13 +633,15 @@ func (r *coreRun) delivered(h *coreHolder, m *coreMsg, d *Delivery, autoAck bool
 	t := r.t
 	h.nextTag++
 	want := m.env.message()
-	eq(t, &want, d.Message, "Message")
+	require.Equal(t, want, d.Message, "Message")
 	eq(t, "x", d.Exchange, "Exchange")
 	eq(t, m.redelivered, d.Redelivered, "Redelivered")
 	eq(t, int(m.returns), d.DeliveryCount, "DeliveryCount")
 	eq(t, h.nextTag, d.DeliveryTag, "DeliveryTag")
 	eq(t, h.h.tag, d.ConsumerTag, "ConsumerTag")
-	eq(t, h.h, d.h, "holder")
+	if !autoAck {
+		eq(t, h.h, d.lease.h, "holder")
+	}
 	r.of[d] = m
 	r.expect(EventDelivered, m, h.h.tag, "")
 	if autoAck {
@@ -841,7 +861,7 @@ func (r *coreRun) takeDeliver(h *coreHolder, autoAck bool) (*Delivery, bool) {
 		return nil, false
 	}
 	eqMsg(r.t, m, e, "taken")
-	d := r.c.deliver(h.h, e, autoAck, 0)
+	d := deliverTo(r.c, h.h, e, autoAck, 0)
 	r.delivered(h, m, d, autoAck)
 	return d, true
 }
@@ -878,7 +898,7 @@ func (r *coreRun) opPublish() string {
 	switch h := r.consumer(); {
 	case r.rng.IntN(4) == 0 && len(r.ready) == 0 && h != nil:
 		how = "delivered on arrival"
-		r.delivered(h, m, c.deliver(h.h, e, false, 0), false)
+		r.delivered(h, m, deliverTo(c, h.h, e, false, 0), false)
 	case r.rng.IntN(2) == 0:
 		how = "pushed"
 		c.ready.push(e)
@@ -980,7 +1000,7 @@ func (r *coreRun) opSelect() string {
 	holds(r.t, ok, "remove %d", m.seq)
 	r.remove(m)
 	eqMsg(r.t, m, e, "removed")
-	d := r.c.deliver(h.h, e, false, 0)
+	d := deliverTo(r.c, h.h, e, false, 0)
 	r.delivered(h, m, d, false)
 	return fmt.Sprintf("select %d for %q", m.seq, h.h.tag)
 }
@@ -1003,7 +1023,7 @@ func (r *coreRun) outstanding() (*coreHolder, *Delivery) {
 // tidy trims a consumer's list after a settlement, as Consumer.tidyLocked does.
 func (r *coreRun) tidy(h *coreHolder) {
 	if h != r.gets {
-		h.h.trim()
+		r.c.trim(h.h)
 	}
 }
 
@@ -1014,9 +1034,9 @@ func (r *coreRun) opSettle() string {
 	if d == nil {
 		return "settle: nothing outstanding"
 	}
-	eq(r.t, nil, checkSettle(d), "settle an outstanding delivery")
+	eq(r.t, nil, settleable(d), "settle an outstanding delivery")
 	how := settlement(1 + r.rng.IntN(3))
-	r.c.settle(d, how)
+	r.c.settle(d.lease, how)
 	r.tidy(h)
 	r.settled(h, d, how)
 	return fmt.Sprintf("%s %d (%q tag %d)", settlementNames[how], d.e.seq, h.h.tag, d.DeliveryTag)
@@ -1040,7 +1060,7 @@ func (r *coreRun) opSettleAgain() string {
 		return "settle again: nothing settled"
 	}
 	g := r.gone[r.rng.IntN(len(r.gone))]
-	if err := checkSettle(g.d); !errors.Is(err, g.err) {
+	if err := settleable(g.d); !errors.Is(err, g.err) {
 		require.ErrorIs(r.t, err, g.err, "settle %d again", g.d.e.seq)
 	}
 	return fmt.Sprintf("settle %d again (tag %d): %v", g.d.e.seq, g.d.DeliveryTag, g.err)
@@ -1052,8 +1072,8 @@ func (r *coreRun) opNackWithDelay() string {
 		return "nack with delay: nothing outstanding"
 	}
 	delay := r.randDelay()
-	eq(r.t, nil, checkSettle(d), "settle an outstanding delivery")
-	r.c.release(d, deliverySettled)
+	eq(r.t, nil, settleable(d), "settle an outstanding delivery")
+	r.c.release(d.lease, deliverySettled)
 	r.c.nack(d.e, d.ConsumerTag, delay)
 	r.tidy(h)
 	r.nack(r.release(h, d), d.ConsumerTag, delay)
@@ -1069,7 +1089,7 @@ type coreBatch struct {
 // goBack releases d, h's outstanding delivery, to state, records its return for why, and adds it
 // to b: redelivered if the application received it, else unchanged (it was buffered, unread).
 func (r *coreRun) goBack(b *coreBatch, h *coreHolder, d *Delivery, state deliveryState, why Reason, received bool) {
-	r.c.release(d, state)
+	r.c.release(d.lease, state)
 	r.c.back(h.h, d.e, why)
 	m := r.release(h, d)
 	r.expect(EventRequeued, m, h.h.tag, why)
@@ -1104,7 +1124,7 @@ func (r *coreRun) opSettleUpTo() string {
 		if how == settleNack {
 			r.goBack(&b, h, d, deliverySettled, ReasonNack, true)
 		} else {
-			r.c.settle(d, how)
+			r.c.settle(d.lease, how)
 			r.settled(h, d, how)
 		}
 	}
@@ -1159,7 +1179,7 @@ func (r *coreRun) unhold(h *coreHolder) {
 func (r *coreRun) opGetsBack() string {
 	why := []Reason{ReasonOwnerEnded, ReasonAckTimeout}[r.rng.IntN(2)]
 	var gone []*Delivery
-	for d := range r.c.gets.outstanding() {
+	for _, d := range r.gets.out {
 		if r.rng.IntN(2) == 0 {
 			gone = append(gone, d)
 		}
@@ -1477,13 +1497,13 @@ func (r *coreRun) check() {
 		if h != r.gets {
 			eq(t, h.h, c.holders[i], "holder %d", i)
 		}
-		eqList(t, h.out, slices.Collect(h.h.outstanding()), deliveryString, "outstanding deliveries of %q", h.h.tag)
+		eqList(t, leasesOf(h.out), slices.Collect(h.h.outstanding()), leaseString, "outstanding deliveries of %q", h.h.tag)
 		eq(t, len(h.out), h.h.live, "live of %q", h.h.tag)
 		total += len(h.out)
 		all = append(all, h.out...)
 	}
 	eq(t, total, c.unacked, "unacked")
-	eqList(t, all, slices.Collect(c.outstanding()), deliveryString, "the queue's outstanding deliveries")
+	eqList(t, leasesOf(all), slices.Collect(c.outstanding()), leaseString, "the queue's outstanding deliveries")
 
 	eq(t, r.n, c.n, "counters")
 	eq(t, r.queuedDead, c.queuedDead, "dead letters recorded")
@@ -1516,6 +1536,17 @@ func (r *coreRun) flush(fxs []coreFx) {
 	r.n.deadLettered += dead
 	r.n.dropped += lost
 }
+
+// leasesOf returns the leases of ds, in order.
+func leasesOf(ds []*Delivery) []*lease {
+	ls := make([]*lease, len(ds))
+	for i, d := range ds {
+		ls[i] = d.lease
+	}
+	return ls
+}
+
+func leaseString(l *lease) string { return fmt.Sprintf("tag %d: %d", l.tag, l.e.seq) }
 
 func deliveryString(d *Delivery) string { return fmt.Sprintf("tag %d: %d", d.DeliveryTag, d.e.seq) }
 
@@ -1638,17 +1669,21 @@ func TestCoreTakeBackGets(t *testing.T) {
 	for range 4 {
 		e, ok := c.take()
 		require.True(t, ok)
-		ds = append(ds, c.deliver(&c.gets, e, false, 0))
+		ds = append(ds, deliverTo(&c, &c.gets, e, false, 0))
 	}
 	back := c.takeBack(&c.gets, nil, ReasonOwnerEnded)
 	require.Len(t, back, 4)
-	c.gets.trim()
+	for _, d := range ds {
+		require.Equal(t, deliveryReturned, d.lease.state)
+	}
+	c.trim(&c.gets)
 	c.restoreAll(back)
 	require.Equal(t, 0, c.unacked)
 	require.Equal(t, 0, c.gets.unacked.len())
 	require.Equal(t, 4, c.ready.len())
 	for _, d := range ds {
-		require.Equal(t, deliveryReturned, d.state)
+		require.NotEqual(t, d.gen, d.lease.gen, "let go of: its lease is for reuse, and names another delivery")
+		require.ErrorIs(t, settleable(d), ErrAlreadySettled)
 	}
 }
 
@@ -1695,12 +1730,10 @@ func TestEnvelopeKeepsTheMessage(t *testing.T) {
 			require.Same(t, &m.Body[0], &got.Body[0], "the body is not copied")
 		}
 		c := newTestCore(nil)
-		d := c.deliver(&holder{}, entry{env: env}, true, 0)
-		require.Equal(t, m, *d.Message)
-		if env.more != nil {
-			require.Same(t, env.more.msg, d.Message, "shared with the envelope")
-		} else {
-			require.Same(t, &d.msg, d.Message, "the delivery's own")
+		d := deliverTo(c, &holder{}, entry{env: env}, true, 0)
+		require.Equal(t, m, d.Message)
+		if len(body) > 0 && len(m.Body) > 0 {
+			require.Same(t, &m.Body[0], &d.Message.Body[0], "the delivery's body is the publisher's")
 		}
 	}
 }

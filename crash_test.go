@@ -125,10 +125,10 @@ func parseJournal(data []byte) ([]journalEntry, error) {
 type crashWorkload struct {
 	b                *Broker
 	jobs, timed, dlq *Queue
-	journal          io.Writer   // one Write per line; safe for concurrent use in the child
-	next             int         // the next message number; step's goroutine only
-	held             []*Delivery // step's goroutine only
-	consumer         *Consumer   // pollConsumer's
+	journal          io.Writer  // one Write per line; safe for concurrent use in the child
+	next             int        // the next message number; step's goroutine only
+	held             []Delivery // step's goroutine only
+	consumer         *Consumer  // pollConsumer's
 	// deferred are the messages published with PublishDeferred and not yet journaled as
 	// confirmed, and last the Confirmation of the latest: its Wait confirms them all (step's
 	// goroutine only).
@@ -293,13 +293,13 @@ func (w *crashWorkload) giveBack(ctx context.Context) {
 }
 
 // delivered journals d and returns its message's number.
-func (w *crashWorkload) delivered(d *Delivery) int {
+func (w *crashWorkload) delivered(d Delivery) int {
 	n := crashNumber(d)
 	w.note('D', d.q.name, n, int64(d.DeliveryCount))
 	return n
 }
 
-func crashNumber(d *Delivery) int {
+func crashNumber(d Delivery) int {
 	n, err := strconv.Atoi(string(d.Message.Body))
 	must(err)
 	return n
@@ -307,7 +307,7 @@ func crashNumber(d *Delivery) int {
 
 // settle acks, nacks, nacks with a delay (timed) or rejects (not dlq, which has no dead-letter
 // exchange) a delivery of message n.
-func (w *crashWorkload) settle(d *Delivery, n int, rng *rand.Rand) {
+func (w *crashWorkload) settle(d Delivery, n int, rng *rand.Rand) {
 	queue := d.q.name
 	switch r := rng.IntN(20); {
 	case r < 11:
@@ -330,7 +330,7 @@ func (w *crashWorkload) settle(d *Delivery, n int, rng *rand.Rand) {
 
 // consumed handles a delivery of the consumer c: it settles it, or, now and then, closes c,
 // which gives back what c holds; it reports whether it closed c.
-func (w *crashWorkload) consumed(c *Consumer, d *Delivery, rng *rand.Rand) (closed bool) {
+func (w *crashWorkload) consumed(c *Consumer, d Delivery, rng *rand.Rand) (closed bool) {
 	n := w.delivered(d)
 	if rng.IntN(50) == 0 {
 		must(c.Close())

@@ -1,6 +1,7 @@
 package warren_test
 
 import (
+	"reflect"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -134,7 +135,7 @@ func TestDeadLetterRoutingKeys(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, d.Reject())
 	}
-	get := func(name string) *warren.Delivery {
+	get := func(name string) warren.Delivery {
 		q, err := b.Queue(name)
 		require.NoError(t, err)
 		d, err := q.Get(t.Context(), warren.AutoAck())
@@ -143,7 +144,9 @@ func TestDeadLetterRoutingKeys(t *testing.T) {
 	}
 	byKey, byCC, fx := get("by-key"), get("by-cc"), get("fixed")
 	require.Equal(t, "by-key", byKey.RoutingKey)
-	require.Same(t, byKey.Message, byCC.Message, "one copy, routed by key and CC")
+	require.Equal(t, byKey.Message, byCC.Message, "one message, routed by key and CC")
+	require.Equal(t, reflect.ValueOf(byKey.Message.Headers).Pointer(), reflect.ValueOf(byCC.Message.Headers).Pointer(),
+		"one copy of its headers, x-death included")
 	require.Equal(t, []any{"by-key", "by-cc"}, xDeath(t, byKey)[0]["routing-keys"])
 	require.Equal(t, "amq.direct", xDeath(t, byKey)[0]["exchange"])
 	require.Equal(t, "fixed", fx.RoutingKey)
@@ -212,7 +215,7 @@ func TestMessageDeaths(t *testing.T) {
 			d, err := from.Get(t.Context())
 			require.NoError(t, err)
 			require.NoError(t, d.Reject())
-			return d.Message
+			return &d.Message
 		}
 		require.Nil(t, reject(q).Deaths(), "a message never dead-lettered has no history")
 		time.Sleep(time.Minute / 2)

@@ -12,94 +12,110 @@ type deliveryState uint8
 // settlement is what a settlement does with the message.
 type settlement uint8
 
-// Delivery is one delivery of one message from one queue, to a [Consumer] or a [Queue.Get].
-// Its exported fields describe the delivery and must be treated as read-only; the message is
-// shared with every other queue and delivery of it.
+// Delivery is one delivery of one message from one queue, to a [Consumer] or a [Queue.Get]: a
+// value, like amqp091-go's, which the application may copy and keep. Its exported fields
+// describe the delivery; the message's Body and Headers are shared with every other queue and
+// delivery of it and must be treated as read-only.
 //
 // Settle a delivery exactly once, with [Delivery.Ack], [Delivery.Nack] or [Delivery.Reject], or
-// with one of the consumer's UpTo methods. A second settlement returns an error wrapping
-// [ErrAlreadySettled]; so does settling a delivery that already went back to the queue because
-// its owner ended. A delivery whose queue was deleted may still be settled, once, to no effect
-// (the message went with the queue), as RabbitMQ allows; after the broker closes, settling fails
-// with [ErrClosed]. The methods are safe for concurrent use; the zero Delivery, and a copy of a
-// Delivery, settle nothing and return [ErrUnknownDelivery]: use the *Delivery as received.
-//
-// Deliveries are allocated in small chunks: holding one keeps the messages of up to 15 others
-// of its queue reachable until it is dropped.
+// with one of the consumer's UpTo methods; a copy settles the same delivery. A second settlement
+// returns an error wrapping [ErrAlreadySettled]; so does settling a delivery that already went
+// back to the queue because its owner ended. A delivery whose queue was deleted may still be
+// settled, once, to no effect (the message went with the queue), as RabbitMQ allows; after the
+// broker closes, settling fails with [ErrClosed]. The zero Delivery, and a delivery that was
+// auto-acknowledged, settle nothing and return [ErrUnknownDelivery]. The methods are safe for
+// concurrent use.
 type Delivery struct {
-	Message       *Message      // the message; read-only (its Body and Headers are shared with every delivery of it)
-	Exchange      string        // the exchange it was published to
-	RoutingKey    string        // the routing key it was published with
-	Redelivered   bool          // it was delivered before and came back to the queue
-	state         deliveryState // unexported; here to fill the padding after Redelivered
-	DeliveryCount int           // how many times it came back to the queue before this delivery (RabbitMQ's x-delivery-count)
-	DeliveryTag   uint64        // per consumer (or per queue for Get), from 1, in delivery order
-	ConsumerTag   string        // the consumer's tag; empty for Get
-	MessageCount  int           // Get only: ready messages left in the queue after this one
+	Message       Message // the message; its Body and Headers are shared and read-only
+	Exchange      string  // the exchange it was published to
+	RoutingKey    string  // the routing key it was published with
+	Redelivered   bool    // it was delivered before and came back to the queue
+	DeliveryCount int     // how many times it came back to the queue before this delivery (RabbitMQ's x-delivery-count)
+	DeliveryTag   uint64  // per consumer (or per queue for Get), from 1, in delivery order
+	ConsumerTag   string  // the consumer's tag; empty for Get
+	MessageCount  int     // Get only: ready messages left in the queue after this one
 
-	_    noCopy    // a copy would be a second handle on one delivery: go vet flags it
-	self *Delivery // d.self == d, so that settling a copy is refused
-	q    *Queue
-	h    *holder   // its consumer's, or its queue's Gets'
-	e    entry     // the message's place in q
-	due  int64     // when its consumer's ack timeout ends it, on q's clock; 0 for never
-	get  *getOwner // Get only, and only when the Get's context can end
-	msg  Message   // what Message points to: the queue keeps the message in a smaller form
+	q     *Queue // its queue
+	lease *lease // the queue's record of it while it is outstanding; nil when auto-acked
+	gen   uint64 // the lease's generation when it was made: a lease reused since is another delivery's
+	e     entry  // the message's place in its queue, for putting it back if it is never received
+}
+
+// lease is the queue's record of an outstanding delivery: in its holder's list, in tag order,
+// until it is settled or comes back and the list lets go of it (queueCore.trim). Leases are
+// reused: one whose list let go of it returns to its queue's free list with its generation one
+// higher, so that a [Delivery] value that still names it (gen) is known to be stale. Guarded by
+// its queue's mu.
+type lease struct {
+	h     *holder   // its consumer's, or its queue's Gets'
+	e     entry     // the message's place in q
+	tag   uint64    // the delivery tag
+	due   int64     // when its consumer's ack timeout ends it, on q's clock; 0 for never
+	get   *getOwner // Get only, and only when the Get's context can end
+	gen   uint64    // bumped each time the record is reused
+	state deliveryState
 }
 
 // Ack acknowledges the delivery: the message is done and leaves the queue (AMQP's basic.ack).
 // It frees one unit of the consumer's prefetch credit.
-func (d *Delivery) Ack() error { return d.settle(settleAck) }
+func (d Delivery) Ack() error { return d.settle(settleAck) }
 
 // Nack returns the message to its original position in the queue, ahead of everything published
 // after it, marked redelivered and with its delivery count one higher (basic.nack with requeue).
-func (d *Delivery) Nack() error { return d.settle(settleNack) }
+func (d Delivery) Nack() error { return d.settle(settleNack) }
 
 // Reject refuses the message without requeueing it (basic.reject without requeue): it is
 // dead-lettered with reason "rejected" when the queue has a dead-letter exchange, and dropped
 // otherwise.
-func (d *Delivery) Reject() error { return d.settle(settleReject) }
+func (d Delivery) Reject() error { return d.settle(settleReject) }
 
 func (d *Delivery) settle(how settlement) error {
-	return d.settleWith(func(q *Queue) { q.core.settle(d, how) })
+	return d.settleWith(func(q *Queue, r *lease) { q.core.settle(r, how) })
 }
 
-// settleWith settles an outstanding delivery with then, which releases it and decides what
-// becomes of the message, under the queue lock.
-func (d *Delivery) settleWith(then func(*Queue)) error {
-	if d == nil || d.q == nil || d.self != d {
-		return ErrUnknownDelivery
+// settleWith settles an outstanding delivery with then, which releases its record and decides
+// what becomes of the message, under the queue lock.
+func (d *Delivery) settleWith(then func(*Queue, *lease)) error {
+	q, r := d.q, d.lease
+	switch {
+	case q == nil:
+		return ErrUnknownDelivery // the zero Delivery
+	case q.b.closed.Load():
+		return errorf("settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, ErrClosed)
+	case r == nil:
+		return errorf("settle auto-acked delivery %d: %w", d.DeliveryTag, ErrUnknownDelivery)
 	}
-	q := d.q
 	q.mu.Lock()
+	if r.gen != d.gen {
+		// Its lease was let go of, and perhaps reused: the delivery was settled, or came back.
+		q.commit()
+		if q.b.closed.Load() {
+			return errorf("settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, ErrClosed)
+		}
+		return errorf("settle delivery %d: %w", d.DeliveryTag, ErrAlreadySettled)
+	}
 	if q.endErr != nil {
-		err := q.settleEndedLocked(d)
+		err := q.settleEndedLocked(r)
 		q.commit()
 		return err
 	}
-	err := checkSettle(d)
+	err := checkSettle(r)
+	get := r.get
 	if err == nil {
-		then(q)
-		if c := d.h.c; c != nil {
+		then(q, r)
+		if c := r.h.c; c != nil {
 			c.tidyLocked()
 		} else {
-			d.h.trim()
+			q.core.trim(r.h)
 		}
 		q.dispatchLocked()
 	}
 	q.commit()
-	if err == nil {
-		d.stopWatching()
+	if err == nil && get != nil {
+		get.stop() // stop watching the Get's owning context
 	}
 	return err
 }
-
-// noCopy makes go vet's copylocks check report copies of the struct that contains it.
-type noCopy struct{}
-
-func (*noCopy) Lock() {}
-
-func (*noCopy) Unlock() {}
 
 // NackWithDelay returns the message to its original position, redelivered and with its delivery
 // count one higher as [Delivery.Nack] does, but hidden from consumers until d has passed: a
@@ -109,13 +125,13 @@ func (*noCopy) Unlock() {}
 // [Queue.Len] nor removed by [Queue.Purge]. A d ≤ 0 is a plain Nack; d is capped at about 146
 // years (1<<62 ns), so that a huge delay, up to the largest Duration, hides the message
 // practically forever without disturbing the queue's other deadlines.
-func (d *Delivery) NackWithDelay(delay time.Duration) error {
+func (d Delivery) NackWithDelay(delay time.Duration) error {
 	if delay <= 0 {
 		return d.Nack()
 	}
-	return d.settleWith(func(q *Queue) {
-		q.core.release(d, deliverySettled)
-		q.core.nack(d.e, d.ConsumerTag, delay)
+	return d.settleWith(func(q *Queue, r *lease) {
+		q.core.release(r, deliverySettled)
+		q.core.nack(r.e, r.h.tag, delay)
 	})
 }
 
@@ -151,8 +167,8 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 	// shrink meanwhile, and a delivery received just now is, safely, left alone.
 	end := c.unacked.len() - len(c.ch)
 	if tag != 0 {
-		i := sort.Search(end, func(i int) bool { return c.unacked.at(i).DeliveryTag >= tag })
-		if i == end || c.unacked.at(i).DeliveryTag != tag || c.unacked.at(i).state != deliveryOutstanding {
+		i := sort.Search(end, func(i int) bool { return c.unacked.at(i).tag >= tag })
+		if i == end || c.unacked.at(i).tag != tag || c.unacked.at(i).state != deliveryOutstanding {
 			return errorf("settle up to %d: tag not outstanding on consumer %q: %w", tag, c.tag, ErrUnknownDelivery)
 		}
 		end = i + 1
@@ -210,12 +226,15 @@ func (c *Consumer) Recover() error {
 // place unchanged, as if it had stayed buffered (Serve gives back what a worker took after Serve
 // began to stop). A delivery no longer outstanding is left alone.
 func (d *Delivery) giveBack() {
-	q := d.q
+	q, r := d.q, d.lease
+	if r == nil {
+		return
+	}
 	q.mu.Lock()
-	if c := d.h.c; q.endErr == nil && d.state == deliveryOutstanding && c != nil {
-		q.core.release(d, deliveryReturned)
-		q.core.back(d.h, d.e, ReasonCancel)
-		q.core.restoreAll([]entry{d.e})
+	if c := r.h.c; q.endErr == nil && r.gen == d.gen && r.state == deliveryOutstanding && c != nil {
+		q.core.release(r, deliveryReturned)
+		q.core.back(r.h, r.e, ReasonCancel)
+		q.core.restoreAll([]entry{r.e})
 		c.tidyLocked()
 		q.dispatchLocked()
 	}
@@ -229,33 +248,18 @@ type getOwner struct {
 	stop func() bool     // stops watching ctx
 }
 
-// stopWatching stops watching a Get delivery's owning context, if it was watched.
-func (d *Delivery) stopWatching() {
-	if d.get != nil {
-		d.get.stop()
-	}
-}
-
 // settleEndedLocked settles a delivery of a queue that ended. Once the broker has closed, there is
 // nothing to settle with: [ErrClosed]. A deleted queue took its messages with it, and RabbitMQ
 // accepts the settlement of a delivery from a deleted queue as a no-op: so does warren, once per
 // delivery (a second settlement is refused as usual), so that a handler that did its work does
 // not see a failure. Why its consumer ended, its Err says.
-func (q *Queue) settleEndedLocked(d *Delivery) error {
+func (q *Queue) settleEndedLocked(r *lease) error {
 	if q.b.closed.Load() {
-		return errorf("settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, ErrClosed)
+		return errorf("settle delivery %d from queue %q: %w", r.tag, q.name, ErrClosed)
 	}
-	if err := checkSettle(d); err != nil {
+	if err := checkSettle(r); err != nil {
 		return err
 	}
-	d.state = deliverySettled // the queue's counts went with it
+	r.state = deliverySettled // the queue's counts went with it
 	return nil
-}
-
-// deliverLocked records a delivery of e to h (see [queueCore.deliver]) and returns it, ready to
-// send or return.
-func (q *Queue) deliverLocked(h *holder, e entry, autoAck bool, due int64) *Delivery {
-	d := q.core.deliver(h, e, autoAck, due)
-	d.q = q
-	return d
 }

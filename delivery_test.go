@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"reflect"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -47,8 +46,9 @@ func TestDeliveryFields(t *testing.T) {
 	require.Equal(t, 0, d1.DeliveryCount)
 	require.Equal(t, msg.ContentType, d1.Message.ContentType)
 	require.Equal(t, msg.MessageID, d1.Message.MessageID)
-	require.Same(t, d1.Message, d2.Message, "one message shared by every queue it reached")
+	require.Equal(t, d1.Message, d2.Message, "one message, whichever queue it reached")
 	require.Same(t, &body[0], &d1.Message.Body[0], "the body is not copied")
+	require.Same(t, &body[0], &d2.Message.Body[0], "the body is not copied")
 	require.Empty(t, d2.ConsumerTag)
 	require.Equal(t, uint64(1), d2.DeliveryTag)
 }
@@ -167,12 +167,12 @@ func TestNackWithHugeDelay(t *testing.T) {
 func TestDoubleSettle(t *testing.T) {
 	type settle struct {
 		name string
-		f    func(*warren.Delivery) error
+		f    func(warren.Delivery) error
 	}
 	settles := []settle{
-		{"Ack", (*warren.Delivery).Ack},
-		{"Nack", (*warren.Delivery).Nack},
-		{"Reject", (*warren.Delivery).Reject},
+		{"Ack", (warren.Delivery).Ack},
+		{"Nack", (warren.Delivery).Nack},
+		{"Reject", (warren.Delivery).Reject},
 	}
 	for _, first := range settles {
 		for _, second := range settles {
@@ -212,10 +212,10 @@ func TestDoubleSettle(t *testing.T) {
 	}
 }
 
-// TestSettleCopiedDelivery: a copy of a Delivery is not a second handle on it. Settling the copy
-// is refused, and the original settles normally once. (Settling both used to succeed, drive the
-// consumer's credit negative and then block dispatch on a full channel.) go vet reports such a
-// copy; reflection makes one here.
+// TestSettleCopiedDelivery: a Delivery is a value, and a copy of it is the same delivery:
+// settling the copy settles the original, and a second settlement through either is refused,
+// without touching the consumer's credit. (Settling twice once drove the credit negative and
+// then blocked dispatch on a full channel.)
 func TestSettleCopiedDelivery(t *testing.T) {
 	b := newBroker(t)
 	q := declare(t, b, "q")
@@ -223,14 +223,54 @@ func TestSettleCopiedDelivery(t *testing.T) {
 	require.NoError(t, err)
 	publishN(t, b, q, 2)
 	d := receive(t, c, 1)[0]
-	v := reflect.New(reflect.TypeFor[warren.Delivery]()).Elem()
-	v.Set(reflect.ValueOf(d).Elem())
-	cp := v.Addr().Interface().(*warren.Delivery)
-	require.ErrorIs(t, cp.Ack(), warren.ErrUnknownDelivery)
-	require.NoError(t, d.Ack())
+	cp := d
+	require.NoError(t, cp.Ack())
+	require.ErrorIs(t, d.Ack(), warren.ErrAlreadySettled)
+	require.ErrorIs(t, cp.Nack(), warren.ErrAlreadySettled)
 	require.Equal(t, 0, q.Len(), "the second message went to the consumer, whose credit is intact")
 	require.Equal(t, 1, q.Unacked())
 	require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{}), "dispatch does not block")
+}
+
+// TestSettleStaleDelivery: a queue reuses the record of a delivery once it is settled, for a
+// later delivery; a Delivery of the earlier one is stale and settles nothing of the later one's,
+// whichever settlement it tries, on a consumer and on Get.
+func TestSettleStaleDelivery(t *testing.T) {
+	settles := map[string]func(warren.Delivery) error{
+		"Ack":           warren.Delivery.Ack,
+		"Nack":          warren.Delivery.Nack,
+		"Reject":        warren.Delivery.Reject,
+		"NackWithDelay": func(d warren.Delivery) error { return d.NackWithDelay(time.Hour) },
+	}
+	for name, settle := range settles {
+		t.Run(name, func(t *testing.T) {
+			b := newBroker(t)
+			q := declare(t, b, "q")
+			c, err := q.Consume(t.Context(), warren.Prefetch(1))
+			require.NoError(t, err)
+			publishN(t, b, q, 1)
+			old := receive(t, c, 1)[0]
+			require.NoError(t, old.Ack())
+			publishN(t, b, q, 1)
+			cur := receive(t, c, 1)[0] // the same record as old's, most likely: at least, old's is free
+			require.ErrorIs(t, settle(old), warren.ErrAlreadySettled)
+			require.Equal(t, 1, q.Unacked(), "the later delivery is still outstanding")
+			require.NoError(t, cur.Ack())
+			require.NoError(t, c.Cancel())
+
+			publishN(t, b, q, 1)
+			got, err := q.Get(t.Context())
+			require.NoError(t, err)
+			require.NoError(t, got.Ack())
+			publishN(t, b, q, 1)
+			next, err := q.Get(t.Context())
+			require.NoError(t, err)
+			require.ErrorIs(t, settle(got), warren.ErrAlreadySettled)
+			require.Equal(t, 1, q.Unacked(), "the later Get is still outstanding")
+			require.NoError(t, next.Ack())
+			require.Equal(t, 0, q.Unacked())
+		})
+	}
 }
 
 // TestSettleReturnedDelivery: a delivery that went back because its owner ended is settled.
@@ -263,7 +303,7 @@ func TestSettleReturnedDelivery(t *testing.T) {
 func TestSettleUnknownDelivery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var zero warren.Delivery
-		var nilD *warren.Delivery
+		var nilD warren.Delivery
 		for _, f := range []func() error{zero.Ack, zero.Nack, zero.Reject, nilD.Ack, nilD.Nack, nilD.Reject} {
 			assert.ErrorIs(t, f(), warren.ErrUnknownDelivery)
 		}

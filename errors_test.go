@@ -245,10 +245,10 @@ func TestCancelledContext(t *testing.T) {
 		d, err := q.Get(ctx)
 		assert.True(t, err == context.Canceled, "Get(cancelled ctx) = %v, want context.Canceled", err)
 		assert.ErrorIs(t, err, context.Canceled)
-		assert.Nil(t, d)
+		assert.Zero(t, d)
 		d, err = q.Get(ctx, warren.AutoAck())
 		assert.True(t, err == context.Canceled, "Get(cancelled ctx, AutoAck) = %v, want context.Canceled", err)
-		assert.Nil(t, d)
+		assert.Zero(t, d)
 
 		for _, opts := range [][]warren.ConsumeOption{nil, {warren.AutoAck()}} {
 			c, err := q.Consume(ctx, opts...)
@@ -276,7 +276,7 @@ func TestGetEmpty(t *testing.T) {
 	for _, opts := range [][]warren.GetOption{nil, {warren.AutoAck()}} {
 		d, err := q.Get(t.Context(), opts...)
 		assert.True(t, err == warren.ErrEmpty, "Get(empty, %d opts) = %v, want ErrEmpty", len(opts), err)
-		assert.Nil(t, d)
+		assert.Zero(t, d)
 	}
 	// Empty again once the only message is out.
 	publishN(t, b, q, 1)

@@ -78,12 +78,12 @@ type runConsumer struct {
 	c       *warren.Consumer
 	cancel  context.CancelFunc
 	autoAck bool
-	held    []*warren.Delivery // received, not settled by the test
+	held    []warren.Delivery // received, not settled by the test
 }
 
 type runGet struct {
 	q      *warren.Queue
-	d      *warren.Delivery
+	d      warren.Delivery
 	cancel context.CancelFunc // nil: a context that never ends
 }
 
@@ -383,7 +383,7 @@ func (r *randomRun) settleErr(what string, err error) {
 }
 
 func (r *randomRun) settle() {
-	var held []*warren.Delivery
+	var held []warren.Delivery
 	for _, c := range r.cons {
 		held = append(held, c.held...)
 	}
@@ -403,7 +403,7 @@ func (r *randomRun) settle() {
 	var c *runConsumer
 	d := held[r.rng.IntN(len(held))]
 	for _, x := range r.cons {
-		if slices.Contains(x.held, d) {
+		if slices.ContainsFunc(x.held, func(y warren.Delivery) bool { return y.ConsumerTag == d.ConsumerTag && y.DeliveryTag == d.DeliveryTag }) {
 			c = x
 		}
 	}
@@ -411,11 +411,11 @@ func (r *randomRun) settle() {
 		r.settleUpTo(c, d)
 		return
 	}
-	c.held = slices.DeleteFunc(c.held, func(x *warren.Delivery) bool { return x == d })
+	c.held = slices.DeleteFunc(c.held, func(x warren.Delivery) bool { return x.DeliveryTag == d.DeliveryTag })
 	r.settleOne(c.q, d)
 }
 
-func (r *randomRun) settleOne(q *warren.Queue, d *warren.Delivery) {
+func (r *randomRun) settleOne(q *warren.Queue, d warren.Delivery) {
 	var err error
 	alive := r.alive(q) // a deleted queue's settlements succeed and count nothing
 	switch x := r.rng.IntN(20); {
@@ -439,8 +439,8 @@ func (r *randomRun) settleOne(q *warren.Queue, d *warren.Delivery) {
 
 // settleUpTo settles every delivery c holds up to d's tag; if it succeeds, the deliveries the
 // test held with those tags are exactly the ones it settled.
-func (r *randomRun) settleUpTo(c *runConsumer, d *warren.Delivery) {
-	var covered []*warren.Delivery
+func (r *randomRun) settleUpTo(c *runConsumer, d warren.Delivery) {
+	var covered []warren.Delivery
 	for _, x := range c.held {
 		if x.DeliveryTag <= d.DeliveryTag {
 			covered = append(covered, x)
@@ -461,7 +461,9 @@ func (r *randomRun) settleUpTo(c *runConsumer, d *warren.Delivery) {
 	}
 	switch {
 	case err == nil:
-		c.held = slices.DeleteFunc(c.held, func(x *warren.Delivery) bool { return slices.Contains(covered, x) })
+		c.held = slices.DeleteFunc(c.held, func(x warren.Delivery) bool {
+			return slices.ContainsFunc(covered, func(y warren.Delivery) bool { return y.DeliveryTag == x.DeliveryTag })
+		})
 		switch how {
 		case 1:
 			r.nacks[c.q] += len(covered)
@@ -801,7 +803,7 @@ func publishAll(t *testing.T, b *warren.Broker, queue string, bodies ...string) 
 }
 
 // getOne gets a delivery from q, failing the test if it cannot.
-func getOne(t *testing.T, q *warren.Queue, opts ...warren.GetOption) *warren.Delivery {
+func getOne(t *testing.T, q *warren.Queue, opts ...warren.GetOption) warren.Delivery {
 	t.Helper()
 	d, err := q.Get(t.Context(), opts...)
 	require.NoError(t, err)
@@ -827,7 +829,7 @@ func TestEventAck(t *testing.T) {
 	assert.Equal(t, "", enq.Exchange)
 	assert.Equal(t, "q", enq.RoutingKey)
 	assert.Empty(t, enq.Reason)
-	assert.Same(t, d.Message, enq.Message, "events carry the queue's message")
+	assert.Equal(t, d.Message, *enq.Message, "events carry the queue's message")
 	assert.Equal(t, "c1", r.one(t, "q", "a", warren.EventDelivered).Consumer)
 	assert.Equal(t, "c1", r.one(t, "q", "a", warren.EventAcked).Consumer)
 
@@ -837,7 +839,7 @@ func TestEventAck(t *testing.T) {
 	require.GreaterOrEqual(t, pubAt, 0)
 	assert.Less(t, pubAt, enqAt, "published before it reaches a queue")
 	assert.Equal(t, "q", all[pubAt].RoutingKey)
-	assert.Same(t, d.Message, all[pubAt].Message)
+	assert.Equal(t, d.Message, *all[pubAt].Message)
 	assert.Len(t, r.ofKind(warren.EventPublished), 1, "once per publish")
 
 	st := q.Stats()
@@ -924,7 +926,7 @@ func TestEventRejectWithDLX(t *testing.T) {
 	require.Equal(t, "enqueued delivered dead-lettered(rejected)", r.trace("src", "a"))
 	dl := r.one(t, "src", "a", warren.EventDeadLettered)
 	assert.Equal(t, "dlx", dl.Exchange)
-	assert.NotSame(t, d.Message, dl.Message, "the dead-lettered copy")
+	assert.NotEqual(t, d.Message, *dl.Message, "the dead-lettered copy")
 	require.NotEmpty(t, dl.Message.Deaths())
 	assert.Equal(t, "src", dl.Message.Deaths()[0].Queue)
 	assert.Equal(t, warren.ReasonRejected, dl.Message.Deaths()[0].Reason)
@@ -1737,7 +1739,7 @@ func TestPanickingListenerIsContained(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() {
-			done <- q.Serve(ctx, func(context.Context, *warren.Delivery) error { panic("handler bug") },
+			done <- q.Serve(ctx, func(context.Context, warren.Delivery) error { panic("handler bug") },
 				warren.Backoff(time.Hour, time.Hour)) // one attempt, then hidden for an hour
 		}()
 		synctest.Wait()
@@ -1804,5 +1806,5 @@ func TestEventDeadLetteredIsTheCopyDelivered(t *testing.T) {
 	require.Same(t, entered.Message, dead.Message)
 	d, err := dlq.Get(t.Context(), warren.AutoAck())
 	require.NoError(t, err)
-	require.Same(t, d.Message, dead.Message)
+	require.Equal(t, *dead.Message, d.Message)
 }

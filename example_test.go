@@ -125,7 +125,7 @@ func ExampleQueue_Serve() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = q.Serve(ctx, func(ctx context.Context, d *warren.Delivery) error {
+		_ = q.Serve(ctx, func(ctx context.Context, d warren.Delivery) error {
 			fmt.Println("handling", string(d.Message.Body), "attempt", d.DeliveryCount+1)
 			if string(d.Message.Body) == "broken" {
 				if d.DeliveryCount == 1 {
@@ -166,7 +166,7 @@ func ExampleBroker_WaitIdle() {
 	served := make(chan error)
 	started := make(chan struct{})
 	go func() {
-		served <- q.Serve(ctx, func(_ context.Context, d *warren.Delivery) error {
+		served <- q.Serve(ctx, func(_ context.Context, d warren.Delivery) error {
 			if !d.Redelivered {
 				return errors.New("transient") // nacked: back to its place, redelivered
 			}

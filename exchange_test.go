@@ -68,7 +68,7 @@ func takeBodies(t *testing.T, q *warren.Queue) []string {
 }
 
 // getOnly takes the only ready message of q.
-func getOnly(t *testing.T, q *warren.Queue) *warren.Delivery {
+func getOnly(t *testing.T, q *warren.Queue) warren.Delivery {
 	t.Helper()
 	ds := getAll(t, q)
 	require.Len(t, ds, 1, "queue %q", q.Name())

@@ -117,8 +117,8 @@ func bufferSize(cfg consumeConfig) int {
 // feed is the feeder's goroutine.
 func (c *Consumer) feed() {
 	q, f := c.q, &c.feeder
-	var held *Delivery // taken from the queue when halt came, never sent
-	for held == nil {
+	var unsent Delivery // taken from the queue when halt came, never sent
+	for unsent.q == nil {
 		q.mu.Lock()
 		if f.state != feederHanded {
 			f.state = feederTaking // a send that filled the channel is over
@@ -152,7 +152,7 @@ func (c *Consumer) feed() {
 		select {
 		case c.ch <- d:
 		case <-f.halt:
-			held = d
+			unsent = d
 		}
 	}
 	// One critical section: what the feeder held and what is buffered go back together,
@@ -163,9 +163,9 @@ func (c *Consumer) feed() {
 	if q.endErr != nil {
 		why = "" // nothing goes back into an ended queue, and these were acked: no effects
 	}
-	if held != nil {
-		back = append(back, held.e)
-		q.core.back(&c.holder, held.e, why)
+	if unsent.q != nil {
+		back = append(back, unsent.e)
+		q.core.back(&c.holder, unsent.e, why)
 	}
 	back = c.drainLocked(back, why)
 	if e, ok := f.takeHandoff(); ok {

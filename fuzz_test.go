@@ -1219,7 +1219,7 @@ type fdMsg struct {
 	state    int
 	deadline time.Duration
 	due      time.Duration // fdHidden, fdConsumed
-	d        *warren.Delivery
+	d        warren.Delivery
 }
 
 func (m *fdMsg) String() string {

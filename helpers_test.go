@@ -122,9 +122,9 @@ func publishRange(t *testing.T, b *warren.Broker, q *warren.Queue, from, to int)
 // Receiving, getting and settling.
 
 // receive takes n deliveries from c, failing if fewer are buffered.
-func receive(t *testing.T, c *warren.Consumer, n int) []*warren.Delivery {
+func receive(t *testing.T, c *warren.Consumer, n int) []warren.Delivery {
 	t.Helper()
-	out := make([]*warren.Delivery, 0, n)
+	out := make([]warren.Delivery, 0, n)
 	for range n {
 		select {
 		case d, ok := <-c.Deliveries():
@@ -138,7 +138,7 @@ func receive(t *testing.T, c *warren.Consumer, n int) []*warren.Delivery {
 }
 
 // buffered receives every delivery buffered for c right now.
-func buffered(t *testing.T, c *warren.Consumer) []*warren.Delivery {
+func buffered(t *testing.T, c *warren.Consumer) []warren.Delivery {
 	t.Helper()
 	return receive(t, c, len(c.Deliveries()))
 }
@@ -153,9 +153,9 @@ func take(t *testing.T, q *warren.Queue) string {
 }
 
 // getAll takes every ready message of q with AutoAck, in order.
-func getAll(t *testing.T, q *warren.Queue) []*warren.Delivery {
+func getAll(t *testing.T, q *warren.Queue) []warren.Delivery {
 	t.Helper()
-	var out []*warren.Delivery
+	var out []warren.Delivery
 	for {
 		d, err := q.Get(t.Context(), warren.AutoAck())
 		if err != nil {
@@ -189,7 +189,7 @@ func browse(q *warren.Queue) []string {
 }
 
 // ackAll acks ds.
-func ackAll(t *testing.T, ds []*warren.Delivery) {
+func ackAll(t *testing.T, ds []warren.Delivery) {
 	t.Helper()
 	for _, d := range ds {
 		require.NoError(t, d.Ack())
@@ -197,7 +197,7 @@ func ackAll(t *testing.T, ds []*warren.Delivery) {
 }
 
 // bodies renders deliveries' bodies space-separated.
-func bodies(ds []*warren.Delivery) string {
+func bodies(ds []warren.Delivery) string {
 	var s []string
 	for _, d := range ds {
 		s = append(s, string(d.Message.Body))
@@ -206,7 +206,7 @@ func bodies(ds []*warren.Delivery) string {
 }
 
 // picture renders deliveries as "0* 1* 2* 3 4": the body, starred when redelivered.
-func picture(ds []*warren.Delivery) string {
+func picture(ds []warren.Delivery) string {
 	var s []string
 	for _, d := range ds {
 		p := string(d.Message.Body)
@@ -219,7 +219,7 @@ func picture(ds []*warren.Delivery) string {
 }
 
 // deliveryCounts renders the delivery counts of ds.
-func deliveryCounts(ds []*warren.Delivery) []int {
+func deliveryCounts(ds []warren.Delivery) []int {
 	out := make([]int, 0, len(ds))
 	for _, d := range ds {
 		out = append(out, d.DeliveryCount)
@@ -228,7 +228,7 @@ func deliveryCounts(ds []*warren.Delivery) []int {
 }
 
 // xDeath returns the x-death entries of a delivery.
-func xDeath(t *testing.T, d *warren.Delivery) []warren.Table {
+func xDeath(t *testing.T, d warren.Delivery) []warren.Table {
 	t.Helper()
 	list, ok := d.Message.Headers["x-death"].([]any)
 	require.True(t, ok, "x-death of %s: %#v", d.Message.Body, d.Message.Headers["x-death"])
@@ -1111,7 +1111,7 @@ const getDepth = 1 << 16
 
 // loopGetSettle is the timed loop of the Get benchmarks: Get one message and settle it; when the
 // queue runs empty it is refilled, and the refill is timed apart (see reportRefill).
-func loopGetSettle(b *testing.B, ctx context.Context, q *warren.Queue, refill func(), settle func(*warren.Delivery) error) {
+func loopGetSettle(b *testing.B, ctx context.Context, q *warren.Queue, refill func(), settle func(warren.Delivery) error) {
 	var refillTime time.Duration
 	b.ReportAllocs()
 	for b.Loop() {

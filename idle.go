@@ -216,14 +216,14 @@ type DeliveryInfo struct {
 // buffered in their channels, and Gets — as a snapshot taken in one critical section when the
 // iteration starts: consumers in the order they started, each in tag order, then Gets in tag
 // order. It describes them rather than handing them out: settle a delivery through the
-// *Delivery its consumer received.
+// Delivery its consumer received.
 func (q *Queue) Outstanding() iter.Seq[DeliveryInfo] {
 	return func(yield func(DeliveryInfo) bool) {
 		var ds []DeliveryInfo
 		q.view(func() {
-			for d := range q.core.outstanding() {
-				ds = append(ds, DeliveryInfo{Message: d.Message, ConsumerTag: d.ConsumerTag, DeliveryTag: d.DeliveryTag,
-					Redelivered: d.Redelivered, DeliveryCount: d.DeliveryCount})
+			for r := range q.core.outstanding() {
+				ds = append(ds, DeliveryInfo{Message: r.e.env.messagePtr(), ConsumerTag: r.h.tag, DeliveryTag: r.tag,
+					Redelivered: r.e.redelivered, DeliveryCount: int(r.e.returns)})
 			}
 		})
 		for _, d := range ds {

@@ -36,7 +36,7 @@ func TestWaitIdleRetryThenDeadLetterFlow(t *testing.T) {
 		served := make(chan error, 1)
 		attempts := 0
 		go func() {
-			served <- work.Serve(ctx, func(ctx context.Context, d *warren.Delivery) error {
+			served <- work.Serve(ctx, func(ctx context.Context, d warren.Delivery) error {
 				attempts++
 				failures := 0
 				for _, death := range d.Message.Deaths() {
@@ -47,7 +47,7 @@ func TestWaitIdleRetryThenDeadLetterFlow(t *testing.T) {
 				if failures < 2 {
 					return warren.Permanent(errors.New("downstream unavailable"))
 				}
-				return b.Publish(ctx, "", "parked", *d.Message)
+				return b.Publish(ctx, "", "parked", d.Message)
 			})
 		}()
 
@@ -86,7 +86,7 @@ func TestWaitIdleBackoffThenDeliveryLimit(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		go func() {
-			_ = q.Serve(ctx, func(context.Context, *warren.Delivery) error { return errors.New("no") },
+			_ = q.Serve(ctx, func(context.Context, warren.Delivery) error { return errors.New("no") },
 				warren.Backoff(time.Minute, time.Hour))
 		}()
 		synctest.Wait()
@@ -164,7 +164,7 @@ func TestWaitEmpty(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() {
-			done <- q.Serve(ctx, func(_ context.Context, d *warren.Delivery) error {
+			done <- q.Serve(ctx, func(_ context.Context, d warren.Delivery) error {
 				time.Sleep(10 * time.Millisecond)
 				if string(d.Message.Body) == "3" && !failed {
 					failed = true
@@ -234,7 +234,7 @@ func TestWaitIdleServePool(t *testing.T) {
 		defer cancel()
 		done := make(chan error, 1)
 		go func() {
-			done <- q.Serve(ctx, func(ctx context.Context, d *warren.Delivery) error {
+			done <- q.Serve(ctx, func(ctx context.Context, d warren.Delivery) error {
 				time.Sleep(10 * time.Second) // slow work
 				mu.Lock()
 				handled = append(handled, string(d.Message.Body))
@@ -429,7 +429,7 @@ func TestOutstanding(t *testing.T) {
 	require.Equal(t, q.Unacked(), len(list()))
 	for d := range q.Outstanding() {
 		if d.ConsumerTag == "zed" && d.DeliveryTag == 1 {
-			require.Same(t, zd[0].Message, d.Message, "the message itself, shared")
+			require.Equal(t, zd[0].Message, *d.Message, "the message itself")
 		}
 	}
 

@@ -1180,7 +1180,7 @@ func (s *modelStats) feederCoverage() []modelCount {
 
 type seenDelivery struct {
 	ref  *refDelivery
-	real *warren.Delivery
+	real warren.Delivery
 }
 
 type modelHarness struct {
@@ -1251,10 +1251,10 @@ func (h *modelHarness) checkErr(call string, got, want error) {
 	}
 }
 
-func (h *modelHarness) checkDelivery(call string, got *warren.Delivery, want *refDelivery) {
+func (h *modelHarness) checkDelivery(call string, got warren.Delivery, want *refDelivery) {
 	h.t.Helper()
-	if got == nil {
-		h.fail("%s = nil delivery, want %v tag %d", call, want.msg, want.tag)
+	if got.DeliveryTag == 0 {
+		h.fail("%s = no delivery, want %v tag %d", call, want.msg, want.tag)
 	}
 	wantTag := ""
 	if want.consumer >= 0 {
@@ -1478,7 +1478,7 @@ func (h *modelHarness) endContext(i int, why string) {
 	}
 }
 
-func (h *modelHarness) realOf(d *refDelivery) *warren.Delivery {
+func (h *modelHarness) realOf(d *refDelivery) warren.Delivery {
 	for _, p := range h.seen {
 		if p.ref == d {
 			return p.real
@@ -1487,7 +1487,7 @@ func (h *modelHarness) realOf(d *refDelivery) *warren.Delivery {
 	panic("no real delivery")
 }
 
-func modelSettle(d *warren.Delivery, how refHow) error {
+func modelSettle(d warren.Delivery, how refHow) error {
 	switch how {
 	case refAck:
 		return d.Ack()
@@ -1600,7 +1600,7 @@ func (h *modelHarness) do(o modelOp) {
 		got, err := h.q.Get(h.ctxs[i].ctx, opts...)
 		if h.ctxs[i].ended {
 			h.checkErr("Get with a done context", err, context.Canceled)
-			if got != nil {
+			if got.DeliveryTag != 0 {
 				h.fail("Get with a done context returned a delivery")
 			}
 			h.note(" → %v", err)
@@ -1609,7 +1609,7 @@ func (h *modelHarness) do(o modelOp) {
 		want, wantErr := h.m.get(i, autoAck)
 		h.checkErr("Get", err, wantErr)
 		if wantErr != nil {
-			if got != nil {
+			if got.DeliveryTag != 0 {
 				h.fail("Get returned a delivery with error %v", err)
 			}
 			h.note(" → %v", err)
@@ -1808,7 +1808,7 @@ func (h *modelHarness) do(o modelOp) {
 		how := refHow(o.b % 3)
 		if o.a%16 == 0 || len(done) == 0 {
 			h.logf("%v zero Delivery", how)
-			h.checkErr(how.String()+" zero Delivery", modelSettle(&warren.Delivery{}, how), warren.ErrUnknownDelivery)
+			h.checkErr(how.String()+" zero Delivery", modelSettle(warren.Delivery{}, how), warren.ErrUnknownDelivery)
 			return
 		}
 		p := done[len(done)-1-(int(o.a)<<8|int(o.b))/3%len(done)]

@@ -234,7 +234,7 @@ type mtHeld struct {
 	cons  *mtCons // nil for a Get
 	due   time.Duration
 	state mtState
-	real  *warren.Delivery
+	real  warren.Delivery
 }
 
 func (d *mtHeld) String() string {
@@ -1134,7 +1134,7 @@ func (h *mtHarness) owning(i int) int {
 	return n
 }
 
-func mtSettleReal(d *warren.Delivery, how mtHow, delay time.Duration) error {
+func mtSettleReal(d warren.Delivery, how mtHow, delay time.Duration) error {
 	switch how {
 	case mtAck:
 		return d.Ack()
@@ -1184,7 +1184,7 @@ func (h *mtHarness) get(o mtOp) {
 		i := ended[int(o.a)%len(ended)]
 		h.logf("get with ended context x%d", i)
 		d, err := h.main.Get(h.ctxs[i].ctx)
-		if d != nil {
+		if d.DeliveryTag != 0 {
 			h.fail("Get with an ended context returned %s", d.Message.MessageID)
 		}
 		h.checkErr("Get", err, context.Canceled)
@@ -1205,13 +1205,13 @@ func (h *mtHarness) get(o mtOp) {
 	if wantErr != nil {
 		h.m.stats.empties++
 		h.note(" → %v", err)
-		if d != nil {
+		if d.DeliveryTag != 0 {
 			h.fail("Get = %s, want %v", d.Message.MessageID, wantErr)
 		}
 		h.checkErr("Get", err, wantErr)
 		return
 	}
-	if err != nil || d == nil {
+	if err != nil || d.DeliveryTag == 0 {
 		h.fail("Get error %v, want %v", err, want.m)
 	}
 	want.real = d
@@ -1428,7 +1428,7 @@ func (h *mtHarness) receive(o mtOp) {
 	for range k {
 		want := h.m.receive(mc)
 		var (
-			d  *warren.Delivery
+			d  warren.Delivery
 			ok bool
 		)
 		select {

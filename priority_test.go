@@ -52,7 +52,7 @@ func TestPriorityQueueFIFOWithinLevel(t *testing.T) {
 	}
 	c, err := q.Consume(t.Context(), warren.Prefetch(1))
 	require.NoError(t, err)
-	var got []*warren.Delivery
+	var got []warren.Delivery
 	for range prios {
 		ds := receive(t, c, 1)
 		got = append(got, ds...)
@@ -69,7 +69,7 @@ func TestPriorityQueueNackKeepsPosition(t *testing.T) {
 	for _, m := range []warren.Message{msgWithPriority("a", 3), msgWithPriority("b", 1), msgWithPriority("c", 3), msgWithPriority("d", 1)} {
 		publishMsg(t, b, q.Name(), m)
 	}
-	var got []*warren.Delivery
+	var got []warren.Delivery
 	for range 3 {
 		d, err := q.Get(t.Context())
 		require.NoError(t, err)
@@ -184,7 +184,7 @@ func TestSelectorOnPriorityQueue(t *testing.T) {
 	send("3", "a", 5) // ahead of the cursor, which is past 1
 	send("4", "a", 3)
 	// Each ack gives s credit for one more: it must take the highest-priority "a" each time.
-	var got []*warren.Delivery
+	var got []warren.Delivery
 	for range 4 {
 		ds := buffered(t, s)
 		if len(ds) == 0 {

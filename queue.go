@@ -207,45 +207,44 @@ func (q *Queue) waitRoomLocked(ctx context.Context, need int) error {
 // longer than the queue's "x-consumer-timeout", if it has one. Get does not block; a ctx already
 // done fails the call with ctx.Err(). Of the options, only [AutoAck] applies to a Get; any other
 // is refused with [ErrInvalidArgument].
-func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (*Delivery, error) {
+func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (Delivery, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return Delivery{}, err
 	}
 	autoAck := false
 	if len(opts) > 0 {
 		var err error // only here: the options' interface calls move their config to the heap
 		if autoAck, err = getOptions(opts); err != nil {
-			return nil, err
+			return Delivery{}, err
 		}
 	}
 	q.mu.Lock()
 	if q.endErr != nil {
 		err := q.endErrLocked()
 		q.commit()
-		return nil, errorf("get from queue %q: %w", q.name, err)
+		return Delivery{}, errorf("get from queue %q: %w", q.name, err)
 	}
 	if err := q.checkUse("get", ctx); err != nil {
 		q.commit()
-		return nil, err
+		return Delivery{}, err
 	}
 	e, ok := q.core.take()
 	q.touchLocked() // a Get is a use, even of an empty queue
 	if !ok {
 		q.commit()
-		return nil, ErrEmpty
+		return Delivery{}, ErrEmpty
 	}
 	var due int64
 	if q.cfg.ackTimeout > 0 && !autoAck { // the queue's consumer timeout applies to Gets too, as in RabbitMQ
 		due = later(q.core.clock(), q.cfg.ackTimeout)
 	}
-	d := q.deliverLocked(&q.core.gets, e, autoAck, due)
+	d := q.core.deliver(&q.core.gets, e, autoAck, due)
+	d.q = q
 	d.MessageCount = q.core.ready.len()
-	if !autoAck {
-		if ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
-			// Registered under mu so that d.get is in place before anyone can settle d; the
-			// callback takes mu itself, on its own goroutine, after ctx ends.
-			d.get = &getOwner{ctx: ctx, stop: context.AfterFunc(ctx, q.reap)}
-		}
+	if !autoAck && ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
+		// Registered under mu so that the record's get is in place before anyone can settle
+		// d; the callback takes mu itself, on its own goroutine, after ctx ends.
+		d.lease.get = &getOwner{ctx: ctx, stop: context.AfterFunc(ctx, q.reap)}
 	}
 	q.commit()
 	return d, nil
@@ -348,8 +347,10 @@ func (q *Queue) endLocked(err error, reason Reason) []*Consumer {
 		c.signalStopLocked()
 		c.stopCtx()
 	}
-	for d := range q.core.gets.outstanding() {
-		d.stopWatching()
+	for r := range q.core.gets.outstanding() {
+		if r.get != nil {
+			r.get.stop()
+		}
 	}
 	q.core.reset(q.b.freeNodes) // the application may hold the *Queue long after
 	q.consumers = consumerSet{had: true}

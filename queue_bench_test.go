@@ -140,7 +140,7 @@ func benchRequeue(b *testing.B, mode string) {
 		}
 	}
 
-	batch := make([]*warren.Delivery, requeueBatch)
+	batch := make([]warren.Delivery, requeueBatch)
 	// take receives the 10k deliveries that the requeue (or Consume) has just dispatched. They
 	// must already be buffered: dispatch is synchronous.
 	take := func(c *warren.Consumer) {
@@ -226,7 +226,7 @@ func benchRequeue(b *testing.B, mode string) {
 }
 
 // checkBatch checks that batch holds messages 0..len-1 in order, each returned returns times.
-func checkBatch(b *testing.B, batch []*warren.Delivery, returns int) {
+func checkBatch(b *testing.B, batch []warren.Delivery, returns int) {
 	b.Helper()
 	for i, d := range batch {
 		if want := strconv.Itoa(i); d.Message.MessageID != want || d.DeliveryCount != returns || d.Redelivered != (returns > 0) {
@@ -509,7 +509,7 @@ func benchGetAck(b *testing.B, ctx context.Context) {
 		}
 	}
 	refill()
-	loopGetSettle(b, ctx, q, refill, (*warren.Delivery).Ack)
+	loopGetSettle(b, ctx, q, refill, (warren.Delivery).Ack)
 	if n := q.Unacked(); n != 0 {
 		b.Fatalf("Unacked() = %d after the loop", n)
 	}

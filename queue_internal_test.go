@@ -454,7 +454,7 @@ func TestDeletedQueueKeepsNoMemory(t *testing.T) {
 		}
 		_ = d
 	}
-	if _, err := q.Get(t.Context()); err != nil { // a slab of deliveries
+	if _, err := q.Get(t.Context()); err != nil { // a slab of leases
 		t.Fatal(err)
 	}
 	if _, err := b.DeleteQueue("deep"); err != nil {
@@ -464,9 +464,9 @@ func TestDeletedQueueKeepsNoMemory(t *testing.T) {
 	defer q.mu.Unlock()
 	r := &q.core.ready
 	if n := r.fresh.capacity() + len(r.fresh.spares) + r.returned.Len() + len(r.run) + q.core.stamps.capacity() + len(q.core.stamps.spares) +
-		len(q.core.slab) + q.core.gets.unacked.capacity(); n != 0 {
-		t.Errorf("deleted queue keeps %d slots: ready ring %d (+%d spare pages), stamps %d, slab %d, gets %d", n,
-			r.fresh.capacity(), len(r.fresh.spares), q.core.stamps.capacity(), len(q.core.slab), q.core.gets.unacked.capacity())
+		len(q.core.free) + q.core.gets.unacked.capacity(); n != 0 {
+		t.Errorf("deleted queue keeps %d slots: ready ring %d (+%d spare pages), stamps %d, free leases %d, gets %d", n,
+			r.fresh.capacity(), len(r.fresh.spares), q.core.stamps.capacity(), len(q.core.free), q.core.gets.unacked.capacity())
 	}
 }
 

@@ -219,7 +219,7 @@ func lookup(t *testing.T, b *Broker, name string) *Queue {
 }
 
 // get gets the head of q, which must not be empty, and leaves it unsettled.
-func get(t *testing.T, q *Queue) *Delivery {
+func get(t *testing.T, q *Queue) Delivery {
 	t.Helper()
 	d, err := q.Get(context.Background())
 	require.NoError(t, err)
@@ -284,7 +284,7 @@ func TestRecoverOrder(t *testing.T) {
 		persistent(t, b, "jobs", "m1", "m2", "m3")
 		require.NoError(t, b.Publish(context.Background(), "", "jobs", Message{Body: []byte("transient")}))
 		persistent(t, b, "jobs", "m4", "m5", "m6")
-		var out []*Delivery
+		var out []Delivery
 		for range 5 {
 			out = append(out, get(t, q)) // m1, m2, m3, transient, m4
 		}

@@ -51,7 +51,7 @@ func (q *Queue) reap() {
 			return context.Cause(c.owner)
 		}
 		return nil
-	}, func(d *Delivery) bool { return d.get != nil && d.get.ctx.Err() != nil }, ReasonOwnerEnded)
+	}, func(r *lease) bool { return r.get != nil && r.get.ctx.Err() != nil }, ReasonOwnerEnded)
 	q.dispatchLocked()
 	q.finishOrphans(ended)
 }
@@ -64,7 +64,7 @@ func (q *Queue) reap() {
 // the active one ends, and receives once the caller dispatches, after everything is back: so a
 // consumer of this queue sees them in queue order. It returns the consumers it ended, for
 // finishOrphans.
-func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool, why Reason) []*Consumer {
+func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*lease) bool, why Reason) []*Consumer {
 	var (
 		back  []entry
 		ended []*Consumer
@@ -80,7 +80,7 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool
 			q.removeConsumerLocked(c)
 		}
 		back = q.core.takeBack(h, back, why)
-		c.unacked.clear()
+		q.core.clear(h)
 		c.ended = true
 		q.unholdLocked(c)
 		ended = append(ended, c)
@@ -95,7 +95,7 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*Delivery) bool
 				back = append(back, e)
 			}
 		}
-		q.core.gets.trim()
+		q.core.trim(&q.core.gets)
 	}
 	q.core.restoreAll(back)
 	for _, c := range ended {

@@ -21,28 +21,28 @@ import (
 func TestReturnedMessagesKeepTheirPlaces(t *testing.T) {
 	cases := []struct {
 		name   string
-		settle func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery)
+		settle func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []warren.Delivery)
 	}{
-		{"context ends", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery) {
+		{"context ends", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []warren.Delivery) {
 			cancel()
 		}},
 		// Cancel first, else c (with credit again) would take the nacked messages back at once.
 		// Deliveries received before Cancel stay settle-able.
-		{"nack 2 then 0 then 1", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery) {
+		{"nack 2 then 0 then 1", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []warren.Delivery) {
 			require.NoError(t, c.Cancel())
 			require.NoError(t, ds[2].Nack())
 			require.NoError(t, ds[0].Nack())
 			require.NoError(t, ds[1].Nack())
 		}},
-		{"NackUpTo", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery) {
+		{"NackUpTo", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []warren.Delivery) {
 			require.NoError(t, c.Cancel())
 			require.NoError(t, c.NackUpTo(ds[2].DeliveryTag))
 		}},
-		{"Recover", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery) {
+		{"Recover", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []warren.Delivery) {
 			require.NoError(t, c.Cancel())
 			require.NoError(t, c.Recover())
 		}},
-		{"cancel then context ends", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []*warren.Delivery) {
+		{"cancel then context ends", func(t *testing.T, cancel context.CancelFunc, c *warren.Consumer, ds []warren.Delivery) {
 			require.NoError(t, c.Cancel())
 			cancel()
 		}},

@@ -12,7 +12,7 @@ import (
 // it; an error wrapping [ErrPermanent] rejects it; any other error, or a panic, returns it for
 // another attempt. ctx carries the values of the context given to Serve; it is cancelled, with a
 // cause, when Serve stops (at once, or at the end of its [GracePeriod]).
-type Handler func(ctx context.Context, d *Delivery) error
+type Handler func(ctx context.Context, d Delivery) error
 
 type serveConfig struct {
 	consume consumeConfig
@@ -204,7 +204,7 @@ type server struct {
 
 // serveOne runs the handler on d and settles d by the result; or, once Serve is stopping, gives
 // d back unchanged, never handled.
-func (s *server) serveOne(d *Delivery) {
+func (s *server) serveOne(d Delivery) {
 	if s.ctx.Err() != nil {
 		s.c.Cancel() // Serve's own goroutine may not have yet: nothing more must come this way
 		d.giveBack()
@@ -226,7 +226,7 @@ func (s *server) serveOne(d *Delivery) {
 // is an interruption: the message goes back at once, with no backoff. A failure once Serve is
 // stopping stops the consumer first, if Serve's own goroutine has not yet, so that the message
 // does not come straight back this way.
-func (s *server) settle(d *Delivery, err error) {
+func (s *server) settle(d Delivery, err error) {
 	interrupted := err != nil && s.hctx.Err() != nil
 	if err != nil && s.ctx.Err() != nil {
 		s.c.Cancel()
@@ -254,7 +254,7 @@ var errHandlerExited = newError("handler called runtime.Goexit")
 // runHandler calls h. A panic becomes an error (wrapping the panic value when it is an error),
 // after it is logged and told to listeners. A handler that ends its goroutine instead of
 // returning fails its delivery here, and its worker is replaced (see Serve).
-func (q *Queue) runHandler(ctx context.Context, h Handler, d *Delivery, settle func(*Delivery, error)) (err error) {
+func (q *Queue) runHandler(ctx context.Context, h Handler, d Delivery, settle func(Delivery, error)) (err error) {
 	returned := false
 	defer func() {
 		p := recover()
@@ -269,7 +269,8 @@ func (q *Queue) runHandler(ctx context.Context, h Handler, d *Delivery, settle f
 				"tag", d.DeliveryTag, "panic", p, "stack", string(debug.Stack()))
 			if q.b.listening() { // in order with the queue's events: after the delivery's
 				q.mu.Lock()
-				q.eventLocked(Event{Kind: EventHandlerPanicked, Consumer: d.ConsumerTag, Message: d.Message, Err: err})
+				m := d.Message
+				q.eventLocked(Event{Kind: EventHandlerPanicked, Consumer: d.ConsumerTag, Message: &m, Err: err})
 				q.commit()
 			}
 		case !returned:

@@ -89,7 +89,7 @@ type handlerTrace struct {
 	list []string
 }
 
-func (r *handlerTrace) add(d *warren.Delivery) {
+func (r *handlerTrace) add(d warren.Delivery) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.list = append(r.list, fmt.Sprintf("%s/%d", d.Message.Body, d.DeliveryCount))
@@ -101,7 +101,7 @@ func (r *handlerTrace) get() []string {
 	return slices.Clone(r.list)
 }
 
-func bodyID(t *testing.T, d *warren.Delivery) int {
+func bodyID(t *testing.T, d warren.Delivery) int {
 	id, err := strconv.Atoi(string(d.Message.Body))
 	if err != nil {
 		t.Errorf("body %q: %v", d.Message.Body, err)
@@ -124,7 +124,7 @@ func TestServePanicIsRetriedThenDeadLettered(t *testing.T) {
 		publishN(t, b, main, 5)
 
 		var seen handlerTrace
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			seen.add(d)
 			if string(d.Message.Body) == "2" {
 				panic("poison message 2")
@@ -191,7 +191,7 @@ func TestServePanicWithErrorValue(t *testing.T) {
 		publishN(t, b, q, 1)
 		boom := errors.New("boom")
 		var seen handlerTrace
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			seen.add(d)
 			if d.DeliveryCount < 3 {
 				panic(boom)
@@ -228,7 +228,7 @@ func TestServeGracefulDrain(t *testing.T) {
 			started []string
 			ctxErrs = map[string]error{}
 		)
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			body := string(d.Message.Body)
 			mu.Lock()
 			started = append(started, body)
@@ -304,7 +304,7 @@ func TestServeDrainAccountsForEveryMessage(t *testing.T) {
 			calls []call
 		)
 		start := time.Now()
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			c := call{id: bodyID(t, d), count: d.DeliveryCount, redelivered: d.Redelivered, start: time.Since(start)}
 			time.Sleep(time.Duration(c.id%7+1) * 100 * time.Millisecond)
 			c.end = time.Since(start)
@@ -395,7 +395,7 @@ func TestServeHandlerGoexitFailsDeliveryAndKeepsPool(t *testing.T) {
 		q := declare(t, b, "q")
 		publishN(t, b, q, 3)
 		var seen handlerTrace
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			seen.add(d)
 			if string(d.Message.Body) == "0" && d.DeliveryCount == 0 {
 				runtime.Goexit()
@@ -425,7 +425,7 @@ func TestServeErrorNacksInPlace(t *testing.T) {
 			mu          sync.Mutex
 			redelivered []bool
 		)
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			seen.add(d)
 			if string(d.Message.Body) == "1" {
 				mu.Lock()
@@ -458,7 +458,7 @@ func TestServeErrorReturnsMessageToItsPlace(t *testing.T) {
 		q := declare(t, b, "q")
 		publishN(t, b, q, 6)
 		gate := make(chan struct{})
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			switch string(d.Message.Body) {
 			case "0":
 				return nil
@@ -490,7 +490,7 @@ func TestServePermanentRejects(t *testing.T) {
 		main, dlq := dlqTopology(t, b, warren.DeliveryLimit(5))
 		publishN(t, b, main, 5)
 		var seen handlerTrace
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			seen.add(d)
 			switch string(d.Message.Body) {
 			case "1":
@@ -528,7 +528,7 @@ func TestServePermanentWithoutDeadLetterDrops(t *testing.T) {
 		q := declare(t, b, "q")
 		publishN(t, b, q, 3)
 		var calls atomic.Int32
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			calls.Add(1)
 			if d.DeliveryCount > 0 {
 				return nil // a retry would succeed: there must be none
@@ -559,7 +559,7 @@ func TestServeBackoffTiming(t *testing.T) {
 			counts []int
 			others []time.Duration
 		)
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if string(d.Message.Body) != "0" {
@@ -609,7 +609,7 @@ func TestServeBackoffKeepsPlace(t *testing.T) {
 		q := declare(t, b, "q")
 		publishN(t, b, q, 3)
 		gate := make(chan struct{})
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			switch string(d.Message.Body) {
 			case "0":
 				if d.DeliveryCount == 0 {
@@ -658,7 +658,7 @@ func TestServeBackoffHugeMax(t *testing.T) {
 					require.NoError(t, d.Nack())
 				}
 				var seen handlerTrace
-				h := func(ctx context.Context, d *warren.Delivery) error {
+				h := func(ctx context.Context, d warren.Delivery) error {
 					seen.add(d)
 					if d.DeliveryCount == 40 {
 						return errors.New("fail")
@@ -692,7 +692,7 @@ func TestServeBackoffHugeKeepsTimers(t *testing.T) {
 				at := map[string]time.Duration{}
 				var mu sync.Mutex
 				start := time.Now()
-				h := func(ctx context.Context, d *warren.Delivery) error {
+				h := func(ctx context.Context, d warren.Delivery) error {
 					seen.add(d)
 					mu.Lock()
 					at[string(d.Message.Body)] = time.Since(start)
@@ -744,7 +744,7 @@ func TestServeWorkersBoundConcurrency(t *testing.T) {
 				var cur, peak, done atomic.Int32
 				var last atomic.Int64
 				start := time.Now()
-				h := func(ctx context.Context, d *warren.Delivery) error {
+				h := func(ctx context.Context, d warren.Delivery) error {
 					n := cur.Add(1)
 					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 					}
@@ -786,7 +786,7 @@ func TestServePrefetchDefaultsToWorkers(t *testing.T) {
 				q := declare(t, b, "q")
 				publishN(t, b, q, 10)
 				gate := make(chan struct{})
-				h := func(ctx context.Context, d *warren.Delivery) error {
+				h := func(ctx context.Context, d warren.Delivery) error {
 					<-gate
 					return nil
 				}
@@ -806,7 +806,7 @@ func TestServePrefetchDefaultsToWorkers(t *testing.T) {
 // TestServeFailsAtOnce: invalid arguments, a done context, a queue that is gone and a closed
 // broker make Serve return at once, starting nothing.
 func TestServeFailsAtOnce(t *testing.T) {
-	ok := func(ctx context.Context, d *warren.Delivery) error { return nil }
+	ok := func(ctx context.Context, d warren.Delivery) error { return nil }
 	for _, tc := range []struct {
 		name string
 		h    warren.Handler
@@ -847,7 +847,7 @@ func TestServeFailsAtOnce(t *testing.T) {
 			ctx, cancel := context.WithCancelCause(t.Context())
 			cancel(errors.New("shutting down"))
 			var calls atomic.Int32
-			run := startServe(ctx, q, func(context.Context, *warren.Delivery) error { calls.Add(1); return nil })
+			run := startServe(ctx, q, func(context.Context, warren.Delivery) error { calls.Add(1); return nil })
 			synctest.Wait()
 			require.True(t, run.returned())
 			require.ErrorIs(t, run.err, context.Canceled)
@@ -900,7 +900,7 @@ func TestServePrefetchZeroIsInvalid(t *testing.T) {
 		require.ErrorIs(t, err, warren.ErrInvalidArgument, "Consume")
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		run := startServe(ctx, q, func(context.Context, *warren.Delivery) error { return nil }, warren.Workers(2), warren.Prefetch(0))
+		run := startServe(ctx, q, func(context.Context, warren.Delivery) error { return nil }, warren.Workers(2), warren.Prefetch(0))
 		synctest.Wait()
 		if !run.returned() {
 			consumers := q.ConsumerCount()
@@ -915,7 +915,7 @@ func TestServePrefetchZeroIsInvalid(t *testing.T) {
 // blockUntilDone is a handler that waits for its context to end, reports the cause and
 // returns the context's error.
 func blockUntilDone(causes chan<- error) warren.Handler {
-	return func(ctx context.Context, d *warren.Delivery) error {
+	return func(ctx context.Context, d warren.Delivery) error {
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		return ctx.Err()
@@ -985,7 +985,7 @@ func TestServeAckTimeout(t *testing.T) {
 				publishN(t, b, q, 3)
 				gate := make(chan struct{})
 				causes := make(chan error, 1)
-				h := func(ctx context.Context, d *warren.Delivery) error {
+				h := func(ctx context.Context, d warren.Delivery) error {
 					select {
 					case <-gate:
 					case <-ctx.Done():
@@ -1034,7 +1034,7 @@ func TestServeHandlerSettlesItself(t *testing.T) {
 			errs []error
 			mu   sync.Mutex
 		)
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			seen.add(d)
 			var err error
 			var result error
@@ -1083,7 +1083,7 @@ func TestServeSelector(t *testing.T) {
 		q := declare(t, b, "q")
 		publishN(t, b, q, 10)
 		var seen handlerTrace
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			seen.add(d)
 			return nil
 		}
@@ -1112,7 +1112,7 @@ func TestServeConsumerTag(t *testing.T) {
 			mu   sync.Mutex
 			tags []string
 		)
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			mu.Lock()
 			tags = append(tags, d.ConsumerTag)
 			mu.Unlock()
@@ -1152,7 +1152,7 @@ func TestServeConsumerPriority(t *testing.T) {
 			got = map[string][]string{}
 		)
 		handler := func(name string) warren.Handler {
-			return func(ctx context.Context, d *warren.Delivery) error {
+			return func(ctx context.Context, d warren.Delivery) error {
 				mu.Lock()
 				got[name] = append(got[name], string(d.Message.Body))
 				mu.Unlock()
@@ -1186,7 +1186,7 @@ func TestServeExclusiveConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
-		ok := func(context.Context, *warren.Delivery) error { return nil }
+		ok := func(context.Context, warren.Delivery) error { return nil }
 		ctx, cancel := context.WithCancel(t.Context())
 		run := startServe(ctx, q, ok, warren.Exclusive())
 		synctest.Wait()
@@ -1218,7 +1218,7 @@ func TestServeExclusiveQueue(t *testing.T) {
 		q := declare(t, b, "ex", warren.ExclusiveTo(owner))
 		publishN(t, b, q, 4)
 		var seen handlerTrace
-		h := func(ctx context.Context, d *warren.Delivery) error {
+		h := func(ctx context.Context, d warren.Delivery) error {
 			seen.add(d)
 			return nil
 		}
@@ -1344,7 +1344,7 @@ func TestServeStress(t *testing.T) {
 			t.Errorf(format, args...)
 		}
 	}
-	work := func(ctx context.Context, d *warren.Delivery) error {
+	work := func(ctx context.Context, d warren.Delivery) error {
 		id, err := strconv.Atoi(string(d.Message.Body))
 		if err != nil || id < 0 || id >= n {
 			report("main: body %q", d.Message.Body)
@@ -1369,7 +1369,7 @@ func TestServeStress(t *testing.T) {
 		}
 		panic(fmt.Sprintf("boom %d", id))
 	}
-	collect := func(ctx context.Context, d *warren.Delivery) error {
+	collect := func(ctx context.Context, d warren.Delivery) error {
 		id, err := strconv.Atoi(string(d.Message.Body))
 		if err != nil || id < 0 || id >= n {
 			report("dlq: body %q", d.Message.Body)
@@ -1476,7 +1476,7 @@ func TestServePanicWithPermanentError(t *testing.T) {
 		defer stop()
 		bad := fmt.Errorf("corrupt input: %w", warren.ErrPermanent)
 		ctx, cancel := context.WithCancel(t.Context())
-		run := startServe(ctx, q, func(context.Context, *warren.Delivery) error { panic(bad) })
+		run := startServe(ctx, q, func(context.Context, warren.Delivery) error { panic(bad) })
 		synctest.Wait()
 		cancel()
 		require.NoError(t, run.wait())
@@ -1514,7 +1514,7 @@ func TestServeStopMeansStop(t *testing.T) {
 					publishN(t, b, q, 2)
 					var calls, lateCalls atomic.Int32
 					ctx, cancel := context.WithCancel(t.Context())
-					run := startServe(ctx, q, func(hctx context.Context, d *warren.Delivery) error {
+					run := startServe(ctx, q, func(hctx context.Context, d warren.Delivery) error {
 						calls.Add(1)
 						if ctx.Err() != nil {
 							lateCalls.Add(1)
@@ -1561,7 +1561,7 @@ func TestServeGracePeriod(t *testing.T) {
 		seen := map[string]error{} // body → the handler context's error when it returned
 		ctx, cancel := context.WithCancel(t.Context())
 		start := time.Now()
-		run := startServe(ctx, q, func(hctx context.Context, d *warren.Delivery) error {
+		run := startServe(ctx, q, func(hctx context.Context, d warren.Delivery) error {
 			var err error
 			switch string(d.Message.Body) {
 			case "0":
@@ -1599,7 +1599,7 @@ func TestServeOnStart(t *testing.T) {
 	started := make(chan struct{})
 	handled := make(chan string, 1)
 	consumers := -1
-	go q.Serve(ctx, func(_ context.Context, d *warren.Delivery) error {
+	go q.Serve(ctx, func(_ context.Context, d warren.Delivery) error {
 		handled <- string(d.Message.Body)
 		return nil
 	}, warren.OnStart(func() {
@@ -1613,7 +1613,7 @@ func TestServeOnStart(t *testing.T) {
 	require.Equal(t, "hello", <-handled)
 
 	called := false
-	err := q.Serve(ctx, func(context.Context, *warren.Delivery) error { return nil },
+	err := q.Serve(ctx, func(context.Context, warren.Delivery) error { return nil },
 		warren.Exclusive(), warren.OnStart(func() { called = true }))
 	require.ErrorIs(t, err, warren.ErrAccessRefused, "the queue has a consumer")
 	require.False(t, called)
@@ -1629,7 +1629,7 @@ func TestServeAutoDeleteQueueOutlivesHandlers(t *testing.T) {
 		publishN(t, b, q, 3)
 		gate := make(chan struct{})
 		ctx, cancel := context.WithCancel(t.Context())
-		run := startServe(ctx, q, func(_ context.Context, d *warren.Delivery) error {
+		run := startServe(ctx, q, func(_ context.Context, d warren.Delivery) error {
 			<-gate
 			if string(d.Message.Body) == "1" {
 				return errors.New("fails")

@@ -345,7 +345,7 @@ func TestStatsOldestAgeRandom(t *testing.T) {
 				c, err := q.Consume(t.Context(), warren.Prefetch(3))
 				require.NoError(t, err)
 				arrived := map[string]time.Time{}
-				var held []*warren.Delivery
+				var held []warren.Delivery
 				next := 0
 				for step := range 1500 {
 					switch r := rng.IntN(10); {

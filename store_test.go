@@ -534,7 +534,7 @@ func TestDurableCloseCompacts(t *testing.T) {
 	for i := range 400 {
 		persistent(t, b, "jobs", fmt.Sprintf("message %03d %s", i, strings.Repeat(".", 100)))
 	}
-	var ds []*Delivery
+	var ds []Delivery
 	for range 400 {
 		d, err := q.Get(context.Background())
 		require.NoError(t, err)
@@ -574,7 +574,7 @@ func TestDurablePoisonCountsAcrossCrashes(t *testing.T) {
 		}
 		if life < 3 {
 			ctx, cancel := context.WithCancel(context.Background())
-			err = q.Serve(ctx, func(context.Context, *Delivery) error {
+			err = q.Serve(ctx, func(context.Context, Delivery) error {
 				fs.Crash(wal.KeepWritten, nil) // the process dies in the handler
 				cancel()
 				return nil

@@ -30,12 +30,12 @@ type stressHeld struct {
 	rng *rand.Rand // draws the AckUpTo tag
 	max int        // hold acks everything once this many are held; 0: only flush does
 
-	ds  []*warren.Delivery
+	ds  []warren.Delivery
 	ids []int // the ledger's id of each of ds
 }
 
 // hold adds d, received as id, to what is held, and flushes once max deliveries are held.
-func (h *stressHeld) hold(d *warren.Delivery, id int) {
+func (h *stressHeld) hold(d warren.Delivery, id int) {
 	h.ds = append(h.ds, d)
 	h.ids = append(h.ids, id)
 	if h.max > 0 && len(h.ds) >= h.max {
@@ -45,7 +45,7 @@ func (h *stressHeld) hold(d *warren.Delivery, id int) {
 
 // ack settles d, received as id, with a successful ack: held for AckUpTo (see hold) if
 // batched, otherwise acked on its own at once.
-func (h *stressHeld) ack(d *warren.Delivery, id int, batched bool) {
+func (h *stressHeld) ack(d warren.Delivery, id int, batched bool) {
 	if batched {
 		h.hold(d, id)
 		return
@@ -81,7 +81,7 @@ func (h *stressHeld) flush() {
 }
 
 // settleEach settles every held delivery on its own, with settle, and forgets them.
-func (h *stressHeld) settleEach(settle func(d *warren.Delivery, id int)) {
+func (h *stressHeld) settleEach(settle func(d warren.Delivery, id int)) {
 	for i, d := range h.ds {
 		settle(d, h.ids[i])
 	}
@@ -113,7 +113,7 @@ const (
 // to settle what the consumer holds: the credit that blocks may be what the messages that remain
 // need, so it must not sit idle while the consumer waits. Then it waits for a delivery, for idle
 // (nil: no limit), or for the end of the run, done or ctx.
-func stressReceive(ctx context.Context, c *warren.Consumer, done <-chan struct{}, idle <-chan time.Time, flush func()) (d *warren.Delivery, got stressGot) {
+func stressReceive(ctx context.Context, c *warren.Consumer, done <-chan struct{}, idle <-chan time.Time, flush func()) (d warren.Delivery, got stressGot) {
 	var ok bool
 	select {
 	case d, ok = <-c.Deliveries():
@@ -124,15 +124,15 @@ func stressReceive(ctx context.Context, c *warren.Consumer, done <-chan struct{}
 		select {
 		case d, ok = <-c.Deliveries():
 		case <-idle:
-			return nil, stressIdle
+			return warren.Delivery{}, stressIdle
 		case <-done:
-			return nil, stressOver
+			return warren.Delivery{}, stressOver
 		case <-ctx.Done():
-			return nil, stressOver
+			return warren.Delivery{}, stressOver
 		}
 	}
 	if !ok {
-		return nil, stressClosed
+		return warren.Delivery{}, stressClosed
 	}
 	return d, stressDelivery
 }

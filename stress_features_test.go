@@ -117,7 +117,7 @@ func (s *featStress) errorf(format string, args ...any) {
 }
 
 // received records a reception of d by h (nil for the final drain) and checks it.
-func (s *featStress) received(d *warren.Delivery, h *featHolder) int {
+func (s *featStress) received(d warren.Delivery, h *featHolder) int {
 	id := featID(d.Message.Body)
 	if id < 0 || id >= s.n {
 		s.errorf("delivery with body %q", d.Message.Body)
@@ -211,7 +211,7 @@ func (s *featStress) ack(id int) {
 func (s *featStress) countUpTo() { s.upTos.Add(1) }
 
 // ackDelivery acks d, received as id, and records the ack if it settled d (see settleErr).
-func (s *featStress) ackDelivery(d *warren.Delivery, id int, timeout time.Duration) {
+func (s *featStress) ackDelivery(d warren.Delivery, id int, timeout time.Duration) {
 	if s.settleErr("Ack()", id, d.Ack(), timeout) {
 		s.ack(id)
 	}
@@ -458,7 +458,7 @@ func (s *featStress) incarnation(ctx context.Context, rng *rand.Rand) {
 			// is over), so AckUpTo, whose tag 0 covers exactly what is held, settles them all.
 			held.flush()
 		default:
-			held.settleEach(func(d *warren.Delivery, id int) { s.ackDelivery(d, id, timeout) })
+			held.settleEach(func(d warren.Delivery, id int) { s.ackDelivery(d, id, timeout) })
 		}
 	}
 	flushBeforeWait := flush
@@ -494,7 +494,7 @@ receive:
 			idle.Reset(idleFor)
 		}
 		id := s.received(d, h)
-		if sel != nil && !sel(d.Message) {
+		if sel != nil && !sel(&d.Message) {
 			s.errorf("selective consumer received id %d, which its selector refuses", id)
 		}
 		if autoAck {
@@ -553,7 +553,7 @@ receive:
 		}
 		s.checkStopped(c, timeout)
 		if rng.IntN(4) == 0 {
-			held.settleEach(func(d *warren.Delivery, id int) {
+			held.settleEach(func(d warren.Delivery, id int) {
 				if s.settleErr("Nack() after Cancel", id, d.Nack(), timeout) {
 					s.nacks.Add(1)
 				}
@@ -599,7 +599,7 @@ func (s *featStress) serve(ctx context.Context, wg *sync.WaitGroup, rng *rand.Ra
 		h := &featHolder{stopped: func() bool { return sctx.Err() != nil }}
 		s.register(h)
 		var handled atomic.Int64
-		err := s.q.Serve(sctx, func(_ context.Context, d *warren.Delivery) error {
+		err := s.q.Serve(sctx, func(_ context.Context, d warren.Delivery) error {
 			if handled.Add(1) == limit {
 				scancel() // the pool stops gracefully: this result still applies
 			}
@@ -616,7 +616,7 @@ func (s *featStress) serve(ctx context.Context, wg *sync.WaitGroup, rng *rand.Ra
 
 // handle is the Serve handler. Its outcome is a function of the message and its delivery
 // count, so that a message that failed has another outcome on its next delivery.
-func (s *featStress) handle(d *warren.Delivery, h *featHolder) error {
+func (s *featStress) handle(d warren.Delivery, h *featHolder) error {
 	id := s.received(d, h)
 	if id < 0 {
 		return nil

@@ -255,8 +255,8 @@ func (l *scLedger) idOf(m *warren.Message) int {
 }
 
 // received checks a delivery from the work queue and records it.
-func (l *scLedger) received(d *warren.Delivery) int {
-	id := l.idOf(d.Message)
+func (l *scLedger) received(d warren.Delivery) int {
+	id := l.idOf(&d.Message)
 	if id < 0 {
 		return -1
 	}
@@ -681,7 +681,7 @@ func (l *scLedger) incarnation(ctx context.Context, q *warren.Queue, rng *rand.R
 		l.errorf("Err() after Cancel = %v, want ErrCancelled", err) // unless the run ended first
 	}
 	if rng.IntN(3) == 0 {
-		held.settleEach(func(d *warren.Delivery, id int) {
+		held.settleEach(func(d warren.Delivery, id int) {
 			if err := d.Reject(); err != nil {
 				l.errorf("Reject() after Cancel = %v, want nil", err)
 			} else {
@@ -758,7 +758,7 @@ func (l *scLedger) serve(ctx context.Context, q *warren.Queue, rng *rand.Rand) {
 		}
 	}()
 	var handled atomic.Int64
-	err := q.Serve(sctx, func(_ context.Context, d *warren.Delivery) error {
+	err := q.Serve(sctx, func(_ context.Context, d warren.Delivery) error {
 		if handled.Add(1) == limit {
 			cancel() // Serve stops gracefully: this result still applies
 		}
@@ -803,21 +803,22 @@ func (l *scLedger) drain(ctx context.Context, q *warren.Queue, rng *rand.Rand) {
 		return
 	}
 	for range 1 + rng.IntN(2000) {
-		var d *warren.Delivery
+		var d warren.Delivery
+		var ok bool
 		select {
-		case d = <-c.Deliveries():
+		case d, ok = <-c.Deliveries():
 		case <-l.done:
 			return
 		case <-ctx.Done():
 			return
 		}
-		if d == nil {
+		if !ok {
 			if ctx.Err() == nil {
 				l.errorf("DLQ: Deliveries() closed under an active consumer: Err() = %v", c.Err())
 			}
 			return
 		}
-		id := l.idOf(d.Message)
+		id := l.idOf(&d.Message)
 		if id < 0 {
 			continue
 		}

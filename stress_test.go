@@ -50,7 +50,7 @@ func (l *stressLedger) errorf(format string, args ...any) {
 // was received prev times before; each of those receptions ended in a Nack, a Recover or the end
 // of its owner's context, each of which returns it redelivered with the count one higher. A
 // message buffered but never received goes back unchanged, so the count must equal prev.
-func (l *stressLedger) received(d *warren.Delivery) int {
+func (l *stressLedger) received(d warren.Delivery) int {
 	id, err := strconv.Atoi(string(d.Message.Body))
 	if err != nil || id < 0 || id >= len(l.recv) {
 		l.errorf("delivery with body %q", d.Message.Body)

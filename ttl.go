@@ -139,7 +139,7 @@ func (q *Queue) onTimer() {
 				return ErrAckTimeout
 			}
 			return nil
-		}, func(d *Delivery) bool { return d.due != 0 && d.due <= now }, ReasonAckTimeout)
+		}, func(r *lease) bool { return r.due != 0 && r.due <= now }, ReasonAckTimeout)
 	}
 	q.dispatchLocked()
 	expired := q.unusedLocked(now)

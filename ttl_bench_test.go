@@ -278,9 +278,9 @@ func benchGetSettleDLX(b *testing.B, reject bool) {
 			}
 		}
 	}
-	settle := (*warren.Delivery).Ack
+	settle := (warren.Delivery).Ack
 	if reject {
-		settle = (*warren.Delivery).Reject
+		settle = (warren.Delivery).Reject
 	}
 
 	// Check the topology once: a rejected message reaches the dead-letter queue.
@@ -294,7 +294,7 @@ func benchGetSettleDLX(b *testing.B, reject bool) {
 	}
 	checkDeadLetter(b, dlq, "get", "rejected")
 
-	loopGetSettle(b, ctx, q, refill, func(d *warren.Delivery) error {
+	loopGetSettle(b, ctx, q, refill, func(d warren.Delivery) error {
 		sincePurge++
 		return settle(d)
 	})

@@ -155,13 +155,14 @@ func openBacklog(ctx context.Context, dir string, want int, r *Result) error {
 	chk, o := newChecker(want), newOrder(1)
 	var t1 time.Time
 	for i := range want {
-		var d *warren.Delivery
+		var d warren.Delivery
+		var ok bool
 		select {
-		case d = <-c.Deliveries():
+		case d, ok = <-c.Deliveries():
 		case <-ctx.Done():
 			return fmt.Errorf("drain: %d of %d: %w", i, want, context.Cause(ctx))
 		}
-		if d == nil {
+		if !ok {
 			return fmt.Errorf("drain: consumer ended after %d of %d: %v", i, want, c.Err())
 		}
 		if i == 0 {
@@ -283,8 +284,8 @@ func steady(ctx context.Context, dir string, depth, through int, r *Result) erro
 	defer c.Cancel()
 	chk, o := newChecker(depth+through), newOrder(1)
 	// take checks a delivery (every message once, in order) and acks it.
-	take := func(d *warren.Delivery) error {
-		if d == nil {
+	take := func(d warren.Delivery, ok bool) error {
+		if !ok {
 			return fmt.Errorf("consumer ended: %v", c.Err())
 		}
 		seq := SeqOf(d.Message.Body)
@@ -301,13 +302,14 @@ func steady(ctx context.Context, dir string, depth, through int, r *Result) erro
 		live.Add(batch)
 		next += batch
 		for range batch {
-			var d *warren.Delivery
+			var d warren.Delivery
+			var ok bool
 			select {
-			case d = <-c.Deliveries():
+			case d, ok = <-c.Deliveries():
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			}
-			if err := take(d); err != nil {
+			if err := take(d, ok); err != nil {
 				return err
 			}
 			live.Add(-1)
@@ -342,8 +344,8 @@ func steady(ctx context.Context, dir string, depth, through int, r *Result) erro
 	// What is left in the queue is the depth: drain it too, so that every message is checked.
 	for range depth {
 		select {
-		case d := <-c.Deliveries():
-			if err := take(d); err != nil {
+		case d, ok := <-c.Deliveries():
+			if err := take(d, ok); err != nil {
 				return err
 			}
 		case <-ctx.Done():

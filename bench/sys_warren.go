@@ -99,7 +99,7 @@ func (s *warrenSys) Consumer(name string, prefetch int) (Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &warrenConsumer{c: c, ch: c.Deliveries()}, nil
+	return &warrenConsumer{c: c, ch: c.Deliveries(), held: make([]warren.Delivery, 2*prefetch)}, nil
 }
 
 func (s *warrenSys) Close() error {
@@ -151,13 +151,18 @@ func (p *warrenProducer) Close() error { return nil }
 
 type warrenConsumer struct {
 	c  *warren.Consumer
-	ch <-chan *warren.Delivery
+	ch <-chan warren.Delivery
+	// held keeps the deliveries received, by tag modulo its length, for Ack: a Delivery is a
+	// value, and the harness's Delivery carries a pointer to it here rather than a copy in an
+	// interface (an allocation per message). Twice the prefetch: the workloads ack in order, so
+	// the outstanding tags span at most the prefetch.
+	held []warren.Delivery
 }
 
 var errClosed = errors.New("consumer closed")
 
 func (c *warrenConsumer) Next(ctx context.Context) (Delivery, error) {
-	var d *warren.Delivery
+	var d warren.Delivery
 	var ok bool
 	select {
 	case d, ok = <-c.ch:
@@ -174,10 +179,18 @@ func (c *warrenConsumer) Next(ctx context.Context) (Delivery, error) {
 		}
 		return Delivery{}, errClosed
 	}
-	return Delivery{Body: d.Message.Body, Redelivered: d.Redelivered, Tag: d.DeliveryTag, h: d}, nil
+	slot := &c.held[d.DeliveryTag%uint64(len(c.held))]
+	*slot = d
+	return Delivery{Body: d.Message.Body, Redelivered: d.Redelivered, Tag: d.DeliveryTag, h: slot}, nil
 }
 
-func (c *warrenConsumer) Ack(d Delivery) error { return d.h.(*warren.Delivery).Ack() }
+func (c *warrenConsumer) Ack(d Delivery) error {
+	w := d.h.(*warren.Delivery)
+	if w.DeliveryTag != d.Tag {
+		return fmt.Errorf("warren: delivery %d acked after its slot went to delivery %d (acks out of order by more than the prefetch)", d.Tag, w.DeliveryTag)
+	}
+	return w.Ack()
+}
 
 func (c *warrenConsumer) Requeue(ds []Delivery) error {
 	if len(ds) == 0 {

@@ -93,7 +93,7 @@ func busyBroker(t *testing.T) *warren.Broker {
 	for range 6 {
 		publish(t, b, "orders", "order")
 	}
-	var ds []*warren.Delivery
+	var ds []warren.Delivery
 	for range 5 {
 		d, err := orders.Get(ctx)
 		must(t, err)

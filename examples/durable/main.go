@@ -105,7 +105,7 @@ func run(ctx context.Context, w io.Writer, dir string, pace time.Duration, killA
 		q.WaitEmpty(serveCtx)
 		stopServing()
 	}()
-	err = q.Serve(serveCtx, func(ctx context.Context, d *warren.Delivery) error {
+	err = q.Serve(serveCtx, func(ctx context.Context, d warren.Delivery) error {
 		select {
 		case <-time.After(pace): // sending
 		case <-ctx.Done():

@@ -93,7 +93,7 @@ func run(w io.Writer) error {
 	defer stopServing()
 	served := make(chan error, 1)
 	go func() {
-		served <- q.Serve(serveCtx, func(ctx context.Context, d *warren.Delivery) error {
+		served <- q.Serve(serveCtx, func(ctx context.Context, d warren.Delivery) error {
 			job := string(d.Message.Body)
 			mu.Lock()
 			if d.Redelivered {
@@ -139,7 +139,7 @@ func run(w io.Writer) error {
 }
 
 // handle does the work of one job. job-5 fails the first time it is tried; job-7 always panics.
-func handle(d *warren.Delivery, failedOnce *atomic.Bool) error {
+func handle(d warren.Delivery, failedOnce *atomic.Bool) error {
 	time.Sleep(5 * time.Millisecond) // the work
 	switch string(d.Message.Body) {
 	case "job-5":
