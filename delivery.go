@@ -231,12 +231,16 @@ func (d *Delivery) giveBack() {
 		return
 	}
 	q.mu.Lock()
-	if c := r.h.c; q.endErr == nil && r.gen == d.gen && r.state == deliveryOutstanding && c != nil {
-		q.core.release(r, deliveryReturned)
-		q.core.back(r.h, r.e, ReasonCancel)
-		q.core.restoreAll([]entry{r.e})
-		c.tidyLocked()
-		q.dispatchLocked()
+	// The generation first: a lease let go of since (an ack timeout or a context end took the
+	// delivery back) may be on the free list, holderless, or another delivery's.
+	if q.endErr == nil && r.gen == d.gen && r.state == deliveryOutstanding {
+		if c := r.h.c; c != nil {
+			q.core.release(r, deliveryReturned)
+			q.core.back(r.h, r.e, ReasonCancel)
+			q.core.restoreAll([]entry{r.e})
+			c.tidyLocked()
+			q.dispatchLocked()
+		}
 	}
 	q.commit()
 }

@@ -783,3 +783,31 @@ func TestSelectorLeavesNothing(t *testing.T) {
 	require.Equal(t, Message{}, left)
 	require.NoError(t, c.Cancel())
 }
+
+// TestGiveBackAfterLetGo: Serve's giveBack leaves alone a delivery whose lease its consumer's
+// list has let go of (an ack timeout or a context end took it back meanwhile), as it leaves
+// alone any delivery no longer outstanding. The lease is then on the free list, with no
+// holder: giveBack must not look at it as the delivery's. (It dereferenced the lease's nil
+// holder, and panicked, before checking the generation.)
+func TestGiveBackAfterLetGo(t *testing.T) {
+	b, q, c := queueWithConsumer(t, Prefetch(1))
+	if err := b.Publish(t.Context(), "", "q", Message{Body: []byte("m")}); err != nil {
+		t.Fatal(err)
+	}
+	d := <-c.Deliveries()
+	if err := c.Close(); err != nil { // d back, redelivered; its lease free
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				q.mu.Unlock() // giveBack panicked holding it
+				t.Fatalf("giveBack of a delivery taken back panicked: %v", p)
+			}
+		}()
+		d.giveBack()
+	}()
+	if n, u := q.Len(), q.Unacked(); n != 1 || u != 0 {
+		t.Fatalf("after giveBack: %d ready, %d unacked; want 1 and 0", n, u)
+	}
+}
