@@ -1648,3 +1648,27 @@ func TestServeAutoDeleteQueueOutlivesHandlers(t *testing.T) {
 		require.False(t, queueExists(t, b, "tmp"), "deleted once its handlers were done")
 	})
 }
+
+// TestServeStopRacesAckTimeout: a worker that takes a delivery as Serve stops gives it back;
+// when an ack timeout has taken it back first, and its record is free for reuse, the give-back
+// leaves it alone. Real concurrency: Serve's context ends as a message arrives, with an ack
+// timeout so short that it often passes in between. (giveBack read the free record's nil
+// holder, and panicked, within a few hundred rounds.)
+func TestServeStopRacesAckTimeout(t *testing.T) {
+	b := newBroker(t)
+	q := declare(t, b, "q")
+	for round := range 1000 {
+		ctx, cancel := context.WithCancel(t.Context())
+		started := make(chan struct{})
+		run := startServe(ctx, q, func(context.Context, warren.Delivery) error { return nil },
+			warren.Prefetch(1), warren.AckTimeout(time.Duration(round%50+1)*time.Microsecond),
+			warren.OnStart(func() { close(started) }))
+		<-started
+		go cancel()
+		publish(t, b, "q", "m")
+		_ = run.wait() // nil, or the ack timeout
+		require.Zero(t, q.Unacked(), "round %d", round)
+		_, err := q.Purge()
+		require.NoError(t, err)
+	}
+}
