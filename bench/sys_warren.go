@@ -152,23 +152,26 @@ func (p *warrenProducer) Close() error { return nil }
 type warrenConsumer struct {
 	c  *warren.Consumer
 	ch <-chan warren.Delivery
-	// held keeps the deliveries received, by tag modulo its length, for Ack: a Delivery is a
-	// value, and the harness's Delivery carries a pointer to it here rather than a copy in an
-	// interface (an allocation per message). Twice the prefetch: the workloads ack in order, so
-	// the outstanding tags span at most the prefetch.
+	// held keeps the deliveries received, round-robin, for Ack: a Delivery is a value, which
+	// Next receives straight into its slot, and the harness's Delivery carries a pointer to
+	// the slot rather than a copy in an interface (an allocation per message). Twice the
+	// prefetch: the workloads ack in order, so a slot's delivery is settled before it comes
+	// round again (Ack checks).
 	held []warren.Delivery
+	next int
 }
 
 var errClosed = errors.New("consumer closed")
 
 func (c *warrenConsumer) Next(ctx context.Context) (Delivery, error) {
-	var d warren.Delivery
+	d := &c.held[c.next]
+	c.next = (c.next + 1) % len(c.held)
 	var ok bool
 	select {
-	case d, ok = <-c.ch:
+	case *d, ok = <-c.ch:
 	default:
 		select {
-		case d, ok = <-c.ch:
+		case *d, ok = <-c.ch:
 		case <-ctx.Done():
 			return Delivery{}, context.Cause(ctx)
 		}
@@ -179,15 +182,13 @@ func (c *warrenConsumer) Next(ctx context.Context) (Delivery, error) {
 		}
 		return Delivery{}, errClosed
 	}
-	slot := &c.held[d.DeliveryTag%uint64(len(c.held))]
-	*slot = d
-	return Delivery{Body: d.Message.Body, Redelivered: d.Redelivered, Tag: d.DeliveryTag, h: slot}, nil
+	return Delivery{Body: d.Message.Body, Redelivered: d.Redelivered, Tag: d.DeliveryTag, h: d}, nil
 }
 
 func (c *warrenConsumer) Ack(d Delivery) error {
 	w := d.h.(*warren.Delivery)
 	if w.DeliveryTag != d.Tag {
-		return fmt.Errorf("warren: delivery %d acked after its slot went to delivery %d (acks out of order by more than the prefetch)", d.Tag, w.DeliveryTag)
+		return fmt.Errorf("warren: delivery %d acked after its slot went to delivery %d (acked out of order by more than the prefetch)", d.Tag, w.DeliveryTag)
 	}
 	return w.Ack()
 }
