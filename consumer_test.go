@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -410,6 +411,46 @@ func TestAckTimeoutQueueArgument(t *testing.T) {
 		require.NoError(t, err, "the queue's default does not apply to auto-ack consumers")
 		require.NoError(t, feeder.Cancel())
 	})
+}
+
+// TestConsumerTimeoutGetLetsGoOfItsContext: a Get delivery the consumer timeout takes back no
+// longer watches the Get's context (its watch was left registered until the context ended).
+func TestConsumerTimeoutGetLetsGoOfItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q", warren.Arguments(warren.Table{"x-consumer-timeout": int32(10_000)}))
+		publishN(t, b, q, 1)
+		ctx := &watchedCtx{Context: t.Context()}
+		_, err := q.Get(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int32(1), ctx.live.Load(), "the Get's context is watched while it owns the delivery")
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		require.Equal(t, [2]int{1, 0}, [2]int{q.Len(), q.Unacked()}, "back at 10 s")
+		require.Zero(t, ctx.live.Load(), "and no longer watched")
+	})
+}
+
+// watchedCtx counts the callbacks context.AfterFunc registered on it that are still live. It
+// carries no values: so context.AfterFunc does not see through it to the context it wraps, and
+// registers with its AfterFunc method.
+type watchedCtx struct {
+	context.Context
+	live atomic.Int32
+}
+
+func (c *watchedCtx) Value(any) any { return nil }
+
+func (c *watchedCtx) AfterFunc(f func()) func() bool {
+	c.live.Add(1)
+	stop := context.AfterFunc(c.Context, f)
+	return func() bool {
+		stopped := stop()
+		if stopped {
+			c.live.Add(-1)
+		}
+		return stopped
+	}
 }
 
 // TestConsumerTimeoutAppliesToGet: the queue's "x-consumer-timeout" applies to Get deliveries

@@ -518,12 +518,8 @@ func (c *queueCore) nextDeadline() int64 {
 	return at
 }
 
-// deliverySlabSize is how many deliveries a queue allocates at once. Slots are never reused,
-// so a delivery the application still holds stays valid; the cost is that it keeps its chunk
-// alive, and with it the messages of up to deliverySlabSize-1 other deliveries. 16 keeps that
-// bound small while making the allocation per delivery negligible.
-// leaseSlabSize is how many delivery records a queue allocates at once, when its free list is
-// empty.
+// leaseSlabSize is how many leases a queue allocates at once, when its free list is empty. A
+// queue holds at most as many as it ever had deliveries outstanding at once, rounded up.
 const leaseSlabSize = 16
 
 // deliver records a delivery of e to h, with h's next tag, and returns it. With autoAck it is
@@ -578,7 +574,9 @@ func (c *queueCore) newLease() *lease {
 func (c *queueCore) reuse(r *lease) {
 	r.h, r.e, r.tag, r.due, r.get, r.state = nil, entry{}, 0, 0, nil, 0
 	r.gen++
-	c.free = append(c.free, r)
+	if c.ended == "" { // an ended queue delivers nothing more: it keeps no spares
+		c.free = append(c.free, r)
+	}
 }
 
 // checkSettle says why r cannot be settled, if it cannot.

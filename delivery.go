@@ -245,8 +245,8 @@ func (d *Delivery) giveBack() {
 	q.commit()
 }
 
-// getOwner is the owner of a Get delivery: the context given to Get. Kept apart from Delivery,
-// which every delivery allocates, because only Gets whose context can end need it.
+// getOwner is the owner of a Get delivery: the context given to Get. Kept apart from lease,
+// which every outstanding delivery has, because only Gets whose context can end need it.
 type getOwner struct {
 	ctx  context.Context // to tell, when a context of the queue's ends, whether it was this one
 	stop func() bool     // stops watching ctx

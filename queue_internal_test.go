@@ -457,7 +457,17 @@ func TestDeletedQueueKeepsNoMemory(t *testing.T) {
 	if _, err := q.Get(t.Context()); err != nil { // a slab of leases
 		t.Fatal(err)
 	}
+	c, err := q.Consume(t.Context(), Prefetch(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		<-c.Deliveries()
+	}
 	if _, err := b.DeleteQueue("deep"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AckUpTo(0); err != nil { // a no-op, which lets go of their leases
 		t.Fatal(err)
 	}
 	q.mu.Lock()

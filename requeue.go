@@ -89,6 +89,9 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*lease) bool, w
 	if get != nil {
 		for d := range q.core.gets.outstanding() {
 			if get(d) {
+				if d.get != nil {
+					d.get.stop() // an ack timeout's return: its context no longer owns anything here
+				}
 				q.core.release(d, deliveryReturned)
 				e := redelivered(d.e)
 				q.core.back(&q.core.gets, e, why)
