@@ -1708,6 +1708,7 @@ func testEnvelope(m Message, x *Exchange) *envelope {
 func TestEnvelopeKeepsTheMessage(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) == 8 {
 		require.Equal(t, uintptr(48), unsafe.Sizeof(envelope{}), "what a queued message costs beyond its entry and body")
+		require.Equal(t, uintptr(344), unsafe.Sizeof(Delivery{}), "a slot of a consumer's channel (Prefetch says so)")
 	}
 	body := []byte("body")
 	full := Message{Body: body, Headers: Table{"k": "v"}, ContentType: "text/plain", Persistent: true, Priority: 3,
