@@ -355,15 +355,22 @@ func (q *Queue) unholdLocked(c *Consumer) {
 	}
 }
 
-// deliverLocked records a delivery of e to c and returns it for sending.
-func (c *Consumer) deliverLocked(e entry) Delivery {
+// deliverLocked records a delivery of e to c into d, the zero Delivery (see queueCore.deliver).
+func (c *Consumer) deliverLocked(e entry, d *Delivery) {
 	var due int64
 	if c.ackTimeout > 0 {
 		due = later(c.q.core.clock(), c.ackTimeout)
 	}
-	d := c.q.core.deliver(&c.holder, e, c.autoAck, due)
+	c.q.core.deliver(d, &c.holder, e, c.autoAck, due)
 	d.q = c.q
-	return d
+}
+
+// sendLocked delivers e to c and sends the delivery into its channel, which has room for it
+// (dispatch gives a consumer only what its credit allows).
+func (c *Consumer) sendLocked(e entry) {
+	var d Delivery
+	c.deliverLocked(e, &d)
+	c.ch <- d
 }
 
 const (

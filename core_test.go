@@ -100,8 +100,9 @@ func coreTake(c *queueCore, h *holder) *Delivery {
 // deliverTo is c.deliver, with the Delivery on the heap: the tests tell deliveries apart by
 // their address.
 func deliverTo(c *queueCore, h *holder, e entry, autoAck bool, due int64) *Delivery {
-	d := c.deliver(h, e, autoAck, due)
-	return &d
+	d := new(Delivery)
+	c.deliver(d, h, e, autoAck, due)
+	return d
 }
 
 // settleable says why d cannot be settled, if it cannot, as Delivery.settleWith would.

@@ -227,7 +227,7 @@ func (q *Queue) dispatchLocked() {
 		if !ok {
 			return // everything ready had expired
 		}
-		c.ch <- c.deliverLocked(e)
+		c.sendLocked(e)
 	}
 }
 
@@ -245,7 +245,7 @@ func (q *Queue) deliverArrivingLocked(e entry) bool {
 	if c == nil {
 		return false
 	}
-	c.ch <- c.deliverLocked(e)
+	c.sendLocked(e)
 	return true
 }
 
@@ -282,12 +282,12 @@ func (q *Queue) dispatchGeneralLocked() {
 			c.turn = q.consumers.turns
 			switch {
 			case !c.autoAck:
-				c.ch <- c.deliverLocked(e)
+				c.sendLocked(e)
 			case len(c.ch) < cap(c.ch):
 				// An idle feeder sends nothing itself, so sending here keeps the channel's
 				// order; what does not fit is handed to the feeder, and nothing more is sent
 				// here until it has sent that.
-				c.ch <- c.deliverLocked(e)
+				c.sendLocked(e)
 			default:
 				c.feeder.hand(e)
 			}

@@ -146,7 +146,8 @@ func (c *Consumer) feed() {
 			}
 			continue
 		}
-		d := c.deliverLocked(e)
+		var d Delivery
+		c.deliverLocked(e, &d)
 		f.state = feederSending
 		q.commit()
 		select {

@@ -238,7 +238,8 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (Delivery, error
 	if q.cfg.ackTimeout > 0 && !autoAck { // the queue's consumer timeout applies to Gets too, as in RabbitMQ
 		due = later(q.core.clock(), q.cfg.ackTimeout)
 	}
-	d := q.core.deliver(&q.core.gets, e, autoAck, due)
+	var d Delivery
+	q.core.deliver(&d, &q.core.gets, e, autoAck, due)
 	d.q = q
 	d.MessageCount = q.core.ready.len()
 	if !autoAck && ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
