@@ -1702,6 +1702,19 @@ func testEnvelope(m Message, x *Exchange) *envelope {
 	return b.newEnvelope(&m, x, "")
 }
 
+// TestMessageHasProperties: each property but Persistent and Priority, alone, makes a message
+// need more than the 48-byte envelope, which would otherwise lose it.
+func TestMessageHasProperties(t *testing.T) {
+	require.False(t, (&Message{Body: []byte("b"), Persistent: true, Priority: 9}).hasProperties())
+	for i := range textProps {
+		var m Message
+		*m.text()[i] = "x"
+		require.True(t, m.hasProperties(), "text property %d", i)
+	}
+	require.True(t, (&Message{Timestamp: time.Unix(1, 0)}).hasProperties(), "Timestamp")
+	require.True(t, (&Message{Headers: Table{}}).needsMore(), "Headers")
+}
+
 // TestEnvelopeKeepsTheMessage: the 48-byte envelope gives back the message that was published,
 // whole, whether it keeps it in its own fields (a body, Persistent, Priority) or in more; a
 // delivery of a message with more shares the envelope's Message, one without gets its own copy,
