@@ -53,6 +53,10 @@ type Broker struct {
 	defaultX  *Exchange // the default exchange "", also in exchanges; set once by New
 	exchanges map[string]*Exchange
 	queues    map[string]*Queue
+	// byName is queues again, for the default exchange's publish (publishDefault): a lookup
+	// without mu, whose read lock, taken by every publisher, made them contend on one cache
+	// line. Changed with queues, under mu.
+	byName sync.Map // string → *Queue
 	// topology are the events of the topology change in progress, emitted by unlockTopology
 	// once mu is released.
 	topology []Event
@@ -139,6 +143,7 @@ func (b *Broker) Close() error {
 			b.endQueueLocked(q, ErrClosed, ReasonClosed, nil)
 		}
 		clear(b.queues)
+		b.byName.Clear()
 		clear(b.exchanges)
 		b.unlockTopology()
 		for _, q := range ended {
@@ -227,6 +232,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (_ *Queue, err e
 	}
 	q := newQueue(b, name, cfg)
 	b.queues[name] = q
+	b.byName.Store(name, q)
 	if q.log != nil {
 		logged = b.store.declareQueue(q)
 	}
@@ -483,6 +489,7 @@ func (b *Broker) deleteByPolicy(q *Queue, err error) {
 // removeQueueLocked removes an ended queue from the topology with every binding to it.
 func (b *Broker) removeQueueLocked(q *Queue) {
 	delete(b.queues, q.name)
+	b.byName.Delete(q.name)
 	for _, x := range b.exchanges {
 		x.unbindLocked(func(bd *binding) bool { return bd.queue == q })
 	}

@@ -659,12 +659,12 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 // publishDefault is publish's fast path for the commonest case: the default exchange, which
 // routes to the one queue named by the key, with no headers, so no CC or BCC keys.
 func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, ttl time.Duration, cfg publishConfig) (wal.LSN, error) {
-	b.mu.RLock()
-	q := b.queues[key]
-	closed := b.closed.Load()
-	b.mu.RUnlock()
-	if closed {
+	if b.closed.Load() {
 		return 0, ErrClosed
+	}
+	var q *Queue
+	if v, ok := b.byName.Load(key); ok {
+		q = v.(*Queue) // it may be ending: enqueue says so, under its lock
 	}
 	env := b.newEnvelope(msg, b.defaultX, key)
 	if b.listening() {
