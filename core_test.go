@@ -1549,8 +1549,6 @@ func leasesOf(ds []*Delivery) []*lease {
 
 func leaseString(l *lease) string { return fmt.Sprintf("tag %d: %d", l.tag, l.e.seq) }
 
-func deliveryString(d *Delivery) string { return fmt.Sprintf("tag %d: %d", d.DeliveryTag, d.e.seq) }
-
 // follow checks a step's effects as a stream, on their own: each message's span in the queue is
 // an Enqueued, then deliveries each followed by a return or a terminal effect, and ends with
 // exactly one terminal effect; a message is delivered only while ready and not expired.
