@@ -24,6 +24,17 @@ func init() {
 	})
 	register(Spec{
 		Info: Info{
+			Name: "warren-multiack", Ordered: true, Acks: true, Backlog: true,
+			NA: map[string]string{
+				"W4": "its acks wait for a batch, and a requeue of held messages would take those acked ones back too",
+				"S2": "routing is the same code as `warren`",
+			},
+			Setup: "as `warren`, but each consumer acknowledges with `Consumer.AckUpTo` once every 64 deliveries (AMQP's multiple ack, as clients batch their acks), not `Delivery.Ack` per message: what settling and dispatching several messages per critical section gives",
+		},
+		Open: func() (System, error) { s := newWarren(false); s.ackEvery = 64; return s, nil },
+	})
+	register(Spec{
+		Info: Info{
 			Name: "warren-block", Ordered: true, Acks: true, Batch: true,
 			NA: map[string]string{
 				"W3": "a bounded queue holds no 1M backlog: the publisher waits for a consumer (that is the point of Block)",
@@ -38,11 +49,14 @@ func init() {
 }
 
 type warrenSys struct {
-	b      *warren.Broker
-	block  bool
-	mu     sync.Mutex
-	queues map[string]*warren.Queue
-	topicQ []*warren.Queue
+	b     *warren.Broker
+	block bool
+	// ackEvery, when set, makes the consumers ack with Consumer.AckUpTo every ackEvery
+	// deliveries instead of one Ack each (warren-multiack).
+	ackEvery int
+	mu       sync.Mutex
+	queues   map[string]*warren.Queue
+	topicQ   []*warren.Queue
 
 	// A durable broker (sys_warren_durable.go): durable queues and exchange, persistent
 	// messages, its log in dir, which Close removes.
@@ -99,7 +113,7 @@ func (s *warrenSys) Consumer(name string, prefetch int) (Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &warrenConsumer{c: c, ch: c.Deliveries(), held: make([]warren.Delivery, 2*prefetch)}, nil
+	return &warrenConsumer{c: c, ch: c.Deliveries(), held: make([]warren.Delivery, 2*prefetch), ackEvery: s.ackEvery}, nil
 }
 
 func (s *warrenSys) Close() error {
@@ -159,6 +173,10 @@ type warrenConsumer struct {
 	// round again (Ack checks).
 	held []warren.Delivery
 	next int
+	// ackEvery > 0: Ack acks with AckUpTo every ackEvery calls (unacked counts them), and Close
+	// acks what is left.
+	ackEvery, unacked int
+	last              uint64
 }
 
 var errClosed = errors.New("consumer closed")
@@ -186,6 +204,15 @@ func (c *warrenConsumer) Next(ctx context.Context) (Delivery, error) {
 }
 
 func (c *warrenConsumer) Ack(d Delivery) error {
+	if c.ackEvery > 0 {
+		c.unacked++
+		c.last = d.Tag
+		if c.unacked < c.ackEvery {
+			return nil
+		}
+		c.unacked = 0
+		return c.c.AckUpTo(d.Tag)
+	}
 	w := d.h.(*warren.Delivery)
 	if w.DeliveryTag != d.Tag {
 		return fmt.Errorf("warren: delivery %d acked after its slot went to delivery %d (acked out of order by more than the prefetch)", d.Tag, w.DeliveryTag)
@@ -200,7 +227,14 @@ func (c *warrenConsumer) Requeue(ds []Delivery) error {
 	return c.c.NackUpTo(ds[len(ds)-1].Tag)
 }
 
-func (c *warrenConsumer) Close() error { return c.c.Cancel() }
+func (c *warrenConsumer) Close() error {
+	if c.unacked > 0 {
+		if err := c.c.AckUpTo(c.last); err != nil {
+			return err
+		}
+	}
+	return c.c.Cancel()
+}
 
 // S2: a topic exchange.
 
