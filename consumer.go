@@ -361,8 +361,7 @@ func (c *Consumer) deliverLocked(e entry, d *Delivery) {
 	if c.ackTimeout > 0 {
 		due = later(c.q.core.clock(), c.ackTimeout)
 	}
-	c.q.core.deliver(d, &c.holder, e, c.autoAck, due)
-	d.q = c.q
+	c.q.deliverLocked(d, &c.holder, e, c.autoAck, due)
 }
 
 // sendLocked delivers e to c and sends the delivery into its channel, which has room for it

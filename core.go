@@ -526,8 +526,8 @@ const leaseSlabSize = 16
 // Delivery (filled in place: a Delivery is 344 bytes, and each copy of it on the way to a
 // consumer's channel cost a few percent of a round trip). With autoAck it is acknowledged as it
 // goes out; else it is outstanding, held by h (in a lease) until it is settled or comes back, and
-// due is when an ack timeout ends it (0 for never). The caller sets the delivery's queue
-// (Delivery.q) and sends it, or returns it.
+// due is when an ack timeout ends it (0 for never). Queue.deliverLocked also sets the delivery's
+// queue.
 func (c *queueCore) deliver(d *Delivery, h *holder, e entry, autoAck bool, due int64) {
 	h.nextTag++
 	d.Exchange, d.RoutingKey = e.env.exchange.name, e.env.routingKey

@@ -80,7 +80,7 @@ func (d *Delivery) settleWith(then func(*Queue, *lease)) error {
 	switch {
 	case q == nil:
 		return ErrUnknownDelivery // the zero Delivery
-	case q.b.closed.Load():
+	case r == nil && q.b.closed.Load():
 		return errorf("settle delivery %d from queue %q: %w", d.DeliveryTag, q.name, ErrClosed)
 	case r == nil:
 		return errorf("settle auto-acked delivery %d: %w", d.DeliveryTag, ErrUnknownDelivery)
@@ -266,4 +266,11 @@ func (q *Queue) settleEndedLocked(r *lease) error {
 	}
 	r.state = deliverySettled // the queue's counts went with it
 	return nil
+}
+
+// deliverLocked records a delivery of e to h into d, the zero Delivery (see
+// [queueCore.deliver]), and makes it this queue's.
+func (q *Queue) deliverLocked(d *Delivery, h *holder, e entry, autoAck bool, due int64) {
+	q.core.deliver(d, h, e, autoAck, due)
+	d.q = q
 }

@@ -239,8 +239,7 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (Delivery, error
 		due = later(q.core.clock(), q.cfg.ackTimeout)
 	}
 	var d Delivery
-	q.core.deliver(&d, &q.core.gets, e, autoAck, due)
-	d.q = q
+	q.deliverLocked(&d, &q.core.gets, e, autoAck, due)
 	d.MessageCount = q.core.ready.len()
 	if !autoAck && ctx.Done() != nil { // else ctx never ends, and there is nothing to watch
 		// Registered under mu so that the record's get is in place before anyone can settle

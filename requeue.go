@@ -87,13 +87,13 @@ func (q *Queue) orphanLocked(end func(*Consumer) error, get func(*lease) bool, w
 		return true
 	})
 	if get != nil {
-		for d := range q.core.gets.outstanding() {
-			if get(d) {
-				if d.get != nil {
-					d.get.stop() // an ack timeout's return: its context no longer owns anything here
+		for r := range q.core.gets.outstanding() {
+			if get(r) {
+				if r.get != nil {
+					r.get.stop() // an ack timeout's return: its context no longer owns anything here
 				}
-				q.core.release(d, deliveryReturned)
-				e := redelivered(d.e)
+				q.core.release(r, deliveryReturned)
+				e := redelivered(r.e)
 				q.core.back(&q.core.gets, e, why)
 				back = append(back, e)
 			}
