@@ -821,3 +821,58 @@ func TestGiveBackAfterLetGo(t *testing.T) {
 		t.Fatalf("after giveBack: %d ready, %d unacked; want 1 and 0", n, u)
 	}
 }
+
+// TestQueueIndexMirrorsQueues: the lock-free index of the default exchange's publish (byName)
+// holds exactly the broker's queues, through declares, deletions of every kind and Close: a
+// queue it kept after its deletion would stay reachable for good.
+func TestQueueIndexMirrorsQueues(t *testing.T) {
+	b := New()
+	mirrored := func() {
+		t.Helper()
+		b.mu.RLock()
+		defer b.mu.RUnlock()
+		n := 0
+		b.byName.Range(func(k, v any) bool {
+			n++
+			if b.queues[k.(string)] != v.(*Queue) {
+				t.Errorf("byName has %q, which queues has not", k)
+			}
+			return true
+		})
+		if n != len(b.queues) {
+			t.Errorf("byName has %d queues, queues %d", n, len(b.queues))
+		}
+	}
+	for _, name := range []string{"a", "b", "auto", "gone"} {
+		var opts []QueueOption
+		if name == "auto" {
+			opts = append(opts, AutoDelete())
+		}
+		if _, err := b.DeclareQueue(name, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mirrored()
+	if _, err := b.DeleteQueue("gone"); err != nil {
+		t.Fatal(err)
+	}
+	q, err := b.Queue("auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Consume(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cancel(); err != nil { // its last consumer: the queue goes
+		t.Fatal(err)
+	}
+	mirrored()
+	if _, ok := b.byName.Load("auto"); ok {
+		t.Error("the auto-deleted queue is still indexed")
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mirrored()
+}
