@@ -134,9 +134,13 @@ type Log struct {
 	unsynced, syncing bool
 	err               error          // the log failed: ErrFailed wrapping the first I/O error; or ErrClosed
 	release           uint64         // segments before it may be removed (ReleaseBelow)
+	releasedAt        LSN            // appended when release last grew: what replaced the released records is before it
 	first             uint64         // the first segment not removed
+	writtenSeg        uint64         // the segment the writer last wrote to; those before it were synced whole
+	removing          bool           // removeBeside's I/O is in flight
 	syncer            background     // SyncInterval: syncs what was written
 	flusher           background     // writes what nobody waits for, after FlushDelay
+	remover           background     // removes released segments, after FlushDelay
 	timers            sync.WaitGroup // the background timers' callbacks in flight
 
 	// Owned by the writer.
@@ -216,6 +220,7 @@ func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log,
 		l.file, l.fileSeg, l.fileOff, l.dirty = f, n, size, true
 	}
 	l.lastSeg, l.segBytes = l.fileSeg, l.fileOff
+	l.writtenSeg = l.fileSeg
 	rec.Last = l.fileSeg
 	l.first = l.fileSeg
 	if len(segs) > 0 {
@@ -464,7 +469,7 @@ func (l *Log) Wait(lsn LSN) error { return l.await(lsn, l.opts.Sync == SyncAlway
 // synced or not: safe from a crash of the process, not from a power loss.
 func (l *Log) WaitWritten(lsn LSN) error { return l.await(lsn, false) }
 
-// Sync writes and syncs everything appended so far.
+// Sync writes and syncs everything appended so far, and removes the segments released so far.
 func (l *Log) Sync() error { return l.await(0, true) }
 
 // await returns once everything before lsn (0: everything appended) is written, and synced if
@@ -475,17 +480,20 @@ func (l *Log) await(lsn LSN, sync bool) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if lsn == 0 {
+	all := lsn == 0
+	if all {
 		lsn = l.appended
 	}
 	for {
 		switch {
-		case sync && l.synced >= lsn && !l.releasing(), !sync && l.written >= lsn:
+		case sync && l.synced >= lsn && !(all && l.releasing()), !sync && l.written >= lsn:
 			return nil // before the error: what was written before a failure, or Close, was
 		case l.err != nil:
 			return l.err
-		case !l.writing:
+		case !l.writing && !(sync && l.synced >= lsn):
 			l.writeLocked(sync)
+		case !l.writing && !l.removing:
+			l.removeBeside() // Sync: what was released goes too
 		default:
 			l.cond.Wait()
 		}
@@ -497,22 +505,14 @@ func (l *Log) writeLocked(sync bool) {
 	l.writing = true
 	chunks := l.pending
 	l.pending = nil
-	end, release, first := l.appended, l.release, l.first
+	end := l.appended
 	l.mu.Unlock()
 	err := l.write(chunks)
-	if err == nil && !sync && first < release && first < l.fileSeg {
-		// Segments are to go: what the caller wrote again to replace their records (the
-		// topology, moved messages) must be on the disk before their removal is.
-		sync = true
-	}
 	if err == nil && sync {
 		err = l.syncFile()
 	}
-	if err == nil {
-		first, err = l.removeReleased(first, release)
-	}
 	l.mu.Lock()
-	l.first = first
+	l.writtenSeg = l.fileSeg
 	l.writing = false
 	if err == nil && len(chunks) > 0 {
 		l.unsynced = !sync
@@ -624,6 +624,9 @@ func (l *Log) stop(b *background) {
 // syncTick is SyncInterval's timer: it syncs what was written, beside the writer.
 func (l *Log) syncTick() { l.background(&l.syncer, true) }
 
+// removeTick is the remover's timer: it removes released segments, beside the writer.
+func (l *Log) removeTick() { l.background(&l.remover, false) }
+
 // flushTick writes what was appended and nobody waited for.
 func (l *Log) flushTick() { l.background(&l.flusher, l.opts.Sync == SyncAlways) }
 
@@ -639,11 +642,15 @@ func (l *Log) background(b *background, sync bool) {
 	switch {
 	case l.err != nil:
 	case b == &l.syncer:
-		if len(l.pending) > 0 || l.releasing() {
+		if len(l.pending) > 0 {
 			l.writeLocked(false)
 		}
 		l.syncBeside()
-	case len(l.pending) > 0 || sync || l.releasing():
+	case b == &l.remover:
+		if !l.removing {
+			l.removeBeside()
+		}
+	case len(l.pending) > 0 || sync:
 		l.writeLocked(sync)
 	}
 }
@@ -653,7 +660,7 @@ func (l *Log) background(b *background, sync bool) {
 // tens of milliseconds. The caller holds mu, and no writer is active; mu is released during
 // the fsync. A writer that rotates meanwhile syncs the segment itself before it closes it (and
 // the fsync here then fails with fs.ErrClosed, or covers it anyway); one that must sync (under
-// SyncAlways, or before removing segments) syncs whatever this one does.
+// SyncAlways) syncs whatever this one does.
 func (l *Log) syncBeside() {
 	if !l.unsynced || l.syncing {
 		return
@@ -676,8 +683,8 @@ func (l *Log) syncBeside() {
 }
 
 // ReleaseBelow says that nothing in the segments before segment n is needed any more: the
-// log removes them (never the segment being appended to) the next time it writes, which it does
-// within FlushDelay.
+// log removes them (never the segment being appended to) within FlushDelay, beside the writer
+// (removeBeside), or at the next Sync.
 func (l *Log) ReleaseBelow(n uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -685,28 +692,61 @@ func (l *Log) ReleaseBelow(n uint64) {
 		return // failed or closed: no timer is armed any more
 	}
 	if n > l.release {
-		l.release = n
-		l.arm(&l.flusher, l.opts.FlushDelay, (*Log).flushTick)
+		l.release, l.releasedAt = n, l.appended
+		l.arm(&l.remover, l.opts.FlushDelay, (*Log).removeTick)
 	}
 }
 
 // releasing reports whether released segments wait to be removed. The caller holds mu.
 func (l *Log) releasing() bool { return min(l.release, l.lastSeg) > l.first }
 
-// removeReleased removes the segments from first up to below (never the one being written to),
-// and returns the first segment left. Only the writer calls it, with mu released.
-func (l *Log) removeReleased(first, below uint64) (uint64, error) {
-	removed := false
-	for ; first < below && first < l.fileSeg; first++ {
-		if err := l.fs.Remove(segmentName(first)); err != nil && !errors.Is(err, iofs.ErrNotExist) {
-			return first, err
+// removeBeside removes the released segments without holding the writer's turn, so that
+// neither a publisher's confirm nor an acknowledgement's flush waits for the fsyncs a removal
+// takes. The caller holds mu, no writer is active and no removal is in flight; mu is released
+// during the I/O.
+//
+// What the log's user appended again before releasing the segments (the topology, moved
+// messages: releasedAt) replaces their records, so it is written and synced before any
+// removal: first written (by this goroutine, as the writer, if nobody has), then synced beside
+// a writer as syncBeside does (a segment the writer rotates past meanwhile is synced by the
+// rotation). Only segments before writtenSeg go: each was synced whole when the writer moved
+// past it, and none is the one being written.
+func (l *Log) removeBeside() {
+	for l.err == nil && (l.writing || l.removing || l.written < l.releasedAt) {
+		if l.writing || l.removing {
+			l.cond.Wait()
+		} else {
+			l.writeLocked(false)
 		}
-		removed = true
 	}
-	if removed {
-		return first, l.fs.SyncDir()
+	first, below := l.first, min(l.release, l.writtenSeg)
+	if l.err != nil || first >= below {
+		return
 	}
-	return first, nil
+	l.removing = true
+	f, need := l.file, l.synced < l.releasedAt
+	l.mu.Unlock()
+	var err error
+	if need {
+		if err = f.Sync(); errors.Is(err, iofs.ErrClosed) {
+			err = nil // rotated (and synced) or closed meanwhile
+		}
+	}
+	for ; err == nil && first < below; first++ {
+		if err = l.fs.Remove(segmentName(first)); errors.Is(err, iofs.ErrNotExist) {
+			err = nil
+		}
+	}
+	if err == nil {
+		err = l.fs.SyncDir()
+	}
+	l.mu.Lock()
+	l.removing = false
+	l.first = first
+	if err != nil && l.err == nil {
+		l.err = fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	l.cond.Broadcast()
 }
 
 // Close writes and syncs everything appended, and closes the log. It returns the error that
@@ -723,6 +763,7 @@ func (l *Log) Close() error {
 	}
 	l.stop(&l.syncer)
 	l.stop(&l.flusher)
+	l.stop(&l.remover)
 	l.err = ErrClosed
 	f := l.file
 	l.file = nil

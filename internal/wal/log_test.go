@@ -140,6 +140,58 @@ func TestLogSegments(t *testing.T) {
 	require.NoError(t, l.Close())
 }
 
+// blockingRemoveFS is a MemFS whose Remove, once armed, announces itself on entered and waits
+// for leave.
+type blockingRemoveFS struct {
+	*MemFS
+	armed          atomic.Bool
+	entered, leave chan struct{}
+}
+
+func (fs *blockingRemoveFS) Remove(name string) error {
+	if fs.armed.CompareAndSwap(true, false) {
+		fs.entered <- struct{}{}
+		<-fs.leave
+	}
+	return fs.MemFS.Remove(name)
+}
+
+// Removing released segments is not a writer's work: a publisher waiting for its record, under
+// every policy, is confirmed while a removal (its fsyncs, its unlinks) is still in flight, and
+// the removal finishes afterwards, within FlushDelay, or at Sync.
+func TestLogRemovesBesideTheWriter(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAlways, SyncInterval, SyncNever} {
+		t.Run(mode.String(), func(t *testing.T) {
+			fs := &blockingRemoveFS{MemFS: NewMemFS(), entered: make(chan struct{}), leave: make(chan struct{})}
+			l, _, _ := openLog(t, fs, Options{Sync: mode, SegmentSize: 4096})
+			appendAll(t, l, 0, 200, 8)
+			names, err := fs.List()
+			require.NoError(t, err)
+			require.Greater(t, len(names), 3)
+
+			fs.armed.Store(true)
+			l.ReleaseBelow(3)
+			<-fs.entered // the remover is in Remove, and stays there
+			lsn, _, err := l.Append(record(200))
+			require.NoError(t, err)
+			require.NoError(t, l.Wait(lsn), "confirmed while the removal is blocked")
+			close(fs.leave)
+
+			require.NoError(t, l.Sync())
+			names, err = fs.List()
+			require.NoError(t, err)
+			require.NotContains(t, names, segmentName(1))
+			require.NotContains(t, names, segmentName(2))
+			require.Contains(t, names, segmentName(3))
+			require.NoError(t, l.Close())
+
+			_, r, _ := openLog(t, fs.MemFS, Options{Sync: mode, SegmentSize: 4096})
+			require.NotEmpty(t, r.recs)
+			require.Equal(t, record(200), r.recs[len(r.recs)-1])
+		})
+	}
+}
+
 // corrupt flips one byte of a segment file at offset off (from the end when negative).
 func corrupt(t *testing.T, fs OSFS, seg uint64, off int64) {
 	t.Helper()
