@@ -70,6 +70,10 @@ var (
 	// ErrInvalidArgument is returned for malformed input that no AMQP reply code covers: a name
 	// longer than 255 bytes, an unknown exchange kind, an out-of-range option.
 	ErrInvalidArgument = newError("invalid argument")
+
+	// ErrUnsupported is returned for what RabbitMQ has and warren does not, where going on
+	// without it would behave differently (e.g. [ReadDefinitions] of a file with policies).
+	ErrUnsupported = newError("unsupported")
 )
 
 // Errors returned by publishing ([Broker.Publish], [Exchange.Publish]).
