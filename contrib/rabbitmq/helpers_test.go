@@ -1,0 +1,110 @@
+package rabbitmq
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+)
+
+// Shared test helpers.
+
+// rabbitEnv names the variable that points the tests at a RabbitMQ; CI sets it after starting
+// one, so there a RabbitMQ that cannot be reached fails the tests instead of skipping them.
+const rabbitEnv = "WARREN_RABBITMQ_URL"
+
+// dial connects to the RabbitMQ at $WARREN_RABBITMQ_URL, or skips the test when it is not set.
+func dial(t *testing.T) *amqp.Connection {
+	t.Helper()
+	url := os.Getenv(rabbitEnv)
+	if url == "" {
+		t.Skipf("%s is not set: no RabbitMQ to test against (bench/rabbitmq.sh install && bench/rabbitmq.sh start, then %s=amqp://guest:guest@127.0.0.1:5672/)", rabbitEnv, rabbitEnv)
+	}
+	conn, err := amqp.Dial(url)
+	require.NoError(t, err, "%s is set: RabbitMQ must be reachable there", rabbitEnv)
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// channel opens a channel on conn.
+func channel(t *testing.T, conn *amqp.Connection) *amqp.Channel {
+	t.Helper()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	return ch
+}
+
+// unique returns t with every name made unique to this test run (the "amq." exchanges kept),
+// names in arguments too, so that tests do not meet on a shared RabbitMQ; and it deletes the
+// topology's queues and exchanges from RabbitMQ when the test ends.
+func unique(t *testing.T, conn *amqp.Connection, top warren.Topology) warren.Topology {
+	t.Helper()
+	prefix := fmt.Sprintf("warren-test.%s.%d.", strings.ReplaceAll(t.Name(), "/", "."), time.Now().UnixNano())
+	name := func(s string) string {
+		if s == "" || strings.HasPrefix(s, "amq.") {
+			return s
+		}
+		return prefix + s
+	}
+	renamed := func(args warren.Table, keys ...string) warren.Table {
+		if args == nil {
+			return nil
+		}
+		out := warren.Table{}
+		for k, v := range args {
+			if s, ok := v.(string); ok && slices.Contains(keys, k) {
+				v = name(s)
+			}
+			out[k] = v
+		}
+		return out
+	}
+	var u warren.Topology
+	for _, x := range top.Exchanges {
+		x.Name, x.Arguments = name(x.Name), renamed(x.Arguments, "alternate-exchange")
+		u.Exchanges = append(u.Exchanges, x)
+	}
+	for _, q := range top.Queues {
+		q.Name, q.Arguments = name(q.Name), renamed(q.Arguments, "x-dead-letter-exchange")
+		u.Queues = append(u.Queues, q)
+	}
+	for _, b := range top.Bindings {
+		b.Source, b.Destination = name(b.Source), name(b.Destination)
+		u.Bindings = append(u.Bindings, b)
+	}
+	t.Cleanup(func() {
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		defer ch.Close()
+		for _, q := range u.Queues {
+			ch.QueueDelete(q.Name, false, false, false)
+		}
+		for _, x := range u.Exchanges {
+			if !strings.HasPrefix(x.Name, "amq.") {
+				ch.ExchangeDelete(x.Name, false, false)
+			}
+		}
+	})
+	return u
+}
+
+// readFixture reads the definitions file a RabbitMQ 3.10.8 exported (the root package's
+// testdata).
+func readFixture(t *testing.T) warren.Topology {
+	t.Helper()
+	f, err := os.Open("../../testdata/rabbitmq-3.10-definitions.json")
+	require.NoError(t, err)
+	defer f.Close()
+	top, err := warren.ReadDefinitions(f, "/")
+	require.NoError(t, err)
+	return top
+}
