@@ -45,3 +45,25 @@ func amqpTableOrEmpty(t warren.Table) amqp.Table {
 	}
 	return amqp.Table{}
 }
+
+// publishing returns msg as amqp091-go's Publishing, with headers (copied) plus extra when
+// extra is not empty.
+func publishing(msg warren.Message, extraKey, extraValue string) amqp.Publishing {
+	headers := amqpTable(msg.Headers)
+	if extraKey != "" {
+		if headers == nil {
+			headers = amqp.Table{}
+		}
+		headers[extraKey] = extraValue
+	}
+	mode := amqp.Transient
+	if msg.Persistent {
+		mode = amqp.Persistent
+	}
+	return amqp.Publishing{
+		Headers: headers, ContentType: msg.ContentType, ContentEncoding: msg.ContentEncoding, DeliveryMode: mode,
+		Priority: msg.Priority, CorrelationId: msg.CorrelationID, ReplyTo: msg.ReplyTo, Expiration: msg.Expiration,
+		MessageId: msg.MessageID, Timestamp: msg.Timestamp, Type: msg.Type, UserId: msg.UserID, AppId: msg.AppID,
+		Body: msg.Body,
+	}
+}

@@ -2,9 +2,13 @@ package rabbitmq
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,4 +111,84 @@ func readFixture(t *testing.T) warren.Topology {
 	top, err := warren.ReadDefinitions(f, "/")
 	require.NoError(t, err)
 	return top
+}
+
+// proxy forwards TCP connections to a RabbitMQ, and can cut every connection it carries, as a
+// network failure or a restarted node would.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	down   bool // refuse new connections (accept and close them)
+	wg     sync.WaitGroup
+}
+
+// newProxy starts a proxy to the RabbitMQ at rabbitURL and returns it with the URL to dial
+// through it; it stops when the test ends.
+func newProxy(t *testing.T, rabbitURL string) (*proxy, string) {
+	t.Helper()
+	u, err := url.Parse(rabbitURL)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{ln: ln, target: u.Host}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	u.Host = ln.Addr().String()
+	return p, u.String()
+}
+
+func (p *proxy) accept() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			in.Close()
+			continue
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, in, out)
+		p.mu.Unlock()
+		p.wg.Go(func() { io.Copy(out, in); out.Close() })
+		p.wg.Go(func() { io.Copy(in, out); in.Close() })
+	}
+}
+
+// cut closes every connection the proxy carries now; later ones go through.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// setDown makes the proxy refuse new connections (down) or carry them again.
+func (p *proxy) setDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	p.mu.Unlock()
+}
+
+// rabbitURL returns $WARREN_RABBITMQ_URL, or skips the test as dial does.
+func rabbitURL(t *testing.T) string {
+	t.Helper()
+	dial(t)
+	return os.Getenv(rabbitEnv)
 }
