@@ -47,6 +47,7 @@ type Delivery struct {
 // higher, so that a [Delivery] value that still names it (gen) is known to be stale. Guarded by
 // its queue's mu.
 type lease struct {
+	ext   Settler   // a delivery of another backend (NewDelivery): it settles; nothing else is set
 	h     *holder   // its consumer's, or its queue's Gets'
 	e     entry     // the message's place in q
 	tag   uint64    // the delivery tag
@@ -70,7 +71,37 @@ func (d Delivery) Nack() error { return d.settle(settleNack) }
 func (d Delivery) Reject() error { return d.settle(settleReject) }
 
 func (d *Delivery) settle(how settlement) error {
+	if d.q == nil && d.lease != nil {
+		return d.lease.ext.Settle(d.DeliveryTag, Outcome(how), 0)
+	}
 	return d.settleWith(func(q *Queue, r *lease) { q.core.settle(r, how) })
+}
+
+// Outcome is how a delivery was settled, for a [Settler].
+type Outcome uint8
+
+// The outcomes.
+const (
+	Acked    Outcome = Outcome(settleAck)    // [Delivery.Ack]
+	Requeued Outcome = Outcome(settleNack)   // [Delivery.Nack], [Delivery.NackWithDelay]
+	Rejected Outcome = Outcome(settleReject) // [Delivery.Reject]
+)
+
+// Settler settles the deliveries of a backend other than warren's own (contrib/rabbitmq's): a
+// [Delivery] made by [NewDelivery] hands its Ack, Nack, Reject and NackWithDelay to Settle,
+// with its DeliveryTag and, for NackWithDelay, the delay. Settle must be safe for concurrent
+// use, and refuse a second settlement of a delivery with an error wrapping [ErrAlreadySettled].
+type Settler interface {
+	Settle(tag uint64, o Outcome, delay time.Duration) error
+}
+
+// NewDelivery returns a delivery that describes what d's exported fields say and is settled by
+// s: how a backend other than warren's own hands its deliveries to a [Handler], so that the
+// same handler serves both.
+func NewDelivery(d Delivery, s Settler) Delivery {
+	return Delivery{Message: d.Message, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered,
+		DeliveryCount: d.DeliveryCount, DeliveryTag: d.DeliveryTag, ConsumerTag: d.ConsumerTag, MessageCount: d.MessageCount,
+		lease: &lease{ext: s}}
 }
 
 // settleWith settles an outstanding delivery with then, which releases its record and decides
@@ -128,6 +159,9 @@ func (d *Delivery) settleWith(then func(*Queue, *lease)) error {
 func (d Delivery) NackWithDelay(delay time.Duration) error {
 	if delay <= 0 {
 		return d.Nack()
+	}
+	if d.q == nil && d.lease != nil {
+		return d.lease.ext.Settle(d.DeliveryTag, Requeued, delay)
 	}
 	return d.settleWith(func(q *Queue, r *lease) {
 		q.core.release(r, deliverySettled)
@@ -228,6 +262,10 @@ func (c *Consumer) Recover() error {
 func (d *Delivery) giveBack() {
 	q, r := d.q, d.lease
 	if r == nil {
+		return
+	}
+	if q == nil {
+		r.ext.Settle(d.DeliveryTag, Requeued, 0) // another backend's: it comes back redelivered
 		return
 	}
 	q.mu.Lock()

@@ -67,3 +67,42 @@ func publishing(msg warren.Message, extraKey, extraValue string) amqp.Publishing
 		Body: msg.Body,
 	}
 }
+
+// message returns a RabbitMQ delivery's message as warren's, without the client's own header.
+func message(d amqp.Delivery) warren.Message {
+	var headers warren.Table
+	for k, v := range d.Headers {
+		if k == publishIDHeader {
+			continue
+		}
+		if headers == nil {
+			headers = warren.Table{}
+		}
+		headers[k] = warrenField(v)
+	}
+	return warren.Message{Body: d.Body, Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+		Persistent: d.DeliveryMode == amqp.Persistent, Priority: d.Priority, CorrelationID: d.CorrelationId, ReplyTo: d.ReplyTo,
+		Expiration: d.Expiration, MessageID: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, UserID: d.UserId, AppID: d.AppId}
+}
+
+// warrenField returns an AMQP field value as warren's: tables as warren.Table, decimals as
+// warren.Decimal.
+func warrenField(v any) any {
+	switch v := v.(type) {
+	case amqp.Table:
+		t := make(warren.Table, len(v))
+		for k, e := range v {
+			t[k] = warrenField(e)
+		}
+		return t
+	case []any:
+		a := make([]any, len(v))
+		for i, e := range v {
+			a[i] = warrenField(e)
+		}
+		return a
+	case amqp.Decimal:
+		return warren.Decimal{Scale: v.Scale, Value: v.Value}
+	}
+	return v
+}

@@ -46,7 +46,8 @@ func channel(t *testing.T, conn *amqp.Connection) *amqp.Channel {
 }
 
 // unique returns t with every name made unique to this test run (the "amq." exchanges kept),
-// names in arguments too, so that tests do not meet on a shared RabbitMQ; and it deletes the
+// names in arguments too (alternate and dead-letter exchanges, and dead-letter routing keys,
+// which the tests use as queue names), so that tests do not meet on a shared RabbitMQ; and it deletes the
 // topology's queues and exchanges from RabbitMQ when the test ends.
 func unique(t *testing.T, conn *amqp.Connection, top warren.Topology) warren.Topology {
 	t.Helper()
@@ -76,7 +77,7 @@ func unique(t *testing.T, conn *amqp.Connection, top warren.Topology) warren.Top
 		u.Exchanges = append(u.Exchanges, x)
 	}
 	for _, q := range top.Queues {
-		q.Name, q.Arguments = name(q.Name), renamed(q.Arguments, "x-dead-letter-exchange")
+		q.Name, q.Arguments = name(q.Name), renamed(q.Arguments, "x-dead-letter-exchange", "x-dead-letter-routing-key")
 		u.Queues = append(u.Queues, q)
 	}
 	for _, b := range top.Bindings {

@@ -1,0 +1,227 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+)
+
+// Serve consumes from the queue and runs h on each delivery with warren's pool
+// ([warren.ServeSource]): the same [warren.Handler], settled by its result as
+// [warren.Queue.Serve] settles it (nil acks, an error requeues, [warren.Permanent] rejects, a
+// panic requeues), with the same [warren.Workers], [warren.Prefetch] (basic.qos),
+// [warren.ConsumerTag], [warren.ConsumerPriority] ("x-priority"), [warren.Exclusive],
+// [warren.GracePeriod] and [warren.OnStart]. What RabbitMQ has no counterpart for fails with
+// [warren.ErrUnsupported]: [warren.Selector], a consumer's [warren.AckTimeout] (RabbitMQ's is
+// the queue's "x-consumer-timeout"), and, until this package declares the retry queues it
+// needs, [warren.Backoff].
+//
+// A delivery's DeliveryCount is RabbitMQ's "x-delivery-count" header, which quorum queues set;
+// a classic queue has none, and a redelivered message counts 1. When the connection drops,
+// what the handlers hold cannot be settled any more (their settlement fails, logged at debug
+// level): RabbitMQ delivers those messages again, redelivered, and Serve goes on on the next
+// connection. It returns nil once ctx ends and its handlers are done, or the error that keeps it
+// from consuming (the queue does not exist: [warren.ErrNotFound]; the client closed:
+// [warren.ErrClosed]).
+func (c *Client) Serve(ctx context.Context, queue string, h warren.Handler, opts ...warren.ServeOption) error {
+	s, err := warren.ReadServeOptions(opts...)
+	switch {
+	case err != nil:
+		return err
+	case s.Selector:
+		return fmt.Errorf("rabbitmq: serve: Selector: RabbitMQ has no selectors: %w", warren.ErrUnsupported)
+	case s.AckTimeout > 0:
+		return fmt.Errorf("rabbitmq: serve: AckTimeout: RabbitMQ's consumer timeout is the queue's x-consumer-timeout: %w", warren.ErrUnsupported)
+	case s.Backoff:
+		return fmt.Errorf("rabbitmq: serve: Backoff: retry queues are not declared yet: %w", warren.ErrUnsupported)
+	case h == nil:
+		return fmt.Errorf("rabbitmq: serve: nil handler: %w", warren.ErrInvalidArgument)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil
+		}
+		conn, err := c.connection(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		src, err := c.consume(conn, queue, s)
+		if err != nil {
+			if errors.Is(err, warren.ErrClosed) && !c.isClosed() {
+				continue // lost meanwhile: consume on the next connection
+			}
+			return err
+		}
+		err = warren.ServeSource(ctx, src, h, opts...)
+		src.close()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case c.isClosed():
+			return warren.ErrClosed
+		case errors.Is(err, errConnectionLost):
+			continue
+		}
+		return err
+	}
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// errConnectionLost ends a consumer whose channel closed under it.
+var errConnectionLost = errors.New("rabbitmq: the consumer's channel closed")
+
+// consumer is a RabbitMQ consumer as a [warren.Source]: deliveries made by
+// [warren.NewDelivery], settled on its channel.
+type consumer struct {
+	ch       *amqp.Channel
+	tag      string
+	out      chan warren.Delivery
+	done     chan struct{}
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	stopped  chan struct{} // closed by Cancel
+
+	mu          sync.Mutex
+	err         error
+	outstanding map[uint64]bool // delivery tags handed over and not settled: at most the prefetch
+}
+
+// consume starts a consumer of queue on a channel of its own on conn.
+func (c *Client) consume(conn *amqp.Connection, queue string, s warren.ServeSettings) (*consumer, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, wrap(err, "open a channel")
+	}
+	if err := ch.Qos(s.Prefetch, 0, false); err != nil {
+		ch.Close()
+		return nil, wrap(err, "qos")
+	}
+	var args amqp.Table
+	if s.Priority != 0 {
+		args = amqp.Table{"x-priority": int32(s.Priority)}
+	}
+	deliveries, err := ch.Consume(queue, s.Tag, false, s.Exclusive, false, false, args)
+	if err != nil {
+		ch.Close()
+		return nil, wrap(err, "consume from queue %q", queue)
+	}
+	k := &consumer{ch: ch, tag: s.Tag, out: make(chan warren.Delivery), done: make(chan struct{}),
+		stopped: make(chan struct{}), outstanding: map[uint64]bool{}}
+	k.wg.Go(func() { k.forward(deliveries) })
+	return k, nil
+}
+
+// forward hands RabbitMQ's deliveries to the pool until the channel closes or Cancel.
+func (k *consumer) forward(deliveries <-chan amqp.Delivery) {
+	defer close(k.done)
+	defer close(k.out)
+	for {
+		select {
+		case <-k.stopped:
+			return
+		case d, ok := <-deliveries:
+			if !ok {
+				k.mu.Lock()
+				select {
+				case <-k.stopped:
+				default:
+					k.err = errConnectionLost
+				}
+				k.mu.Unlock()
+				return
+			}
+			wd := warren.NewDelivery(delivery(d), k)
+			k.mu.Lock()
+			k.outstanding[d.DeliveryTag] = true
+			k.mu.Unlock()
+			select {
+			case k.out <- wd:
+			case <-k.stopped:
+				k.Settle(d.DeliveryTag, warren.Requeued, 0) // never handed over
+				return
+			}
+		}
+	}
+}
+
+// delivery returns the description of a RabbitMQ delivery as warren's.
+func delivery(d amqp.Delivery) warren.Delivery {
+	count := 0
+	switch n := d.Headers["x-delivery-count"].(type) {
+	case int64:
+		count = int(n)
+	case int32:
+		count = int(n)
+	default:
+		if d.Redelivered {
+			count = 1
+		}
+	}
+	return warren.Delivery{Message: message(d), Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered,
+		DeliveryCount: count, DeliveryTag: d.DeliveryTag, ConsumerTag: d.ConsumerTag}
+}
+
+func (k *consumer) Deliveries() <-chan warren.Delivery { return k.out }
+func (k *consumer) Done() <-chan struct{}              { return k.done }
+
+func (k *consumer) Err() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err
+}
+
+// Cancel stops the deliveries; what RabbitMQ sent and the pool did not take goes back.
+func (k *consumer) Cancel() error {
+	k.stopOnce.Do(func() { close(k.stopped) })
+	return nil
+}
+
+// close ends the consumer: its channel closes, and RabbitMQ requeues what is unacked.
+func (k *consumer) close() {
+	k.Cancel()
+	k.ch.Close()
+	k.wg.Wait()
+}
+
+// Settle settles a delivery on the consumer's channel, once.
+func (k *consumer) Settle(tag uint64, o warren.Outcome, delay time.Duration) error {
+	k.mu.Lock()
+	if !k.outstanding[tag] {
+		k.mu.Unlock()
+		return fmt.Errorf("rabbitmq: settle delivery %d: %w", tag, warren.ErrAlreadySettled)
+	}
+	delete(k.outstanding, tag)
+	k.mu.Unlock()
+	var err error
+	switch {
+	case delay > 0:
+		err = k.ch.Nack(tag, false, true)
+		if err == nil {
+			err = fmt.Errorf("rabbitmq: settle delivery %d: a delay: returned at once: %w", tag, warren.ErrUnsupported)
+		}
+	case o == warren.Acked:
+		err = k.ch.Ack(tag, false)
+	case o == warren.Requeued:
+		err = k.ch.Nack(tag, false, true)
+	default:
+		err = k.ch.Reject(tag, false)
+	}
+	if err != nil && !errors.Is(err, warren.ErrUnsupported) {
+		return wrap(err, "settle delivery %d", tag)
+	}
+	return err
+}
