@@ -30,9 +30,11 @@ type Client struct {
 	url string
 	cfg clientConfig
 
-	// pubMu serialises publishing on the channel, so that delivery tags follow the order of
-	// the publishes; it is taken before mu, and never held while waiting for a confirm.
-	pubMu sync.Mutex
+	// pubMu (a semaphore, so that waiting for it can end with a ctx) serialises publishing on
+	// the channel, so that delivery tags follow the order of the publishes; it is taken before
+	// mu. mu is never held while calling amqp091-go: its reader hands confirms to the listener,
+	// which needs mu, while holding locks a publish needs (confirms.publishedMut).
+	pubMu chan struct{}
 
 	mu         sync.Mutex
 	conn       *amqp.Connection
@@ -92,7 +94,8 @@ func ReconnectBackoff(min, max time.Duration) Option {
 func WithLogger(l *slog.Logger) Option { return func(c *clientConfig) { c.logger = l } }
 
 // publishIDHeader carries a mandatory publish's correlation id, so that a basic.return finds
-// its publish. It is the client's: consumers of this package do not see it.
+// its publish. A consumer of this package ([Client.Serve]) does not see it; other consumers of
+// the queue do.
 const publishIDHeader = "x-warren-publish-id"
 
 // Dial connects to RabbitMQ at url (amqp://user:password@host:port/vhost) and keeps the
@@ -115,7 +118,7 @@ func Dial(url string, opts ...Option) (*Client, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
-	c := &Client{url: url, cfg: cfg, up: make(chan struct{}), pending: map[uint64]*outgoing{}, byID: map[string]*outgoing{},
+	c := &Client{url: url, cfg: cfg, up: make(chan struct{}), pubMu: make(chan struct{}, 1), pending: map[uint64]*outgoing{}, byID: map[string]*outgoing{},
 		exchanges: map[string]bool{"": true}, done: make(chan struct{}), inFlight: make(chan struct{}, cfg.maxInFlight)}
 	conn, err := c.connect()
 	if err != nil {
@@ -182,11 +185,11 @@ func (c *Client) connect() (*amqp.Connection, error) {
 	returns := ch.NotifyReturn(make(chan amqp.Return))
 	c.wg.Go(func() { c.listen(gen, confirms, returns) })
 
-	c.pubMu.Lock()
-	defer c.pubMu.Unlock()
+	c.pubMu <- struct{}{}
+	defer func() { <-c.pubMu }()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		conn.Close()
 		return nil, warren.ErrClosed
 	}
@@ -199,6 +202,7 @@ func (c *Client) connect() (*amqp.Connection, error) {
 	}
 	resend = append(resend, c.unsent...)
 	c.pending, c.unsent = make(map[uint64]*outgoing, len(resend)), nil
+	var again []*outgoing
 	for _, o := range resend {
 		switch {
 		case o.abandoned:
@@ -210,10 +214,16 @@ func (c *Client) connect() (*amqp.Connection, error) {
 			<-c.inFlight
 			o.result <- fmt.Errorf("rabbitmq: publish to exchange %q: %w", o.exchange, warren.ErrNotFound)
 		default:
-			c.sendLocked(o)
+			again = append(again, o)
 		}
 	}
+	c.mu.Unlock()
+	for _, o := range again {
+		c.sendOn(ch, o)
+	}
+	c.mu.Lock()
 	close(c.up)
+	c.mu.Unlock()
 	return conn, nil
 }
 
@@ -437,32 +447,43 @@ func (c *Client) send(ctx context.Context, o *outgoing) error {
 			<-c.inFlight
 			return warren.ErrClosed
 		}
-		c.pubMu.Lock()
+		select {
+		case c.pubMu <- struct{}{}:
+		case <-ctx.Done():
+			<-c.inFlight
+			c.forget(o)
+			return context.Cause(ctx)
+		}
 		c.mu.Lock()
-		if c.pub == nil {
-			c.mu.Unlock()
-			c.pubMu.Unlock()
+		ch := c.pub
+		c.mu.Unlock()
+		if ch == nil {
+			<-c.pubMu
 			continue // lost again meanwhile
 		}
-		c.sendLocked(o)
-		c.mu.Unlock()
-		c.pubMu.Unlock()
+		c.sendOn(ch, o)
+		<-c.pubMu
 		return nil
 	}
 }
 
-// sendLocked registers o under the channel's next delivery tag and publishes it. The caller
-// holds pubMu and mu. If the write fails (the connection is going), o waits for the next
-// connection; its tag is the next publish's (amqp091-go takes it back).
-func (c *Client) sendLocked(o *outgoing) {
-	tag := c.pub.GetNextPublishSeqNo()
+// sendOn registers o under ch's next delivery tag and publishes it. The caller holds pubMu,
+// not mu. If the write fails (the connection is going), o waits for the next connection; its
+// tag is the next publish's (amqp091-go takes it back).
+func (c *Client) sendOn(ch *amqp.Channel, o *outgoing) {
+	tag := ch.GetNextPublishSeqNo()
+	c.mu.Lock()
 	c.pending[tag] = o
+	o.returned = false // a return on an earlier connection does not count
 	if o.id != "" {
 		c.byID[o.id] = o
 	}
-	if err := c.pub.PublishWithContext(context.Background(), o.exchange, o.key, o.id != "", false, o.msg); err != nil {
+	c.mu.Unlock()
+	if err := ch.PublishWithContext(context.Background(), o.exchange, o.key, o.id != "", false, o.msg); err != nil {
+		c.mu.Lock()
 		delete(c.pending, tag)
 		c.unsent = append(c.unsent, o)
+		c.mu.Unlock()
 		c.cfg.logger.Debug("rabbitmq: publish failed; sent again once reconnected", "err", err)
 	}
 }
@@ -477,25 +498,34 @@ func (c *Client) forget(o *outgoing) {
 // DeclareTopology declares t on RabbitMQ (see the package's DeclareTopology, with the client's
 // [WithQueueType]) and again after every reconnect. While the client reconnects it waits.
 func (c *Client) DeclareTopology(t warren.Topology) error {
+	kept := false
 	for {
 		conn, err := c.connection(context.Background())
 		if err != nil {
 			return err
 		}
 		err = c.declareOn(conn, t)
-		if errors.Is(err, warren.ErrClosed) {
+		if err != nil && (errors.Is(err, warren.ErrClosed) || conn.IsClosed()) {
 			continue // the connection was lost meanwhile: declare on the next
 		}
 		if err != nil {
 			return err
 		}
 		c.mu.Lock()
-		c.topologies = append(c.topologies, t)
-		for _, x := range t.Exchanges {
-			c.exchanges[x.Name] = true
+		if !kept {
+			c.topologies = append(c.topologies, t)
+			for _, x := range t.Exchanges {
+				c.exchanges[x.Name] = true
+			}
+			kept = true
 		}
+		// A reconnection that began before t was kept may have declared the topologies
+		// without it: declare it on the connection that is current now, too.
+		stale := c.conn != conn || c.pub == nil
 		c.mu.Unlock()
-		return nil
+		if !stale {
+			return nil
+		}
 	}
 }
 
@@ -545,7 +575,9 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	var err error
 	if conn != nil {
-		err = conn.Close()
+		// A deadline: a write that stalls (RabbitMQ's flow control, a resource alarm) holds
+		// amqp091-go's send lock, which Close needs.
+		err = conn.CloseDeadline(time.Now().Add(time.Second))
 		if errors.Is(err, amqp.ErrClosed) {
 			err = nil
 		}

@@ -3,7 +3,6 @@ package rabbitmq
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,9 +18,6 @@ import (
 // Tests of Client (client.go) against a real RabbitMQ.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// quiet is a logger for clients whose reconnections the test causes.
-var quiet = slog.New(slog.DiscardHandler)
 
 // clientTopology is an exchange with a queue, a queue that refuses a second message, and a
 // durable queue.
@@ -114,10 +110,7 @@ func TestClientSurvivesCutConnections(t *testing.T) {
 	conn := dial(t)
 	top := unique(t, conn, clientTopology())
 	jobs := top.Queues[2].Name
-	p, through := newProxy(t, rabbitURL(t))
-	c, err := Dial(through, ReconnectBackoff(10*time.Millisecond, 100*time.Millisecond), MaxInFlight(64), WithLogger(quiet))
-	require.NoError(t, err)
-	defer c.Close()
+	p, c := proxied(t, ReconnectBackoff(10*time.Millisecond, 100*time.Millisecond), MaxInFlight(64))
 	require.NoError(t, c.DeclareTopology(top))
 
 	const publishers, each = 8, 250
@@ -171,16 +164,13 @@ func TestClientDeclaresAgain(t *testing.T) {
 	conn := dial(t)
 	top := unique(t, conn, clientTopology())
 	q := top.Queues[0].Name
-	p, through := newProxy(t, rabbitURL(t))
-	c, err := Dial(through, ReconnectBackoff(10*time.Millisecond, 50*time.Millisecond), WithLogger(quiet))
-	require.NoError(t, err)
-	defer c.Close()
+	p, c := proxied(t)
 	require.NoError(t, c.DeclareTopology(top))
 
 	p.setDown(true)
 	p.cut()
 	ch := channel(t, conn)
-	_, err = ch.QueueDelete(q, false, false, false)
+	_, err := ch.QueueDelete(q, false, false, false)
 	require.NoError(t, err)
 	p.setDown(false)
 	require.Eventually(t, func() bool {
@@ -239,4 +229,183 @@ func TestClientExchangeDeletedUnderIt(t *testing.T) {
 		bodies = append(bodies, string(d.Body))
 	}
 	require.Equal(t, []string{"before", "after", "declared again"}, bodies)
+}
+
+// While one publish's write stalls (TCP backpressure: RabbitMQ's flow control or a resource
+// alarm stop it reading), the confirms of earlier publishes still reach their callers. Were the
+// client's lock held across the write, the confirm listener would wait for it, and amqp091-go's
+// reader, which gives up handing a confirm over after 5 s, would drop one: its Publish would
+// never return.
+func TestClientConfirmsWhileAWriteStalls(t *testing.T) {
+	conn := dial(t)
+	top := unique(t, conn, clientTopology())
+	q := top.Queues[0].Name
+	p, c := proxied(t)
+	require.NoError(t, c.DeclareTopology(top))
+	ctx := context.Background()
+
+	p.pause(fromServer, true) // the confirms of m1 and m2 wait in the proxy
+	results := make(chan error, 2)
+	for _, b := range []string{"m1", "m2"} {
+		go func() { results <- c.Publish(ctx, "", q, warren.Message{Body: []byte(b)}) }()
+	}
+	require.Eventually(t, func() bool { return messageCount(t, conn, q) == 2 }, 5*time.Second, 10*time.Millisecond)
+
+	p.pause(fromClient, true) // the next write stalls once the socket buffers are full
+	big := make(chan error, 1)
+	go func() { big <- c.Publish(ctx, "", q, warren.Message{Body: make([]byte, 24<<20)}) }()
+	time.Sleep(500 * time.Millisecond)
+	p.pause(fromServer, false) // the confirms of m1 and m2 reach the client
+	time.Sleep(6 * time.Second)
+	p.pause(fromClient, false)
+
+	select {
+	case err := <-big:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the big publish did not return")
+	}
+	for range 2 {
+		select {
+		case err := <-results:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a publish RabbitMQ confirmed never returns: its confirm was dropped while the listener waited for c.mu")
+		}
+	}
+}
+
+// While one publish's write stalls, another Publish, waiting its turn to write, returns when its
+// ctx ends, and Close returns within its deadline.
+func TestClientWhileAWriteStalls(t *testing.T) {
+	conn := dial(t)
+	top := unique(t, conn, clientTopology())
+	q := top.Queues[0].Name
+	p, c := proxied(t)
+	require.NoError(t, c.DeclareTopology(top))
+
+	big := stallAWrite(t, p, c, q)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	err := c.Publish(ctx, "", q, warren.Message{Body: []byte("small")})
+	took := time.Since(start)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, took, 3*time.Second, "Publish returns when its ctx ends, not when the write does (took %v)", took)
+
+	start = time.Now()
+	c.Close() // an error is fine here; returning is not
+	took = time.Since(start)
+	<-big
+	require.Less(t, took, 3*time.Second, "Close does not wait for a stalled write (took %v)", took)
+}
+
+// stallAWrite publishes a 24 MiB message through p while p holds back what the client sends,
+// so that the write stalls once the socket buffers are full; p lets it through after 8 s. It
+// returns the publish's result.
+func stallAWrite(t *testing.T, p *proxy, c *Client, q string) <-chan error {
+	t.Helper()
+	p.pause(fromClient, true)
+	release := time.AfterFunc(8*time.Second, func() { p.pause(fromClient, false) })
+	t.Cleanup(func() { release.Stop() })
+	big := make(chan error, 1)
+	go func() { big <- c.Publish(context.Background(), "", q, warren.Message{Body: make([]byte, 24<<20)}) }()
+	time.Sleep(500 * time.Millisecond)
+	return big
+}
+
+// A connection lost in the middle of DeclareTopology (amqp091-go reports a FrameError, 501, not
+// ErrClosed) does not fail it: it declares on the next connection.
+func TestClientDeclareTopologyThroughALostConnection(t *testing.T) {
+	conn := dial(t)
+	top := unique(t, conn, clientTopology())
+	p, c := proxied(t)
+
+	p.pause(fromServer, true) // RabbitMQ's replies wait: the declaration is under way
+	done := make(chan error, 1)
+	go func() { done <- c.DeclareTopology(top) }()
+	time.Sleep(300 * time.Millisecond)
+	p.cut()
+	p.pause(fromServer, false)
+	select {
+	case err := <-done:
+		require.NoError(t, err, "declared on the next connection")
+	case <-time.After(10 * time.Second):
+		t.Fatal("DeclareTopology did not return")
+	}
+}
+
+// A mandatory publish returned on a connection that is lost before its confirm is sent again on
+// the next one, where it is routed (a binding was added meanwhile): the first connection's
+// basic.return does not count, and Publish returns nil for a message that is in the queue.
+func TestClientReturnOnALostConnectionDoesNotCount(t *testing.T) {
+	conn := dial(t)
+	top := unique(t, conn, clientTopology())
+	x, q := top.Exchanges[0].Name, top.Queues[0].Name
+	p, c := proxied(t)
+	require.NoError(t, c.DeclareTopology(top))
+
+	p.setDropAcks(true)
+	res := make(chan error, 1)
+	go func() {
+		res <- c.Publish(context.Background(), x, "later", warren.Message{Body: []byte("m")}, warren.Mandatory())
+	}()
+	time.Sleep(500 * time.Millisecond) // its basic.return reached the client; its ack was dropped
+	require.NoError(t, channel(t, conn).QueueBind(q, "later", x, false, nil))
+	p.setDropAcks(false)
+	p.cut()
+	select {
+	case err := <-res:
+		require.Equal(t, 1, messageCount(t, conn, q), "the message was routed on the next connection")
+		require.NoError(t, err, "routed and confirmed on the next connection")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Publish did not return")
+	}
+}
+
+// Confirms out of order (a quorum queue's come later than a classic queue's) are all handed
+// over. amqp091-go's reader hands a confirm to the listener while it holds the lock that
+// GetNextPublishSeqNo takes (resequencing); a publisher that held the client's lock while
+// calling it, with the listener waiting for the client's lock, would stall both until the
+// reader's 5 s timeout dropped the confirm.
+func TestClientOutOfOrderConfirms(t *testing.T) {
+	conn := dial(t)
+	top := unique(t, conn, warren.Topology{Queues: []warren.QueueDecl{{Name: "qq", Durable: true}, {Name: "cq"}}})
+	qq, cq := top.Queues[0].Name, top.Queues[1].Name
+	c, err := Dial(rabbitURL(t), WithQueueType(Quorum), MaxInFlight(1024), WithLogger(quiet))
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.DeclareTopology(top))
+
+	const publishers, each = 32, 300
+	var slow atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers)
+	for i := range publishers {
+		wg.Go(func() {
+			for j := range each {
+				ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+				q, persistent := cq, false
+				if (i+j)%2 == 0 {
+					q, persistent = qq, true
+				}
+				start := time.Now()
+				err := c.Publish(ctx, "", q, warren.Message{Body: []byte("x"), Persistent: persistent})
+				cancel()
+				if time.Since(start) > 4*time.Second {
+					slow.Add(1)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("publish %d-%d: %w", i, j, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.Zero(t, slow.Load(), "publishes that took more than 4 s")
 }

@@ -1,8 +1,11 @@
 package rabbitmq
 
 import (
+	"bufio"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -114,16 +117,36 @@ func readFixture(t *testing.T) warren.Topology {
 	return top
 }
 
-// proxy forwards TCP connections to a RabbitMQ, and can cut every connection it carries, as a
-// network failure or a restarted node would.
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	down   bool // refuse new connections (accept and close them)
-	wg     sync.WaitGroup
+// rabbitURL returns $WARREN_RABBITMQ_URL, or skips the test as dial does.
+func rabbitURL(t *testing.T) string {
+	t.Helper()
+	dial(t)
+	return os.Getenv(rabbitEnv)
 }
+
+// proxy is a TCP proxy to a RabbitMQ, as the network between the client and the node: it can
+// cut every connection it carries (a network failure, a restarted node), refuse new ones
+// (down), hold back either direction (pause: TCP backpressure, as RabbitMQ's flow control or a
+// resource alarm makes), and drop the basic.ack frames RabbitMQ sends (it parses the server's
+// frames).
+type proxy struct {
+	ln       net.Listener
+	target   string
+	mu       sync.Mutex
+	cond     *sync.Cond
+	paused   [2]bool
+	dropAcks bool
+	down     bool
+	conns    []net.Conn
+	wg       sync.WaitGroup
+}
+
+type direction int
+
+const (
+	fromClient direction = iota
+	fromServer
+)
 
 // newProxy starts a proxy to the RabbitMQ at rabbitURL and returns it with the URL to dial
 // through it; it stops when the test ends.
@@ -134,14 +157,31 @@ func newProxy(t *testing.T, rabbitURL string) (*proxy, string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &proxy{ln: ln, target: u.Host}
+	p.cond = sync.NewCond(&p.mu)
 	p.wg.Go(p.accept)
 	t.Cleanup(func() {
+		p.pause(fromClient, false)
+		p.pause(fromServer, false)
 		ln.Close()
 		p.cut()
 		p.wg.Wait()
 	})
 	u.Host = ln.Addr().String()
 	return p, u.String()
+}
+
+// quiet is a logger for clients whose reconnections the test causes.
+var quiet = slog.New(slog.DiscardHandler)
+
+// proxied returns a proxy to the test's RabbitMQ and a client dialled through it, reconnecting
+// within 50 ms, quiet, closed when the test ends; opts come after those and can change them.
+func proxied(t *testing.T, opts ...Option) (*proxy, *Client) {
+	t.Helper()
+	p, through := newProxy(t, rabbitURL(t))
+	c, err := Dial(through, append([]Option{ReconnectBackoff(10*time.Millisecond, 50*time.Millisecond), WithLogger(quiet)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return p, c
 }
 
 func (p *proxy) accept() {
@@ -165,9 +205,37 @@ func (p *proxy) accept() {
 		p.mu.Lock()
 		p.conns = append(p.conns, in, out)
 		p.mu.Unlock()
-		p.wg.Go(func() { io.Copy(out, in); out.Close() })
-		p.wg.Go(func() { io.Copy(in, out); in.Close() })
+		p.wg.Go(func() { p.forwardBytes(out, in); out.Close() })
+		p.wg.Go(func() { p.forwardFrames(in, out); in.Close() })
 	}
+}
+
+func (p *proxy) wait(d direction) {
+	p.mu.Lock()
+	for p.paused[d] {
+		p.cond.Wait()
+	}
+	p.mu.Unlock()
+}
+
+func (p *proxy) pause(d direction, paused bool) {
+	p.mu.Lock()
+	p.paused[d] = paused
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+func (p *proxy) setDropAcks(drop bool) {
+	p.mu.Lock()
+	p.dropAcks = drop
+	p.mu.Unlock()
+}
+
+// setDown makes the proxy refuse new connections (down) or carry them again.
+func (p *proxy) setDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	p.mu.Unlock()
 }
 
 // cut closes every connection the proxy carries now; later ones go through.
@@ -180,16 +248,56 @@ func (p *proxy) cut() {
 	p.conns = nil
 }
 
-// setDown makes the proxy refuse new connections (down) or carry them again.
-func (p *proxy) setDown(down bool) {
-	p.mu.Lock()
-	p.down = down
-	p.mu.Unlock()
+// forwardBytes copies client → server, holding back while paused.
+func (p *proxy) forwardBytes(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.wait(fromClient)
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
-// rabbitURL returns $WARREN_RABBITMQ_URL, or skips the test as dial does.
-func rabbitURL(t *testing.T) string {
+// forwardFrames copies server → client frame by frame, holding back while paused and dropping
+// basic.ack (class 60, method 80) while dropAcks.
+func (p *proxy) forwardFrames(dst, src net.Conn) {
+	r := bufio.NewReader(src)
+	for {
+		h := make([]byte, 7)
+		if _, err := io.ReadFull(r, h); err != nil {
+			return
+		}
+		size := binary.BigEndian.Uint32(h[3:7])
+		rest := make([]byte, int(size)+1)
+		if _, err := io.ReadFull(r, rest); err != nil {
+			return
+		}
+		p.mu.Lock()
+		drop := p.dropAcks && h[0] == 1 && size >= 4 && binary.BigEndian.Uint16(rest[0:2]) == 60 && binary.BigEndian.Uint16(rest[2:4]) == 80
+		p.mu.Unlock()
+		if drop {
+			continue
+		}
+		p.wait(fromServer)
+		if _, err := dst.Write(append(h, rest...)); err != nil {
+			return
+		}
+	}
+}
+
+// messageCount returns how many messages queue q holds.
+func messageCount(t *testing.T, conn *amqp.Connection, q string) int {
 	t.Helper()
-	dial(t)
-	return os.Getenv(rabbitEnv)
+	ch := channel(t, conn)
+	defer ch.Close()
+	st, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
+	require.NoError(t, err)
+	return st.Messages
 }

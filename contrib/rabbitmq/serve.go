@@ -56,8 +56,8 @@ func (c *Client) Serve(ctx context.Context, queue string, h warren.Handler, opts
 		}
 		src, err := c.consume(conn, queue, s)
 		if err != nil {
-			if errors.Is(err, warren.ErrClosed) && !c.isClosed() {
-				continue // lost meanwhile: consume on the next connection
+			if (conn.IsClosed() || errors.Is(err, warren.ErrClosed)) && !c.isClosed() {
+				continue // lost meanwhile (amqp091-go says ErrClosed, or EOF): consume on the next connection
 			}
 			return err
 		}
@@ -121,27 +121,25 @@ func (c *Client) consume(conn *amqp.Connection, queue string, s warren.ServeSett
 	}
 	k := &consumer{ch: ch, tag: s.Tag, out: make(chan warren.Delivery), done: make(chan struct{}),
 		stopped: make(chan struct{}), outstanding: map[uint64]bool{}}
-	k.wg.Go(func() { k.forward(deliveries) })
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	k.wg.Go(func() { k.forward(deliveries, closed) })
 	return k, nil
 }
 
 // forward hands RabbitMQ's deliveries to the pool until the channel closes or Cancel.
-func (k *consumer) forward(deliveries <-chan amqp.Delivery) {
+func (k *consumer) forward(deliveries <-chan amqp.Delivery, closed <-chan *amqp.Error) {
 	defer close(k.done)
 	defer close(k.out)
 	for {
 		select {
 		case <-k.stopped:
 			return
+		case <-closed: // the channel is gone, whatever its deliveries say
+			k.lost()
+			return
 		case d, ok := <-deliveries:
 			if !ok {
-				k.mu.Lock()
-				select {
-				case <-k.stopped:
-				default:
-					k.err = errConnectionLost
-				}
-				k.mu.Unlock()
+				k.lost()
 				return
 			}
 			wd := warren.NewDelivery(delivery(d), k)
@@ -155,6 +153,17 @@ func (k *consumer) forward(deliveries <-chan amqp.Delivery) {
 				return
 			}
 		}
+	}
+}
+
+// lost records that the consumer's channel closed under it, unless Cancel came first.
+func (k *consumer) lost() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	select {
+	case <-k.stopped:
+	default:
+		k.err = errConnectionLost
 	}
 }
 

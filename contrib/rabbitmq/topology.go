@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -25,8 +26,9 @@ const (
 	//     by 3.10's quorum queues; RabbitMQ 4's have two levels only), whose delivery limit, if
 	//     any, then makes the declaration fail with [warren.ErrUnsupported].
 	//   - A quorum queue of RabbitMQ 4 has a delivery limit of 20 unless told otherwise; warren's
-	//     queues have none unless set, so a queue without "x-delivery-limit" is declared with -1,
-	//     no limit, which RabbitMQ 3.10 accepts too.
+	//     queues have none unless set, so a queue without "x-delivery-limit" is declared with
+	//     2147483647, the largest. Not -1, which RabbitMQ 4 reads as no limit but 3.10 accepts and
+	//     reads as none allowed: every returned message is dropped (measured).
 	//   - "x-queue-mode" (lazy) is left out: a quorum queue keeps its messages on disk anyway,
 	//     and refuses the argument.
 	//   - basic.get on a quorum queue with single active consumer is refused (405).
@@ -126,10 +128,14 @@ func queueArguments(q warren.QueueDecl, qt QueueType) (warren.Table, error) {
 	args["x-queue-type"] = string(Quorum)
 	delete(args, "x-queue-mode")
 	if _, ok := args["x-delivery-limit"]; !ok {
-		args["x-delivery-limit"] = int64(-1)
+		args["x-delivery-limit"] = int64(noDeliveryLimit)
 	}
 	return args, nil
 }
+
+// noDeliveryLimit is the delivery limit of a quorum queue declared without one: RabbitMQ's
+// largest (a 32-bit signed count), which no message reaches, on every version.
+const noDeliveryLimit = math.MaxInt32
 
 // wrap returns err, from amqp091-go, wrapping the warren error of its AMQP reply code, with
 // what was being done.

@@ -200,6 +200,36 @@ func TestDeclareTopologyQuorum(t *testing.T) {
 	}
 	require.Equal(t, 3, warrenDeliveries)
 	require.Equal(t, warrenDeliveries, rabbitDeliveries, "RabbitMQ's quorum queue and warren agree")
+
+	// A quorum queue declared without a limit has none: a message comes back after more returns
+	// than RabbitMQ 4's default of 20, whether nacked or held by a channel that closes.
+	unlimited := top.Queues[0].Name
+	require.NoError(t, ch.PublishWithContext(context.Background(), "", unlimited, false, false, amqp.Publishing{Body: []byte("again")}))
+	get := func(ch *amqp.Channel) amqp.Delivery {
+		t.Helper()
+		var d amqp.Delivery
+		require.Eventually(t, func() bool {
+			var ok bool
+			var err error
+			d, ok, err = ch.Get(unlimited, false)
+			require.NoError(t, err)
+			return ok
+		}, 5*time.Second, 5*time.Millisecond, "the message is still there")
+		return d
+	}
+	for i := range 25 {
+		if i%2 == 0 {
+			require.NoError(t, get(ch).Nack(false, true))
+			continue
+		}
+		held := channel(t, conn)
+		get(held)
+		require.NoError(t, held.Close())
+	}
+	d := get(ch)
+	require.Equal(t, "again", string(d.Body))
+	require.True(t, d.Redelivered)
+	require.NoError(t, d.Ack(false))
 }
 
 // A redeclaration that is not equivalent fails as it does in warren, wrapping both errors.
@@ -242,7 +272,7 @@ func TestDeclareTopologyRefuses(t *testing.T) {
 
 	args, err := queueArguments(warren.QueueDecl{Name: "q", Durable: true, Arguments: warren.Table{"x-queue-mode": "lazy"}}, Quorum)
 	require.NoError(t, err)
-	require.Equal(t, warren.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(-1)}, args, "quorum: no lazy mode, no default limit of 20")
+	require.Equal(t, warren.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(noDeliveryLimit)}, args, "quorum: no lazy mode, no default limit of 20")
 	args, err = queueArguments(warren.QueueDecl{Name: "q", Durable: true, Arguments: warren.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(5)}}, Classic)
 	require.NoError(t, err)
 	require.Equal(t, warren.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(5)}, args, "a queue that says it is quorum is one")
