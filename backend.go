@@ -71,7 +71,7 @@ type ServeSettings struct {
 	Exclusive  bool          // [Exclusive]
 	Selector   bool          // a [Selector] is given
 	AckTimeout time.Duration // [AckTimeout]; 0 when not given
-	Backoff    bool          // a [Backoff] is given: failed deliveries are returned with NackWithDelay
+	BackoffMax time.Duration // the longest delay of a [Backoff]: failed deliveries are returned with NackWithDelay; 0 without one
 }
 
 // ReadServeOptions returns what opts ask of the consumer, or the error an invalid one makes
@@ -88,7 +88,7 @@ func ReadServeOptions(opts ...ServeOption) (ServeSettings, error) {
 	}
 	s := ServeSettings{Workers: cfg.workers, Prefetch: cfg.consume.prefetch, Tag: cfg.consume.tag, Priority: cfg.consume.priority,
 		Exclusive: cfg.consume.exclusive, Selector: cfg.consume.selector != nil, AckTimeout: max(cfg.consume.ackTimeout, 0),
-		Backoff: cfg.backoff != nil}
+		BackoffMax: cfg.longest}
 	if !cfg.consume.prefetchSet {
 		s.Prefetch = cfg.workers
 	}

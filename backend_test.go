@@ -199,7 +199,7 @@ func TestReadServeOptions(t *testing.T) {
 		warren.Exclusive(), warren.Selector(func(*warren.Message) bool { return true }), warren.AckTimeout(time.Minute), warren.Backoff(time.Second, time.Minute))
 	require.NoError(t, err)
 	require.Equal(t, warren.ServeSettings{Workers: 2, Prefetch: 10, Tag: "t", Priority: 3, Exclusive: true, Selector: true,
-		AckTimeout: time.Minute, Backoff: true}, s)
+		AckTimeout: time.Minute, BackoffMax: time.Minute}, s)
 	for _, bad := range []warren.ServeOption{warren.Workers(0), warren.Prefetch(0), warren.AutoAck(), warren.Selector(nil), warren.GracePeriod(-1)} {
 		_, err := warren.ReadServeOptions(bad)
 		require.ErrorIs(t, err, warren.ErrInvalidArgument)

@@ -19,6 +19,7 @@ type serveConfig struct {
 	consume consumeConfig
 	workers int
 	backoff func(attempt int) time.Duration // nil: a failed message goes back at once
+	longest time.Duration                   // backoff's longest delay
 	grace   time.Duration                   // how long running handlers keep their context after Serve's ends
 	started func()                          // OnStart
 	err     error
@@ -39,6 +40,7 @@ func Backoff(initial, max time.Duration) ServeOption {
 			c.err = errorf("serve: backoff %v to %v: want 0 < initial ≤ max: %w", initial, max, ErrInvalidArgument)
 			return
 		}
+		c.longest = max
 		c.backoff = func(attempt int) time.Duration {
 			d := initial
 			for ; attempt > 0 && d < max; attempt-- {

@@ -51,6 +51,9 @@ type Client struct {
 	done       chan struct{} // closed by Close
 	inFlight   chan struct{} // a slot per unconfirmed publish
 
+	retryMu     sync.Mutex      // serialises the declaration of retry queues; taken before mu
+	retryQueues map[string]bool // retry queues declared (retry.go)
+
 	wg sync.WaitGroup // the keeper and the confirm listener
 }
 
@@ -119,7 +122,7 @@ func Dial(url string, opts ...Option) (*Client, error) {
 		cfg.logger = slog.Default()
 	}
 	c := &Client{url: url, cfg: cfg, up: make(chan struct{}), pubMu: make(chan struct{}, 1), pending: map[uint64]*outgoing{}, byID: map[string]*outgoing{},
-		exchanges: map[string]bool{"": true}, done: make(chan struct{}), inFlight: make(chan struct{}, cfg.maxInFlight)}
+		exchanges: map[string]bool{"": true}, retryQueues: map[string]bool{}, done: make(chan struct{}), inFlight: make(chan struct{}, cfg.maxInFlight)}
 	conn, err := c.connect()
 	if err != nil {
 		return nil, err

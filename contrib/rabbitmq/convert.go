@@ -68,11 +68,11 @@ func publishing(msg warren.Message, extraKey, extraValue string) amqp.Publishing
 	}
 }
 
-// message returns a RabbitMQ delivery's message as warren's, without the client's own header.
+// message returns a RabbitMQ delivery's message as warren's, without the client's own headers.
 func message(d amqp.Delivery) warren.Message {
 	var headers warren.Table
 	for k, v := range d.Headers {
-		if k == publishIDHeader {
+		if k == publishIDHeader || k == retriesHeader {
 			continue
 		}
 		if headers == nil {

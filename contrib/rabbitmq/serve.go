@@ -17,13 +17,23 @@ import (
 // [warren.Queue.Serve] settles it (nil acks, an error requeues, [warren.Permanent] rejects, a
 // panic requeues), with the same [warren.Workers], [warren.Prefetch] (basic.qos),
 // [warren.ConsumerTag], [warren.ConsumerPriority] ("x-priority"), [warren.Exclusive],
-// [warren.GracePeriod] and [warren.OnStart]. What RabbitMQ has no counterpart for fails with
-// [warren.ErrUnsupported]: [warren.Selector], a consumer's [warren.AckTimeout] (RabbitMQ's is
-// the queue's "x-consumer-timeout"), and, until this package declares the retry queues it
-// needs, [warren.Backoff].
+// [warren.GracePeriod] and [warren.OnStart]; [warren.Backoff] with retry queues (see below). What
+// RabbitMQ has no counterpart for fails with [warren.ErrUnsupported]: [warren.Selector], a
+// consumer's [warren.AckTimeout] (RabbitMQ's is the queue's "x-consumer-timeout"), and a
+// Backoff longer than a retry queue's longest message TTL (2³²−1 ms).
 //
-// A delivery's DeliveryCount is RabbitMQ's "x-delivery-count" header, which quorum queues set;
-// a classic queue has none, and a redelivered message counts 1. When the connection drops,
+// A failure that is to come back after a delay ([warren.Backoff], or a handler's own
+// [warren.Delivery.NackWithDelay]) takes RabbitMQ's retry pattern: a copy waits out the delay
+// in a retry queue ("<queue>.retry.<ms>", declared by the client, a message TTL dead-lettering
+// back to queue) and comes back at the queue's tail, where warren keeps its place; the
+// queue's delivery limit, if the client declared the queue, is kept across the copies by the
+// client, and the failure that exceeds it rejects the message (dead-lettered with reason
+// "rejected", where warren says "delivery_limit"). Retries carry RabbitMQ's x-death entries of
+// the retry queues (reason "expired"), which warren's do not.
+//
+// A delivery's DeliveryCount is RabbitMQ's "x-delivery-count" header, which quorum queues set
+// (a classic queue has none, and a redelivered message counts 1), plus the deliveries of the
+// copies before it when it is a retry. When the connection drops,
 // what the handlers hold cannot be settled any more (their settlement fails, logged at debug
 // level): RabbitMQ delivers those messages again, redelivered, and Serve goes on on the next
 // connection. It returns nil once ctx ends and its handlers are done, or the error that keeps it
@@ -38,8 +48,8 @@ func (c *Client) Serve(ctx context.Context, queue string, h warren.Handler, opts
 		return fmt.Errorf("rabbitmq: serve: Selector: RabbitMQ has no selectors: %w", warren.ErrUnsupported)
 	case s.AckTimeout > 0:
 		return fmt.Errorf("rabbitmq: serve: AckTimeout: RabbitMQ's consumer timeout is the queue's x-consumer-timeout: %w", warren.ErrUnsupported)
-	case s.Backoff:
-		return fmt.Errorf("rabbitmq: serve: Backoff: retry queues are not declared yet: %w", warren.ErrUnsupported)
+	case s.BackoffMax > maxRetryDelay:
+		return fmt.Errorf("rabbitmq: serve: Backoff up to %v: a retry queue holds a message for at most %v: %w", s.BackoffMax, maxRetryDelay, warren.ErrUnsupported)
 	case h == nil:
 		return fmt.Errorf("rabbitmq: serve: nil handler: %w", warren.ErrInvalidArgument)
 	}
@@ -95,9 +105,19 @@ type consumer struct {
 	stopOnce sync.Once
 	stopped  chan struct{} // closed by Cancel
 
+	c     *Client
+	queue string
+	limit int64 // the queue's delivery limit as the client declared it; -1 for none
+
 	mu          sync.Mutex
 	err         error
-	outstanding map[uint64]bool // delivery tags handed over and not settled: at most the prefetch
+	outstanding map[uint64]held // deliveries handed over and not settled, by tag: at most the prefetch
+}
+
+// held is a delivery the pool holds, as far as a retry needs it.
+type held struct {
+	msg        warren.Message
+	deliveries int // before this one: its DeliveryCount
 }
 
 // consume starts a consumer of queue on a channel of its own on conn.
@@ -120,7 +140,7 @@ func (c *Client) consume(conn *amqp.Connection, queue string, s warren.ServeSett
 		return nil, wrap(err, "consume from queue %q", queue)
 	}
 	k := &consumer{ch: ch, tag: s.Tag, out: make(chan warren.Delivery), done: make(chan struct{}),
-		stopped: make(chan struct{}), outstanding: map[uint64]bool{}}
+		stopped: make(chan struct{}), c: c, queue: queue, limit: c.deliveryLimit(queue), outstanding: map[uint64]held{}}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	k.wg.Go(func() { k.forward(deliveries, closed) })
 	return k, nil
@@ -142,9 +162,10 @@ func (k *consumer) forward(deliveries <-chan amqp.Delivery, closed <-chan *amqp.
 				k.lost()
 				return
 			}
-			wd := warren.NewDelivery(delivery(d), k)
+			desc := delivery(d)
+			wd := warren.NewDelivery(desc, k)
 			k.mu.Lock()
-			k.outstanding[d.DeliveryTag] = true
+			k.outstanding[d.DeliveryTag] = held{msg: desc.Message, deliveries: desc.DeliveryCount}
 			k.mu.Unlock()
 			select {
 			case k.out <- wd:
@@ -180,7 +201,12 @@ func delivery(d amqp.Delivery) warren.Delivery {
 			count = 1
 		}
 	}
-	return warren.Delivery{Message: message(d), Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered,
+	redelivered := d.Redelivered
+	if n, ok := d.Headers[retriesHeader].(int64); ok && n > 0 {
+		count += int(n)
+		redelivered = true // its message was delivered before, as a copy
+	}
+	return warren.Delivery{Message: message(d), Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: redelivered,
 		DeliveryCount: count, DeliveryTag: d.DeliveryTag, ConsumerTag: d.ConsumerTag}
 }
 
@@ -209,7 +235,8 @@ func (k *consumer) close() {
 // Settle settles a delivery on the consumer's channel, once.
 func (k *consumer) Settle(tag uint64, o warren.Outcome, delay time.Duration) error {
 	k.mu.Lock()
-	if !k.outstanding[tag] {
+	h, ok := k.outstanding[tag]
+	if !ok {
 		k.mu.Unlock()
 		return fmt.Errorf("rabbitmq: settle delivery %d: %w", tag, warren.ErrAlreadySettled)
 	}
@@ -217,11 +244,8 @@ func (k *consumer) Settle(tag uint64, o warren.Outcome, delay time.Duration) err
 	k.mu.Unlock()
 	var err error
 	switch {
-	case delay > 0:
-		err = k.ch.Nack(tag, false, true)
-		if err == nil {
-			err = fmt.Errorf("rabbitmq: settle delivery %d: a delay: returned at once: %w", tag, warren.ErrUnsupported)
-		}
+	case o == warren.Requeued && delay > 0:
+		return k.retry(tag, h, delay)
 	case o == warren.Acked:
 		err = k.ch.Ack(tag, false)
 	case o == warren.Requeued:
@@ -229,8 +253,8 @@ func (k *consumer) Settle(tag uint64, o warren.Outcome, delay time.Duration) err
 	default:
 		err = k.ch.Reject(tag, false)
 	}
-	if err != nil && !errors.Is(err, warren.ErrUnsupported) {
+	if err != nil {
 		return wrap(err, "settle delivery %d", tag)
 	}
-	return err
+	return nil
 }

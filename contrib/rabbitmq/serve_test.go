@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
 )
 
-// Tests of Client.Serve (serve.go): the same handler code on warren and on RabbitMQ.
+// Tests of Client.Serve (serve.go) and its retries (retry.go), beyond the suite of
+// warren.Backend (backend_test.go).
 
 // jobsTopology is a work queue with a delivery limit that dead-letters into a queue of dead
 // jobs.
@@ -23,95 +25,6 @@ func jobsTopology() warren.Topology {
 			"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"}},
 		{Name: "dead", Durable: true},
 	}}
-}
-
-// runJobs runs four jobs through any backend with one handler: one that succeeds, one that
-// fails once, one that is permanently bad, one that always fails. It returns how many attempts
-// each took and what was dead-lettered, once all four are done.
-func runJobs(t *testing.T, b warren.Backend, top warren.Topology) (attempts map[string]int, dead []string) {
-	t.Helper()
-	jobs, deadQ := top.Queues[0].Name, top.Queues[1].Name
-	require.NoError(t, b.DeclareTopology(top))
-	ctx, cancel := context.WithCancel(context.Background())
-	var (
-		mu       sync.Mutex
-		finished = make(chan string, 8)
-	)
-	attempts = map[string]int{}
-	handler := func(_ context.Context, d warren.Delivery) error {
-		body := string(d.Message.Body)
-		mu.Lock()
-		attempts[body]++
-		n := attempts[body]
-		mu.Unlock()
-		switch body {
-		case "ok":
-		case "fails-once":
-			if n == 1 {
-				return errors.New("not yet")
-			}
-		case "bad":
-			return warren.Permanent(errors.New("cannot be done"))
-		case "always":
-			return errors.New("never")
-		}
-		finished <- body
-		return nil
-	}
-	deadHandler := func(_ context.Context, d warren.Delivery) error {
-		finished <- "dead:" + string(d.Message.Body)
-		return nil
-	}
-	var served sync.WaitGroup
-	for queue, h := range map[string]warren.Handler{jobs: handler, deadQ: deadHandler} {
-		served.Go(func() {
-			if err := b.Serve(ctx, queue, h, warren.Workers(2)); err != nil {
-				t.Errorf("serve %s: %v", queue, err)
-			}
-		})
-	}
-	for _, body := range []string{"ok", "fails-once", "bad", "always"} {
-		require.NoError(t, b.Publish(ctx, "", jobs, warren.Message{Body: []byte(body), Persistent: true}))
-	}
-	var done []string
-	timeout := time.After(30 * time.Second)
-	for len(done) < 4 {
-		select {
-		case f := <-finished:
-			done = append(done, f)
-			if len(f) > 5 && f[:5] == "dead:" {
-				dead = append(dead, f[5:])
-			}
-		case <-timeout:
-			t.Fatalf("not done: %v, attempts %v", done, attempts)
-		}
-	}
-	cancel()
-	served.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	return attempts, dead
-}
-
-// The same handler on warren and on RabbitMQ (quorum queues): the same attempts, the same
-// dead letters.
-func TestServeAsWarren(t *testing.T) {
-	conn := dial(t)
-	top := unique(t, conn, jobsTopology())
-
-	b := warren.New()
-	defer b.Close()
-	inWarren, deadInWarren := runJobs(t, b, top)
-
-	c, err := Dial(rabbitURL(t), WithQueueType(Quorum))
-	require.NoError(t, err)
-	defer c.Close()
-	inRabbit, deadInRabbit := runJobs(t, c, top)
-
-	require.Equal(t, map[string]int{"ok": 1, "fails-once": 2, "bad": 1, "always": 4}, inWarren)
-	require.Equal(t, inWarren, inRabbit)
-	require.ElementsMatch(t, []string{"bad", "always"}, deadInWarren)
-	require.ElementsMatch(t, deadInWarren, deadInRabbit)
 }
 
 // What RabbitMQ has no counterpart for is refused.
@@ -125,7 +38,7 @@ func TestServeRefuses(t *testing.T) {
 	ok := func(context.Context, warren.Delivery) error { return nil }
 	ctx := context.Background()
 	for _, opt := range []warren.ServeOption{warren.Selector(func(*warren.Message) bool { return true }), warren.AckTimeout(time.Minute),
-		warren.Backoff(time.Second, time.Minute)} {
+		warren.Backoff(time.Second, 50*24*time.Hour)} {
 		require.ErrorIs(t, c.Serve(ctx, top.Queues[0].Name, ok, opt), warren.ErrUnsupported)
 	}
 	require.ErrorIs(t, c.Serve(ctx, top.Queues[0].Name, ok, warren.Workers(0)), warren.ErrInvalidArgument)
@@ -189,4 +102,49 @@ func TestServeSurvivesCutConnections(t *testing.T) {
 	defer mu.Unlock()
 	require.Positive(t, redeliver, "the cuts returned what was unacked: the test cut something")
 	t.Logf("%d messages handled through 2 cut connections; %d deliveries were redeliveries", n, redeliver)
+}
+
+// A retry waits in a retry queue the client declared ("<queue>.retry.<ms>", a quorum queue for
+// a quorum client, its TTL the delay) and comes back with RabbitMQ's x-death entry of it.
+func TestServeRetryQueues(t *testing.T) {
+	conn := dial(t)
+	top := unique(t, conn, warren.Topology{Queues: []warren.QueueDecl{{Name: "work", Durable: true}}})
+	q := top.Queues[0].Name
+	c, err := Dial(rabbitURL(t), WithQueueType(Quorum), WithLogger(quiet))
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.DeclareTopology(top))
+	retryQ := q + ".retry.150"
+	t.Cleanup(func() { channel(t, conn).QueueDelete(retryQ, false, false, false) })
+
+	require.NoError(t, c.Publish(context.Background(), "", q, warren.Message{Body: []byte("m")}))
+	attempts := make(chan warren.Delivery, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- c.Serve(ctx, q, func(_ context.Context, d warren.Delivery) error {
+			attempts <- d
+			if d.DeliveryCount == 0 {
+				return errors.New("later")
+			}
+			return nil
+		}, warren.Backoff(150*time.Millisecond, time.Second))
+	}()
+	<-attempts
+	second := <-attempts
+	cancel()
+	require.NoError(t, <-served)
+	require.Equal(t, 1, second.DeliveryCount)
+	deaths, _ := second.Message.Headers["x-death"].([]any)
+	require.Len(t, deaths, 1)
+	death := deaths[0].(warren.Table)
+	require.Equal(t, []any{retryQ, "expired"}, []any{death["queue"], death["reason"]})
+	require.NotContains(t, second.Message.Headers, retriesHeader, "the client's own header is not shown")
+
+	ch := channel(t, conn)
+	_, err = ch.QueueDeclare(retryQ, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-message-ttl": int64(150),
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q, "x-overflow": "reject-publish",
+		"x-dead-letter-strategy": "at-least-once", "x-delivery-limit": int64(noDeliveryLimit)})
+	require.NoError(t, err, "declared as the client says")
 }
