@@ -25,26 +25,34 @@ import (
 
 // Run runs every scenario of the suite as a subtest of t, each on a backend from open.
 func Run(t *testing.T, open func(t *testing.T) warren.Backend) {
-	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			b := open(t)
-			e := &env{t: t, b: b, prefix: fmt.Sprintf("backendtest.%d.%s.", time.Now().UnixNano(), sc.name)}
-			t.Cleanup(func() {
-				e.stop()
-				b.Close()
-			})
-			sc.run(e)
-		})
+	for _, sc := range Scenarios() {
+		t.Run(sc.Name, func(t *testing.T) { sc.Run(t, open(t)) })
 	}
 }
 
-// Scenarios returns the names of the suite's scenarios, in the order Run runs them.
-func Scenarios() []string {
-	names := make([]string, len(scenarios))
+// Scenario is one behaviour of the suite.
+type Scenario struct {
+	Name string
+	// Run checks the behaviour on b, which it closes before it returns (after everything it
+	// started has stopped).
+	Run func(t *testing.T, b warren.Backend)
+}
+
+// Scenarios returns the suite's scenarios, in the order Run runs them, for a test that runs them
+// its own way (in a synctest bubble, for one).
+func Scenarios() []Scenario {
+	out := make([]Scenario, len(scenarios))
 	for i, sc := range scenarios {
-		names[i] = sc.name
+		out[i] = Scenario{Name: sc.name, Run: func(t *testing.T, b warren.Backend) {
+			e := &env{t: t, b: b, prefix: fmt.Sprintf("backendtest.%d.%s.", time.Now().UnixNano(), sc.name)}
+			defer func() {
+				e.stop()
+				b.Close()
+			}()
+			sc.run(e)
+		}}
 	}
-	return names
+	return out
 }
 
 // wait is how long a scenario waits for something that is to happen.
