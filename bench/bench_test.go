@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 )
@@ -19,6 +20,39 @@ func TestWorkloadsVerify(t *testing.T) {
 	}
 	for _, system := range SuiteSystems(false) {
 		if NeedsRabbit(system) {
+			continue
+		}
+		for _, c := range cases {
+			verifyCase(t, system, c, sz)
+		}
+	}
+}
+
+// rabbitEnv names the variable that points the tests at a RabbitMQ, as in contrib/rabbitmq's
+// tests; CI sets it after starting one (rabbitmq.sh).
+const rabbitEnv = "WARREN_RABBITMQ_URL"
+
+// TestRabbitWorkloadsVerify runs the workloads at toy size on the systems that talk to
+// RabbitMQ, when $WARREN_RABBITMQ_URL says where one is (else it skips; set, the node must be
+// reachable).
+func TestRabbitWorkloadsVerify(t *testing.T) {
+	url := os.Getenv(rabbitEnv)
+	if url == "" {
+		t.Skipf("%s is not set: no RabbitMQ to run rabbitmq and rabbitmq-client against (./rabbitmq.sh start, then %s=%s)", rabbitEnv, rabbitEnv, RabbitURL)
+	}
+	RabbitURL = url
+	if err := ProbeRabbit(); err != nil {
+		t.Fatalf("%s is set: RabbitMQ must be reachable there: %v", rabbitEnv, err)
+	}
+	sz := QuickSizes()
+	sz.W1, sz.W2, sz.W3, sz.S2Messages = 2000, 2000, 2000, 1000
+	sz.W4Queue, sz.W4Requeue, sz.S1Measure, sz.S1Batch = 2000, 200, 1000, 250
+	cases, err := CaseIDs("W1,W2,W3,W4,S1/1k,S2/10,S2/10kq", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, system := range Systems() {
+		if !NeedsRabbit(system) || specs[system].Durable {
 			continue
 		}
 		for _, c := range cases {

@@ -2,7 +2,10 @@ module github.com/warrenmq/warren/bench
 
 go 1.26.0
 
-replace github.com/warrenmq/warren => ../
+replace (
+	github.com/warrenmq/warren => ../
+	github.com/warrenmq/warren/contrib/rabbitmq => ../contrib/rabbitmq
+)
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
@@ -10,6 +13,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/warrenmq/warren v0.0.0-00010101000000-000000000000
+	github.com/warrenmq/warren/contrib/rabbitmq v0.0.0-00010101000000-000000000000
 	gonum.org/v1/plot v0.17.0
 )
 

@@ -17,14 +17,15 @@ import (
 // RabbitURL is where the rabbitmq system connects (bench/rabbitmq.sh starts a node there).
 var RabbitURL = "amqp://guest:guest@127.0.0.1:5672/"
 
-// RabbitConfirmWindow is the most unconfirmed publishes a RabbitMQ producer keeps in flight.
+// RabbitConfirmWindow is the most unconfirmed publishes a RabbitMQ producer keeps in flight
+// (cmd/bench's -rabbit-window; the systems' Setup texts say 4000).
 var RabbitConfirmWindow = 4000
 
 func init() {
 	register(Spec{
 		Info: Info{
 			Name: "rabbitmq", Ordered: true, Acks: true, Backlog: true, ClientOnly: true,
-			Setup: "RabbitMQ from Debian's `rabbitmq-server` package on 127.0.0.1 (`bench/rabbitmq.sh`), `amqp091-go`; one connection and channel per producer and per consumer; classic queues, not durable, transient messages (nothing written to disk on purpose); publisher confirms with at most 4000 unconfirmed per producer, waited for at the end; `basic.qos(prefetch)`, `basic.consume` with manual ack, `basic.ack` per message, `basic.nack(multiple, requeue)` to requeue. Allocations and peak RSS are the client process's only; the node's RSS after W3's publish phase is reported apart",
+			Setup: "RabbitMQ from Debian's `rabbitmq-server` package on 127.0.0.1 (`bench/rabbitmq.sh`), `amqp091-go`; one connection and channel per producer and per consumer; classic queues, not durable, transient messages (nothing written to disk on purpose); publisher confirms with at most 4000 unconfirmed per producer (`-rabbit-window`), waited for at the end; `basic.qos(prefetch)`, `basic.consume` with manual ack, `basic.ack` per message, `basic.nack(multiple, requeue)` to requeue. Allocations and peak RSS are the client process's only; the node's RSS after W3's publish phase is reported apart",
 		},
 		Open: func() (System, error) { return newRabbit(false) },
 	})
@@ -157,9 +158,12 @@ func (s *rabbitSys) Close() error {
 	return nil
 }
 
-// ServerRSS returns the RabbitMQ node's resident set size now, from the pid file that
+// ServerRSS returns the RabbitMQ node's resident set size now.
+func (s *rabbitSys) ServerRSS() (int64, bool) { return rabbitServerRSS() }
+
+// rabbitServerRSS returns the RabbitMQ node's resident set size now, from the pid file that
 // rabbitmq.sh's node writes.
-func (s *rabbitSys) ServerRSS() (int64, bool) {
+func rabbitServerRSS() (int64, bool) {
 	dir := os.Getenv("WARREN_BENCH_RABBITMQ_DIR")
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "warren-bench-rabbitmq")
@@ -360,10 +364,7 @@ func (s *rabbitSys) PublishTopic(key string, body []byte) error {
 func (s *rabbitSys) FlushTopic() error { return s.topicPub.Flush() }
 
 func (s *rabbitSys) DrainTopic(perBinding []int, queues int) ([][]uint64, error) {
-	want := make([]int, queues)
-	for i, n := range perBinding {
-		want[i%queues] += n
-	}
+	want := perQueue(perBinding, queues)
 	out := make([][]uint64, queues)
 	ch, err := s.conn.Channel()
 	if err != nil {
@@ -394,6 +395,16 @@ func (s *rabbitSys) DrainTopic(perBinding []int, queues int) ([][]uint64, error)
 		}
 	}
 	return out, nil
+}
+
+// perQueue is how many messages each of queues queues holds when perBinding[i] were routed
+// through binding i, which leads to queue i % queues.
+func perQueue(perBinding []int, queues int) []int {
+	want := make([]int, queues)
+	for i, n := range perBinding {
+		want[i%queues] += n
+	}
+	return want
 }
 
 // RabbitVersion is the version the RabbitMQ node at RabbitURL reports, or "".

@@ -168,7 +168,7 @@ func register(s Spec) {
 
 // Systems returns the names of the known systems, in report order.
 func Systems() []string {
-	order := []string{"chan-min", "chan-min-unbounded", "chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem", "rabbitmq",
+	order := []string{"chan-min", "chan-min-unbounded", "chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem", "rabbitmq", "rabbitmq-client",
 		"warren-durable-always", "warren-durable-interval", "warren-durable-never", "nats-jetstream-file", "nats-jetstream-file-sync", "rabbitmq-durable"}
 	var names []string
 	for _, n := range order {

@@ -85,6 +85,7 @@ func main() {
 	flag.StringVar(&o.readme, "readme", "", "also put the throughput table, the machine and the command into this file, between its "+readmeBegin+" and "+readmeEnd+" lines (the project's README: ../README.md)")
 	flag.StringVar(&o.from, "from", "", "render the report again from results.json files (comma-separated; a later file's cells replace an earlier one's), measuring nothing, into -out")
 	flag.IntVar(&bench.BlockMaxLength, "block-maxlen", bench.BlockMaxLength, "warren-block's MaxLength")
+	flag.IntVar(&bench.RabbitConfirmWindow, "rabbit-window", bench.RabbitConfirmWindow, "the most unconfirmed publishes per producer of rabbitmq and rabbitmq-durable (their confirm window), and of rabbitmq-client (its goroutines, each in a Client.Publish, and its Client's MaxInFlight)")
 	flag.BoolVar(&bench.S1CollectFirst, "s1-gc", bench.S1CollectFirst, "S1: collect the heap after filling the backlog, before the timed phase")
 	flag.BoolVar(&o.child, "child", false, "internal: run one measurement and print its result as JSON")
 	flag.StringVar(&o.system, "system", "", "internal (-child): the system")
@@ -133,7 +134,7 @@ func main() {
 // and rabbitmq-durable in D3; JetStream with SyncAlways in W1 too) manages a few hundred to a few thousand messages a second here: 1M
 // would take hours. JetStream with SyncAlways syncs every message even with 64 publishers (D1).
 const (
-	memoryScale  = "rabbitmq=0.1"
+	memoryScale  = "rabbitmq=0.1,rabbitmq-client=0.1"
 	durableScale = "warren-durable-always/D3=0.01,nats-jetstream-file=0.2,nats-jetstream-file-sync=0.01,nats-jetstream-file-sync/D1=0.02,rabbitmq-durable/D3=0.005,rabbitmq-durable/D1=0.1"
 )
 
@@ -225,6 +226,7 @@ func runChild(o options, system string, c bench.Case, factor float64) bench.Resu
 	args := []string{"-child", "-system", system, "-case", c.ID,
 		"-factor", strconv.FormatFloat(factor, 'g', -1, 64),
 		"-timeout", o.timeout.String(), "-block-maxlen", strconv.Itoa(bench.BlockMaxLength),
+		"-rabbit-window", strconv.Itoa(bench.RabbitConfirmWindow),
 		"-s1-gc=" + strconv.FormatBool(bench.S1CollectFirst)}
 	if o.quick {
 		args = append(args, "-quick")

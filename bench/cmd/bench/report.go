@@ -877,6 +877,15 @@ func (r *report) targets() []target {
 	if slices.Contains(r.systems, "warren-durable-always") && r.hasWorkload("D1") {
 		minRate("warren-durable-always", "D1 (SyncAlways, 64 publishers) ≥ 20k msg/s", "D1", 20_000)
 	}
+	// contrib/rabbitmq's Client against plain amqp091-go with confirms, on the same node and
+	// workload: within 20%.
+	if slices.Contains(r.systems, "rabbitmq-client") && slices.Contains(r.systems, "rabbitmq") {
+		for _, cm := range [][3]string{{"W1", "rate", "W1"}, {"W2", "rate", "W2"}, {"W3", "publish_rate", "W3 publish"}, {"W3", "drain_rate", "W3 drain"}} {
+			if r.hasWorkload(cm[0]) {
+				ratio("rabbitmq-client", cm[2]+" ≥ 0.8× rabbitmq", cm[0], cm[1], "rabbitmq", 0.8)
+			}
+		}
+	}
 	return ts
 }
 
