@@ -47,6 +47,9 @@ type PublishSettings struct {
 // ReadPublishOptions returns what opts ask for, or the error an invalid one makes a publish
 // fail with (wrapping [ErrInvalidArgument]), as [Broker.Publish] reads them.
 func ReadPublishOptions(opts ...PublishOption) (PublishSettings, error) {
+	if len(opts) == 0 {
+		return PublishSettings{}, nil // the common case, without reading a configuration
+	}
 	cfg := publishOptions(opts)
 	if cfg.err != nil {
 		return PublishSettings{}, cfg.err

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -19,13 +18,11 @@ import (
 func init() {
 	register(Spec{
 		Info: Info{
-			// Not Ordered: a producer's publishes run on many goroutines at once, and concurrent
-			// calls of Client.Publish have no order among themselves.
-			Name: "rabbitmq-client", Acks: true, Backlog: true, ClientOnly: true,
+			Name: "rabbitmq-client", Ordered: true, Acks: true, Backlog: true, ClientOnly: true,
 			NA: map[string]string{
 				"W4": "`Client.Serve` settles each delivery by its handler's result, and this system's consumers run one handler at a time (`Workers(1)`, to keep RabbitMQ's order): holding 10k deliveries unacknowledged would take 10k handlers at once, whose hand-off to one consumer would lose the order W4 measures",
 			},
-			Setup: "contrib/rabbitmq's `Client` (`github.com/warrenmq/warren/contrib/rabbitmq`, on `amqp091-go`) against the `rabbitmq` node: one `rabbitmq.Dial` (its own connection) per producer and per consumer, each with `MaxInFlight(4000)` (`-rabbit-window`, as every 4000 here); queues declared with `Client.DeclareTopology` as `rabbitmq`'s (classic, not durable; transient messages). `Client.Publish` returns once its message is confirmed, so each producer hands every message to one of its own 4000 goroutines, which calls `Client.Publish` through the default exchange (at most 4000 unconfirmed per producer, as `rabbitmq`); Flush waits for every call to return. Concurrent publishes have no order among themselves, so this system promises none (out-of-order deliveries are counted, not failures). Each consumer is `Client.Serve(queue, handler, Workers(1), Prefetch(prefetch))` (`basic.qos`, `basic.consume`): the handler hands its delivery to the workload's `Next` and returns nil, so that Serve acks it (`basic.ack` per message), once the workload acks it. D1 and D3 call `Client.Publish` on the workload's goroutine. S2: the exchange, queues and bindings declared with `Client.DeclareTopology` (the exchange on the publisher's client too, as an application declares what it publishes to), published through `Client.Publish` as above, drained with `Client.Serve`. Queues are deleted at the end with `amqp091-go` (the client has no delete). Allocations and peak RSS are the client process's only",
+			Setup: "contrib/rabbitmq's `Client` (`github.com/warrenmq/warren/contrib/rabbitmq`, on `amqp091-go`) against the `rabbitmq` node: one `rabbitmq.Dial` (its own connection) per producer and per consumer, each with `MaxInFlight(4000)` (`-rabbit-window`, as every 4000 here); queues declared with `Client.DeclareTopology` as `rabbitmq`'s (classic, not durable; transient messages). Each producer publishes with `Client.PublishDeferred` through the default exchange and keeps the confirmations in a window of 4000, waiting for the oldest when it is full (at most 4000 unconfirmed per producer, as `rabbitmq`); Flush waits for every confirmation. Each consumer is `Client.Serve(queue, handler, Workers(1), Prefetch(prefetch))` (`basic.qos`, `basic.consume`): the handler hands its delivery to the workload's `Next` and returns nil, so that Serve acks it (`basic.ack` per message), once the workload acks it. D1 and D3 call `Client.Publish` on the workload's goroutine. S2: the exchange, queues and bindings declared with `Client.DeclareTopology` (the exchange on the publisher's client too, as an application declares what it publishes to), published through `Client.Publish` as above, drained with `Client.Serve`. Queues are deleted at the end with `amqp091-go` (the client has no delete). Allocations and peak RSS are the client process's only",
 		},
 		Open: func() (System, error) { return newRabbitClient() },
 	})
@@ -98,14 +95,7 @@ func (s *rabbitClientSys) producer(each bool) (*clientProducer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &clientProducer{c: c, prefix: s.prefix, each: each, in: make(chan clientPublish)}
-	p.ctx, p.cancel = context.WithCancel(context.Background())
-	if !each {
-		for range RabbitConfirmWindow {
-			p.workers.Go(p.work)
-		}
-	}
-	return p, nil
+	return &clientProducer{c: c, prefix: s.prefix, each: each}, nil
 }
 
 func (s *rabbitClientSys) Consumer(name string, prefetch int) (Consumer, error) {
@@ -167,95 +157,51 @@ func (s *rabbitClientSys) Close() error {
 // ServerRSS returns the RabbitMQ node's resident set size now.
 func (s *rabbitClientSys) ServerRSS() (int64, bool) { return rabbitServerRSS() }
 
-// ---- producer: synchronous publishes from a pool of goroutines ----
-
-// clientPublish is one message handed to a producer's goroutines.
-type clientPublish struct {
-	exchange, key string
-	body          []byte
-}
+// ---- producer: deferred confirms in a window ----
 
 type clientProducer struct {
 	c      *rabbitmq.Client
 	prefix string
-	each   bool               // Publish calls Client.Publish itself: it waits for its own confirm
-	in     chan clientPublish // Publish → the goroutines
-
-	// ctx ends with Close: the goroutines stop, and the publishes waiting for a confirm return.
-	ctx     context.Context
-	cancel  context.CancelFunc
-	workers sync.WaitGroup
-	pending sync.WaitGroup // publishes handed over whose Client.Publish has not returned
-
-	failed atomic.Bool // err is set
-	mu     sync.Mutex  // guards err
-	err    error       // the first publish that failed
+	each   bool                    // Publish is Client.Publish: it waits for its own confirm
+	window []rabbitmq.Confirmation // deferred publishes not yet waited for, oldest first
 }
 
-// work publishes what it is handed until the producer closes.
-func (p *clientProducer) work() {
-	for {
-		select {
-		case m := <-p.in:
-			if err := p.c.Publish(p.ctx, m.exchange, m.key, warren.Message{Body: m.body}); err != nil {
-				p.fail(err)
-			}
-			p.pending.Done()
-		case <-p.ctx.Done():
-			return
-		}
-	}
-}
-
-func (p *clientProducer) fail(err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.err == nil {
-		p.err = err
-		p.failed.Store(true)
-	}
-}
-
-func (p *clientProducer) firstErr() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
-}
-
-// publish hands a message to a free goroutine (waiting for one: at most RabbitConfirmWindow
-// in flight), or, for a SyncProducer, publishes it and waits for its confirm.
+// publish publishes with Client.PublishDeferred and keeps its confirmation, waiting for the
+// oldest once RabbitConfirmWindow are kept (the client's MaxInFlight holds the same bound on
+// what is unconfirmed); a SyncProducer's waits for each confirm.
 func (p *clientProducer) publish(exchange, key string, body []byte) error {
-	if p.failed.Load() {
-		return p.firstErr()
-	}
 	if p.each {
-		return p.c.Publish(p.ctx, exchange, key, warren.Message{Body: body})
+		return p.c.Publish(context.Background(), exchange, key, warren.Message{Body: body})
 	}
-	p.pending.Add(1)
-	select {
-	case p.in <- clientPublish{exchange: exchange, key: key, body: body}:
-		return nil
-	case <-p.ctx.Done():
-		p.pending.Done()
-		return p.ctx.Err()
+	if len(p.window) == RabbitConfirmWindow {
+		if err := p.window[0].Wait(); err != nil {
+			return err
+		}
+		p.window = p.window[1:]
 	}
+	f, err := p.c.PublishDeferred(context.Background(), exchange, key, warren.Message{Body: body})
+	if err != nil {
+		return err
+	}
+	p.window = append(p.window, f)
+	return nil
 }
 
 func (p *clientProducer) Publish(name string, body []byte) error {
 	return p.publish("", p.prefix+name, body)
 }
 
-// Flush waits until every message handed over is confirmed, and returns the first failure.
+// Flush waits for every confirm so far and returns the first failure.
 func (p *clientProducer) Flush() error {
-	p.pending.Wait()
-	return p.firstErr()
+	var errs []error
+	for _, f := range p.window {
+		errs = append(errs, f.Wait())
+	}
+	p.window = p.window[:0]
+	return errors.Join(errs...)
 }
 
-func (p *clientProducer) Close() error {
-	p.cancel()
-	p.workers.Wait()
-	return p.c.Close()
-}
+func (p *clientProducer) Close() error { return p.c.Close() }
 
 // ---- consumer: Client.Serve's handler, pulled by Next ----
 

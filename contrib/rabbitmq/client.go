@@ -38,10 +38,11 @@ type Client struct {
 
 	mu         sync.Mutex
 	conn       *amqp.Connection
-	pub        *amqp.Channel   // confirm mode; nil while disconnected
-	gen        uint64          // connections made: the listener of an earlier one resolves nothing
-	exchanges  map[string]bool // exchanges known to exist (the default one too)
-	up         chan struct{}   // closed while connected; a new one once the connection is lost
+	pub        *amqp.Channel            // confirm mode; nil while disconnected
+	gen        uint64                   // connections made: the listener of an earlier one resolves nothing
+	exchanges  map[string]bool          // exchanges known to exist (the default one too)
+	asking     map[string]chan struct{} // exchanges being asked about, closed with the answer
+	up         chan struct{}            // closed while connected; a new one once the connection is lost
 	topologies []warren.Topology
 	pending    map[uint64]*outgoing // on pub, by delivery tag
 	unsent     []*outgoing          // whose send failed (the connection is going): sent on the next
@@ -61,10 +62,11 @@ type Client struct {
 type outgoing struct {
 	exchange, key string
 	msg           amqp.Publishing
-	id            string // the correlation header's value for a mandatory publish, "" otherwise
-	returned      bool   // RabbitMQ returned it: unroutable
-	abandoned     bool   // its caller gave up: not sent again after a reconnect
-	result        chan error
+	id            string        // the correlation header's value for a mandatory publish, "" otherwise
+	returned      bool          // RabbitMQ returned it: unroutable
+	abandoned     bool          // its caller gave up: not sent again after a reconnect
+	done          chan struct{} // closed once err is its result
+	err           error
 }
 
 type clientConfig struct {
@@ -122,7 +124,7 @@ func Dial(url string, opts ...Option) (*Client, error) {
 		cfg.logger = slog.Default()
 	}
 	c := &Client{url: url, cfg: cfg, up: make(chan struct{}), pubMu: make(chan struct{}, 1), pending: map[uint64]*outgoing{}, byID: map[string]*outgoing{},
-		exchanges: map[string]bool{"": true}, retryQueues: map[string]bool{}, done: make(chan struct{}), inFlight: make(chan struct{}, cfg.maxInFlight)}
+		exchanges: map[string]bool{"": true}, asking: map[string]chan struct{}{}, retryQueues: map[string]bool{}, done: make(chan struct{}), inFlight: make(chan struct{}, cfg.maxInFlight)}
 	conn, err := c.connect()
 	if err != nil {
 		return nil, err
@@ -215,7 +217,7 @@ func (c *Client) connect() (*amqp.Connection, error) {
 			delete(c.byID, o.id)
 			delete(c.exchanges, o.exchange)
 			<-c.inFlight
-			o.result <- fmt.Errorf("rabbitmq: publish to exchange %q: %w", o.exchange, warren.ErrNotFound)
+			o.resolve(fmt.Errorf("rabbitmq: publish to exchange %q: %w", o.exchange, warren.ErrNotFound))
 		default:
 			again = append(again, o)
 		}
@@ -329,11 +331,11 @@ func (c *Client) listen(gen uint64, confirms <-chan amqp.Confirmation, returns <
 			<-c.inFlight
 			switch {
 			case !cf.Ack:
-				o.result <- fmt.Errorf("rabbitmq: publish to exchange %q with key %q: nacked by RabbitMQ: %w", o.exchange, o.key, warren.ErrQueueFull)
+				o.resolve(fmt.Errorf("rabbitmq: publish to exchange %q with key %q: nacked by RabbitMQ: %w", o.exchange, o.key, warren.ErrQueueFull))
 			case o.returned:
-				o.result <- fmt.Errorf("rabbitmq: publish to exchange %q with key %q: %w", o.exchange, o.key, warren.ErrUnroutable)
+				o.resolve(fmt.Errorf("rabbitmq: publish to exchange %q with key %q: %w", o.exchange, o.key, warren.ErrUnroutable))
 			default:
-				o.result <- nil
+				o.resolve(nil)
 			}
 		}
 	}
@@ -348,29 +350,92 @@ func (c *Client) listen(gen uint64, confirms <-chan amqp.Confirmation, returns <
 // waits. If ctx ends first it returns ctx's error, and the message may or may not have been
 // published.
 func (c *Client) Publish(ctx context.Context, exchange, key string, msg warren.Message, opts ...warren.PublishOption) error {
+	o, err := c.publish(ctx, exchange, key, msg, opts)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-o.done:
+		return o.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		o.abandoned = true
+		c.mu.Unlock()
+		return context.Cause(ctx)
+	case <-c.done:
+		return warren.ErrClosed
+	}
+}
+
+// PublishDeferred is [Client.Publish] without the wait for RabbitMQ's confirm: it returns once
+// the message is sent, with a [Confirmation] whose Wait returns the confirm, as
+// [warren.Broker.PublishDeferred] does in warren. It is for a publisher that streams: keep a
+// window of confirmations (at most [MaxInFlight] are unconfirmed anyway; PublishDeferred waits
+// for room) and wait for them as they come, without a goroutine per unconfirmed message. A
+// message whose connection is lost before its confirm is sent again on the next, as with
+// Publish, and its Confirmation follows it. Errors that Publish returns before sending
+// (invalid options, a missing exchange, ctx's end while waiting for room or a connection) are
+// returned at once.
+func (c *Client) PublishDeferred(ctx context.Context, exchange, key string, msg warren.Message, opts ...warren.PublishOption) (Confirmation, error) {
+	o, err := c.publish(ctx, exchange, key, msg, opts)
+	if err != nil {
+		return Confirmation{}, err
+	}
+	return Confirmation{o: o, closed: c.done}, nil
+}
+
+// Confirmation is the pending confirm of a [Client.PublishDeferred]. It is a small value: copy
+// it freely. The zero value is a complete confirm.
+type Confirmation struct {
+	o      *outgoing
+	closed <-chan struct{}
+}
+
+// Wait returns RabbitMQ's confirm as [Client.Publish] returns it: nil, or an error wrapping
+// [warren.ErrUnroutable] or [warren.ErrQueueFull]; [warren.ErrClosed] when the client closes
+// first. It may be called any number of times, from any goroutine.
+func (f Confirmation) Wait() error {
+	if f.o == nil {
+		return nil
+	}
+	select {
+	case <-f.o.done:
+		return f.o.err
+	case <-f.closed:
+		select {
+		case <-f.o.done: // confirmed as the client closed
+			return f.o.err
+		default:
+			return warren.ErrClosed
+		}
+	}
+}
+
+// publish sends msg, returning its outgoing, whose done closes with its confirm.
+func (c *Client) publish(ctx context.Context, exchange, key string, msg warren.Message, opts []warren.PublishOption) (*outgoing, error) {
 	s, err := warren.ReadPublishOptions(opts...)
 	switch {
 	case err != nil:
-		return err
+		return nil, err
 	case s.Immediate:
-		return fmt.Errorf("rabbitmq: publish: Immediate: RabbitMQ dropped AMQP's immediate flag: %w", warren.ErrUnsupported)
+		return nil, fmt.Errorf("rabbitmq: publish: Immediate: RabbitMQ dropped AMQP's immediate flag: %w", warren.ErrUnsupported)
 	case s.Delay > 0:
-		return fmt.Errorf("rabbitmq: publish: DeliverAfter: RabbitMQ has no delayed delivery: %w", warren.ErrUnsupported)
+		return nil, fmt.Errorf("rabbitmq: publish: DeliverAfter: RabbitMQ has no delayed delivery: %w", warren.ErrUnsupported)
 	}
 	if s.Expiration != "" {
 		msg.Expiration = s.Expiration
 	}
 	if err := c.knowExchange(ctx, exchange); err != nil {
-		return err
+		return nil, err
 	}
 	select {
 	case c.inFlight <- struct{}{}:
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	case <-c.done:
-		return warren.ErrClosed
+		return nil, warren.ErrClosed
 	}
-	o := &outgoing{exchange: exchange, key: key, result: make(chan error, 1)}
+	o := &outgoing{exchange: exchange, key: key, done: make(chan struct{})}
 	if s.Mandatory {
 		c.mu.Lock()
 		c.nextID++
@@ -382,51 +447,71 @@ func (c *Client) Publish(ctx context.Context, exchange, key string, msg warren.M
 		o.msg = publishing(msg, "", "")
 	}
 	if err := c.send(ctx, o); err != nil {
-		return err
+		return nil, err
 	}
-	select {
-	case err := <-o.result:
-		return err
-	case <-ctx.Done():
-		c.mu.Lock()
-		o.abandoned = true
-		c.mu.Unlock()
-		return context.Cause(ctx)
-	case <-c.done:
-		return warren.ErrClosed
-	}
+	return o, nil
+}
+
+// resolve gives o its result.
+func (o *outgoing) resolve(err error) {
+	o.err = err
+	close(o.done)
 }
 
 // knowExchange returns nil once exchange x is known to exist, and an error wrapping
 // [warren.ErrNotFound] if it does not: a publish to a missing exchange fails, as in warren,
 // rather than closing the publishing channel (RabbitMQ's 404). Known exchanges are asked about
-// once.
+// once; concurrent first publishes to one exchange share the question (one channel each would
+// exhaust the connection's channels).
 func (c *Client) knowExchange(ctx context.Context, x string) error {
 	for {
 		c.mu.Lock()
-		known := c.exchanges[x]
+		known, asking := c.exchanges[x], c.asking[x]
+		if !known && asking == nil {
+			asking = make(chan struct{})
+			c.asking[x] = asking
+			c.mu.Unlock()
+			break
+		}
 		c.mu.Unlock()
 		if known {
 			return nil
 		}
+		select { // another publish asks: wait for its answer, then look again
+		case <-asking:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-c.done:
+			return warren.ErrClosed
+		}
+	}
+	err := c.askExchange(ctx, x)
+	c.mu.Lock()
+	if err == nil {
+		c.exchanges[x] = true
+	}
+	close(c.asking[x])
+	delete(c.asking, x)
+	c.mu.Unlock()
+	return err
+}
+
+// askExchange asks RabbitMQ whether exchange x exists, on the current connection or, if it is
+// lost meanwhile, the next.
+func (c *Client) askExchange(ctx context.Context, x string) error {
+	for {
 		conn, err := c.connection(ctx)
 		if err != nil {
 			return err
 		}
 		err = checkExchange(conn, x)
-		if errors.Is(err, warren.ErrNotFound) {
+		switch {
+		case errors.Is(err, warren.ErrNotFound):
 			return fmt.Errorf("rabbitmq: publish to exchange %q: %w", x, warren.ErrNotFound)
+		case err != nil && conn.IsClosed():
+			continue
 		}
-		if err != nil {
-			if conn.IsClosed() {
-				continue // lost meanwhile: ask the next connection
-			}
-			return err
-		}
-		c.mu.Lock()
-		c.exchanges[x] = true
-		c.mu.Unlock()
-		return nil
+		return err
 	}
 }
 

@@ -158,6 +158,85 @@ func TestClientSurvivesCutConnections(t *testing.T) {
 	t.Logf("%d messages confirmed through 3 cut connections; %d delivered twice (sent again after a cut)", publishers*each, duplicates)
 }
 
+// PublishDeferred streams: confirmations kept in a window resolve through cut connections,
+// every confirmed message in the queue; a return or a nack comes with the confirmation, and a
+// client closed before the confirm makes it ErrClosed.
+func TestClientPublishDeferred(t *testing.T) {
+	conn := dial(t)
+	top := unique(t, conn, clientTopology())
+	x, full, jobs := top.Exchanges[0].Name, top.Queues[1].Name, top.Queues[2].Name
+	p, c := proxied(t, MaxInFlight(128))
+	require.NoError(t, c.DeclareTopology(top))
+	ctx := context.Background()
+	require.NoError(t, Confirmation{}.Wait(), "the zero value is complete")
+
+	const n = 3000
+	var window []Confirmation
+	for i := range n {
+		if i == n/3 || i == 2*n/3 {
+			p.cut()
+		}
+		f, err := c.PublishDeferred(ctx, "", jobs, warren.Message{Body: fmt.Appendf(nil, "%d", i), Persistent: true})
+		require.NoError(t, err)
+		window = append(window, f)
+		if len(window) == 512 {
+			require.NoError(t, window[0].Wait())
+			window = window[1:]
+		}
+	}
+	for _, f := range window {
+		require.NoError(t, f.Wait())
+		require.NoError(t, f.Wait(), "again")
+	}
+	seen := map[string]bool{}
+	for _, d := range getAll(t, channel(t, conn), jobs) {
+		seen[string(d.Body)] = true
+	}
+	require.Len(t, seen, n, "every confirmed message, at least once")
+
+	unroutable, err := c.PublishDeferred(ctx, x, "nobody", warren.Message{Body: []byte("lost")}, warren.Mandatory())
+	require.NoError(t, err)
+	require.NoError(t, c.Publish(ctx, "", full, warren.Message{Body: []byte("one")}))
+	refused, err := c.PublishDeferred(ctx, "", full, warren.Message{Body: []byte("two")})
+	require.NoError(t, err)
+	require.ErrorIs(t, unroutable.Wait(), warren.ErrUnroutable)
+	require.ErrorIs(t, refused.Wait(), warren.ErrQueueFull)
+	_, err = c.PublishDeferred(ctx, "no-such-exchange-"+x, "k", warren.Message{})
+	require.ErrorIs(t, err, warren.ErrNotFound, "returned at once")
+
+	p.pause(fromServer, true) // the confirm waits in the proxy
+	pending, err := c.PublishDeferred(ctx, "", jobs, warren.Message{Body: []byte("late")})
+	require.NoError(t, err)
+	c.Close() // RabbitMQ's close-ok waits in the proxy too: an error is fine, returning is not
+	require.ErrorIs(t, pending.Wait(), warren.ErrClosed)
+	p.pause(fromServer, false)
+}
+
+// Thousands of first publishes at once to an exchange the client did not declare share one
+// question about it (a channel each would exhaust the connection's 2047).
+func TestClientSharesExchangeChecks(t *testing.T) {
+	conn := dial(t)
+	top := unique(t, conn, clientTopology())
+	x, q := top.Exchanges[0].Name, top.Queues[0].Name
+	require.NoError(t, DeclareTopology(channel(t, conn), top, Classic))
+	c, err := Dial(rabbitURL(t), MaxInFlight(4096))
+	require.NoError(t, err)
+	defer c.Close()
+
+	const n = 3000
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() { errs <- c.Publish(context.Background(), x, "k", warren.Message{Body: []byte("m")}) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, n, messageCount(t, conn, q))
+}
+
 // After a reconnect the client declares its topologies again: a queue deleted while it was
 // disconnected is back.
 func TestClientDeclaresAgain(t *testing.T) {
