@@ -296,7 +296,7 @@ func routing(e *env) {
 		{"headers", "", warren.Table{"kind": "receipt"}},
 	}
 	for i, p := range probes {
-		e.publish(x(p.exchange), p.key, warren.Message{Body: []byte(fmt.Sprint(i)), Headers: p.headers})
+		e.publish(x(p.exchange), p.key, warren.Message{Body: fmt.Append(nil, i), Headers: p.headers})
 	}
 	// a: k1, fanout, orders.new.eu, headers all; b: k2, fanout, orders.new.eu, orders.new.us,
 	// orders, headers any (twice).
@@ -523,7 +523,7 @@ func expireAfter(e *env) {
 func priority(e *env) {
 	q := e.queue("q", warren.Table{"x-max-priority": int64(5)})
 	for i, p := range []uint8{1, 5, 3} {
-		e.publish("", q, warren.Message{Body: []byte(fmt.Sprint(i)), Priority: p})
+		e.publish("", q, warren.Message{Body: fmt.Append(nil, i), Priority: p})
 	}
 	require.Equal(e.t, []string{"1", "2", "0"}, e.bodies(e.collect(q, warren.Workers(1), warren.Prefetch(1)), 3))
 }
@@ -532,7 +532,7 @@ func priority(e *env) {
 func workers(e *env) {
 	q := e.queue("q", nil)
 	for i := range 3 {
-		e.publish("", q, warren.Message{Body: []byte(fmt.Sprint(i))})
+		e.publish("", q, warren.Message{Body: fmt.Append(nil, i)})
 	}
 	var mu sync.Mutex
 	running, most := 0, 0
