@@ -1,0 +1,577 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/contrib/amqp/internal/wire"
+)
+
+// unlimitedPrefetch is the prefetch of a consumer whose channel asked for none (basic.qos 0, or
+// no basic.qos): warren's consumers buffer their prefetch, so AMQP's "unlimited" is this many.
+const unlimitedPrefetch = 2048
+
+// releaseTimeout bounds how long closing a channel waits for what it held to be back in the
+// queues before it sends close-ok anyway.
+const releaseTimeout = 30 * time.Second
+
+// channel is one AMQP channel: a warren owner derived from its connection's. The reader
+// goroutine runs its methods; its consumers' goroutines write its deliveries. mu guards the
+// delivery tags and the consumers, which both use.
+type channel struct {
+	c      *conn
+	id     uint16
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// The reader's alone.
+	closing    bool   // channel.close sent: waiting for close-ok, dropping the rest
+	lastQueue  string // the last queue declared, which "" names in later methods
+	prefetch   int    // basic.qos prefetch-count for the consumers to come; 0 for none
+	confirming bool   // confirm.select
+	published  uint64 // publishes since confirm.select: the last one's confirm tag
+	pending    *wire.BasicPublish
+	header     *wire.ContentHeader
+	body       []byte
+
+	mu        sync.Mutex
+	nextTag   uint64
+	unacked   map[uint64]warren.Delivery
+	consumers map[string]*consumer
+	wg        sync.WaitGroup // the consumers' goroutines
+}
+
+// consumer is a basic.consume: warren's consumer and the goroutine that writes its deliveries.
+type consumer struct {
+	tag       string
+	k         *warren.Consumer
+	noAck     bool
+	cancelled atomic.Bool // by the client: no basic.cancel goes back
+}
+
+func newChannel(c *conn, id uint16) *channel {
+	ch := &channel{c: c, id: id, unacked: map[uint64]warren.Delivery{}, consumers: map[string]*consumer{}}
+	ch.ctx, ch.cancel = warren.NewOwner(c.ctx)
+	return ch
+}
+
+// method runs m. A soft error closes the channel (channel.close); a hard one is returned, to
+// close the connection.
+func (ch *channel) method(m wire.Method) error {
+	if ch.closing {
+		switch m.(type) {
+		case *wire.ChannelCloseOk:
+			delete(ch.c.channels, ch.id)
+		case *wire.ChannelClose:
+			ch.c.sendMethod(ch.id, &wire.ChannelCloseOk{})
+		}
+		return nil // dropped, as RabbitMQ drops what comes after its channel.close
+	}
+	if ch.pending != nil {
+		return exception(wire.UnexpectedFrame, m, "expected content header for %s, got %s", ch.pending.Name(), m.Name())
+	}
+	err := ch.run(m)
+	if err == nil {
+		return nil
+	}
+	e := failure(m, err)
+	if e.closesConnection {
+		return e
+	}
+	ch.closeWith(e)
+	return nil
+}
+
+// closeWith closes the channel for a soft error: what it holds goes back, and channel.close
+// is sent; the channel is gone once the client's close-ok comes.
+func (ch *channel) closeWith(e *amqpError) {
+	ch.closing = true
+	ch.pending, ch.header, ch.body = nil, nil, nil
+	ch.release()
+	ch.c.sendMethod(ch.id, &wire.ChannelClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.class, MethodID: e.method})
+}
+
+// release ends the channel's owner and waits until what it held is back in the queues.
+func (ch *channel) release() {
+	ch.end()
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	ch.c.b.WaitReleased(ctx, ch.ctx)
+}
+
+// end ends the channel's owner (its consumers stop; what they and its gets hold goes back)
+// and waits for its consumers' goroutines.
+func (ch *channel) end() {
+	ch.cancel()
+	ch.wg.Wait()
+}
+
+func (ch *channel) run(m wire.Method) error {
+	b := ch.c.b
+	as := warren.As(ch.ctx)
+	switch m := m.(type) {
+	case *wire.ChannelClose:
+		ch.release()
+		delete(ch.c.channels, ch.id)
+		return ch.c.sendMethod(ch.id, &wire.ChannelCloseOk{})
+	case *wire.ChannelCloseOk:
+		return nil // a close-ok for a close the server did not send: RabbitMQ ignores it too
+	case *wire.ChannelFlow:
+		return exception(wire.NotImplemented, m, "active=%t", m.Active)
+
+	case *wire.ExchangeDeclare:
+		if m.Passive {
+			_, err := b.Exchange(m.Exchange)
+			return ch.reply(err, m.NoWait, &wire.ExchangeDeclareOk{})
+		}
+		opts := []warren.ExchangeOption{}
+		if m.Durable {
+			opts = append(opts, warren.Durable())
+		}
+		if m.AutoDelete {
+			opts = append(opts, warren.AutoDelete())
+		}
+		if m.Internal {
+			opts = append(opts, warren.Internal())
+		}
+		if len(m.Arguments) > 0 {
+			opts = append(opts, warren.Arguments(m.Arguments))
+		}
+		_, err := b.DeclareExchange(m.Exchange, m.Type, opts...)
+		return ch.reply(err, m.NoWait, &wire.ExchangeDeclareOk{})
+	case *wire.ExchangeDelete:
+		var opts []warren.CallOption
+		if m.IfUnused {
+			opts = append(opts, warren.IfUnused())
+		}
+		err := b.DeleteExchange(m.Exchange, opts...)
+		if errors.Is(err, warren.ErrNotFound) {
+			err = nil // deleting what does not exist succeeds, as in RabbitMQ
+		}
+		return ch.reply(err, m.NoWait, &wire.ExchangeDeleteOk{})
+	case *wire.ExchangeBind:
+		return ch.reply(b.BindExchange(m.Destination, m.Source, m.RoutingKey, m.Arguments), m.NoWait, &wire.ExchangeBindOk{})
+	case *wire.ExchangeUnbind:
+		return ch.reply(b.UnbindExchange(m.Destination, m.Source, m.RoutingKey, m.Arguments), m.NoWait, &wire.ExchangeUnbindOk{})
+
+	case *wire.QueueDeclare:
+		return ch.declareQueue(m)
+	case *wire.QueueBind:
+		return ch.reply(b.Bind(ch.queueName(m.Queue), m.Exchange, m.RoutingKey, m.Arguments, as), m.NoWait, &wire.QueueBindOk{})
+	case *wire.QueueUnbind:
+		return ch.reply(b.Unbind(ch.queueName(m.Queue), m.Exchange, m.RoutingKey, m.Arguments, as), false, &wire.QueueUnbindOk{})
+	case *wire.QueuePurge:
+		n, err := b.Purge(ch.queueName(m.Queue), as)
+		return ch.reply(err, m.NoWait, &wire.QueuePurgeOk{MessageCount: uint32(n)})
+	case *wire.QueueDelete:
+		opts := []warren.CallOption{as}
+		if m.IfUnused {
+			opts = append(opts, warren.IfUnused())
+		}
+		if m.IfEmpty {
+			opts = append(opts, warren.IfEmpty())
+		}
+		n, err := b.DeleteQueue(ch.queueName(m.Queue), opts...)
+		return ch.reply(err, m.NoWait, &wire.QueueDeleteOk{MessageCount: uint32(n)})
+
+	case *wire.BasicQos:
+		switch {
+		case m.PrefetchSize != 0:
+			return exception(wire.NotImplemented, m, "prefetch_size!=0 (%d)", m.PrefetchSize)
+		case m.Global:
+			return exception(wire.NotImplemented, m, "a prefetch shared by the channel's consumers (global=true)")
+		}
+		ch.prefetch = int(m.PrefetchCount)
+		return ch.c.sendMethod(ch.id, &wire.BasicQosOk{})
+	case *wire.BasicConsume:
+		return ch.consume(m)
+	case *wire.BasicCancel:
+		ch.stopConsumer(m.ConsumerTag)
+		if m.NoWait {
+			return nil
+		}
+		return ch.c.sendMethod(ch.id, &wire.BasicCancelOk{ConsumerTag: m.ConsumerTag})
+	case *wire.BasicGet:
+		return ch.get(m)
+	case *wire.BasicPublish:
+		if m.Immediate {
+			return exception(wire.NotImplemented, m, "immediate=true")
+		}
+		ch.pending = m
+		return nil
+	case *wire.BasicAck:
+		return ch.settle(m, m.DeliveryTag, m.Multiple, warren.Delivery.Ack)
+	case *wire.BasicNack:
+		if m.Requeue {
+			return ch.settle(m, m.DeliveryTag, m.Multiple, warren.Delivery.Nack)
+		}
+		return ch.settle(m, m.DeliveryTag, m.Multiple, warren.Delivery.Reject)
+	case *wire.BasicReject:
+		if m.Requeue {
+			return ch.settle(m, m.DeliveryTag, false, warren.Delivery.Nack)
+		}
+		return ch.settle(m, m.DeliveryTag, false, warren.Delivery.Reject)
+	case *wire.BasicRecover:
+		if !m.Requeue {
+			return exception(wire.NotImplemented, m, "requeue=false")
+		}
+		if err := ch.settle(m, 0, true, warren.Delivery.Nack); err != nil {
+			return err
+		}
+		return ch.c.sendMethod(ch.id, &wire.BasicRecoverOk{})
+	case *wire.BasicRecoverAsync:
+		return exception(wire.NotImplemented, m, "basic.recover-async")
+
+	case *wire.ConfirmSelect:
+		ch.confirming = true
+		if m.Nowait {
+			return nil
+		}
+		return ch.c.sendMethod(ch.id, &wire.ConfirmSelectOk{})
+	case *wire.TxSelect, *wire.TxCommit, *wire.TxRollback:
+		return exception(wire.NotImplemented, m, "transactions are not implemented")
+	}
+	return exception(wire.CommandInvalid, m, "%s is not a method a client sends", m.Name())
+}
+
+// reply sends ok unless err or noWait.
+func (ch *channel) reply(err error, noWait bool, ok wire.Method) error {
+	if err != nil || noWait {
+		return err
+	}
+	return ch.c.sendMethod(ch.id, ok)
+}
+
+// queueName returns name, or the channel's last declared queue for "".
+func (ch *channel) queueName(name string) string {
+	if name == "" {
+		return ch.lastQueue
+	}
+	return name
+}
+
+func (ch *channel) declareQueue(m *wire.QueueDeclare) error {
+	b := ch.c.b
+	var (
+		q   *warren.Queue
+		err error
+	)
+	if m.Passive {
+		q, err = b.Queue(ch.queueName(m.Queue), warren.As(ch.ctx))
+	} else {
+		opts := []warren.QueueOption{}
+		if m.Durable {
+			opts = append(opts, warren.Durable())
+		}
+		if m.AutoDelete {
+			opts = append(opts, warren.AutoDelete())
+		}
+		if m.Exclusive {
+			opts = append(opts, warren.ExclusiveTo(ch.c.ctx))
+		}
+		if len(m.Arguments) > 0 {
+			opts = append(opts, warren.Arguments(m.Arguments))
+		}
+		q, err = b.DeclareQueue(m.Queue, opts...)
+	}
+	if err != nil {
+		return err
+	}
+	ch.lastQueue = q.Name()
+	return ch.reply(nil, m.NoWait, &wire.QueueDeclareOk{Queue: q.Name(), MessageCount: uint32(q.Len()), ConsumerCount: uint32(q.ConsumerCount())})
+}
+
+func (ch *channel) consume(m *wire.BasicConsume) error {
+	q, err := ch.c.b.Queue(ch.queueName(m.Queue), warren.As(ch.ctx))
+	if err != nil {
+		return err
+	}
+	ch.mu.Lock()
+	_, taken := ch.consumers[m.ConsumerTag]
+	ch.mu.Unlock()
+	if taken && m.ConsumerTag != "" {
+		return exception(wire.NotAllowed, m, "attempt to reuse consumer tag '%s'", m.ConsumerTag)
+	}
+	prefetch := ch.prefetch
+	if prefetch == 0 {
+		prefetch = unlimitedPrefetch
+	}
+	opts := []warren.ConsumeOption{warren.Prefetch(prefetch)}
+	if m.ConsumerTag != "" {
+		opts = append(opts, warren.ConsumerTag(m.ConsumerTag))
+	}
+	if m.Exclusive {
+		opts = append(opts, warren.Exclusive())
+	}
+	if m.NoAck {
+		opts = append(opts, warren.AutoAck())
+	}
+	if p, ok := m.Arguments["x-priority"]; ok {
+		n, ok := integer(p)
+		if !ok {
+			return exception(wire.PreconditionFailed, m, "invalid arg 'x-priority' for queue '%s': %v", q.Name(), p)
+		}
+		opts = append(opts, warren.ConsumerPriority(int(n)))
+	}
+	k, err := q.Consume(ch.ctx, opts...)
+	if err != nil {
+		return err
+	}
+	cs := &consumer{tag: k.Tag(), k: k, noAck: m.NoAck}
+	ch.mu.Lock()
+	ch.consumers[cs.tag] = cs
+	ch.mu.Unlock()
+	if !m.NoWait {
+		if err := ch.c.sendMethod(ch.id, &wire.BasicConsumeOk{ConsumerTag: cs.tag}); err != nil {
+			return err
+		}
+	}
+	ch.wg.Go(func() { ch.deliver(cs) })
+	return nil
+}
+
+// integer returns a table value as an integer, if it is one.
+func integer(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int8:
+		return int64(n), true
+	case uint8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case int64:
+		return n, true
+	}
+	return 0, false
+}
+
+// deliver writes a consumer's deliveries until it stops. A consumer stopped by something else
+// than the client (its queue deleted) is cancelled for the client with basic.cancel
+// (consumer_cancel_notify).
+func (ch *channel) deliver(cs *consumer) {
+	for d := range cs.k.Deliveries() {
+		if err := ch.write(cs.tag, d, cs.noAck, nil); err != nil {
+			return // the connection is gone: its teardown returns what is held
+		}
+	}
+	ch.mu.Lock()
+	delete(ch.consumers, cs.tag)
+	ch.mu.Unlock()
+	if !cs.cancelled.Load() && ch.ctx.Err() == nil {
+		ch.c.sendMethod(ch.id, &wire.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
+	}
+}
+
+// write gives d the channel's next delivery tag, keeps it unless it is settled already (no-ack),
+// and writes basic.deliver, or basic.get-ok with messageCount when get is set, with the content.
+func (ch *channel) write(consumerTag string, d warren.Delivery, settled bool, get *uint32) error {
+	ch.mu.Lock()
+	ch.nextTag++
+	tag := ch.nextTag
+	if !settled {
+		ch.unacked[tag] = d
+	}
+	ch.mu.Unlock()
+	props := properties(&d.Message)
+	var m wire.Method
+	if get != nil {
+		m = &wire.BasicGetOk{DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: d.Exchange, RoutingKey: d.RoutingKey, MessageCount: *get}
+	} else {
+		m = &wire.BasicDeliver{ConsumerTag: consumerTag, DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: d.Exchange, RoutingKey: d.RoutingKey}
+	}
+	return ch.c.send(func(buf []byte) []byte {
+		buf = wire.AppendMethod(buf, ch.id, m)
+		return wire.AppendContent(buf, ch.id, &props, d.Message.Body, ch.c.frameMax)
+	})
+}
+
+// stopConsumer cancels the consumer with tag, if the channel has it: no more deliveries; what
+// it delivered stays unacked on the channel, as AMQP says.
+func (ch *channel) stopConsumer(tag string) {
+	ch.mu.Lock()
+	cs := ch.consumers[tag]
+	ch.mu.Unlock()
+	if cs == nil {
+		return
+	}
+	cs.cancelled.Store(true)
+	cs.k.Cancel()
+}
+
+func (ch *channel) get(m *wire.BasicGet) error {
+	q, err := ch.c.b.Queue(ch.queueName(m.Queue), warren.As(ch.ctx))
+	if err != nil {
+		return err
+	}
+	var opts []warren.ConsumeOption
+	if m.NoAck {
+		opts = append(opts, warren.AutoAck())
+	}
+	d, err := q.Get(ch.ctx, opts...)
+	if errors.Is(err, warren.ErrEmpty) {
+		return ch.c.sendMethod(ch.id, &wire.BasicGetEmpty{})
+	}
+	if err != nil {
+		return err
+	}
+	count := uint32(q.Len())
+	return ch.write("", d, m.NoAck, &count)
+}
+
+// settle settles the delivery with tag, or with multiple every one up to tag (0: all), in tag
+// order. A tag the channel does not hold closes it with PRECONDITION_FAILED, as RabbitMQ's
+// "unknown delivery tag".
+func (ch *channel) settle(m wire.Method, tag uint64, multiple bool, how func(warren.Delivery) error) error {
+	ch.mu.Lock()
+	var tags []uint64
+	if multiple {
+		for t := range ch.unacked {
+			if tag == 0 || t <= tag {
+				tags = append(tags, t)
+			}
+		}
+		slices.Sort(tags)
+	} else if _, ok := ch.unacked[tag]; ok {
+		tags = []uint64{tag}
+	}
+	if len(tags) == 0 && (tag != 0 || !multiple) {
+		ch.mu.Unlock()
+		return exception(wire.PreconditionFailed, m, "unknown delivery tag %d", tag)
+	}
+	ds := make([]warren.Delivery, len(tags))
+	for i, t := range tags {
+		ds[i] = ch.unacked[t]
+		delete(ch.unacked, t)
+	}
+	ch.mu.Unlock()
+	for i, d := range ds {
+		if err := how(d); err != nil && !errors.Is(err, warren.ErrAlreadySettled) {
+			return exception(wire.PreconditionFailed, m, "unknown delivery tag %d: %v", tags[i], err)
+		}
+	}
+	return nil
+}
+
+// content takes a content header or body frame of the publish under way.
+func (ch *channel) content(f wire.Frame) error {
+	if ch.closing {
+		return nil
+	}
+	if ch.pending == nil {
+		return exception(wire.UnexpectedFrame, nil, "content frame on channel %d with no publish under way", ch.id)
+	}
+	if f.Type == wire.FrameHeader {
+		if ch.header != nil {
+			return exception(wire.UnexpectedFrame, ch.pending, "a second content header")
+		}
+		h, err := wire.ReadContentHeader(f.Payload)
+		if err != nil {
+			return exception(wire.FrameError, ch.pending, "%v", err)
+		}
+		if h.Class != 60 {
+			return exception(wire.FrameError, ch.pending, "content header of class %d", h.Class)
+		}
+		if h.BodySize > ch.c.s.cfg.maxMessageSize {
+			ch.closeWith(exception(wire.PreconditionFailed, ch.pending, "message size %d is larger than configured max size %d",
+				h.BodySize, ch.c.s.cfg.maxMessageSize))
+			return nil
+		}
+		ch.header = &h
+		ch.body = make([]byte, 0, h.BodySize)
+	} else {
+		if ch.header == nil {
+			return exception(wire.UnexpectedFrame, ch.pending, "content body before its header")
+		}
+		if uint64(len(ch.body)+len(f.Payload)) > ch.header.BodySize {
+			return exception(wire.FrameError, ch.pending, "content body larger than its header's %d bytes", ch.header.BodySize)
+		}
+		ch.body = append(ch.body, f.Payload...)
+	}
+	if uint64(len(ch.body)) < ch.header.BodySize {
+		return nil
+	}
+	pub, h, body := ch.pending, ch.header, ch.body
+	ch.pending, ch.header, ch.body = nil, nil, nil
+	if err := ch.publish(pub, &h.Properties, body); err != nil {
+		e := failure(pub, err)
+		if e.closesConnection {
+			return e
+		}
+		ch.closeWith(e)
+	}
+	return nil
+}
+
+// publish publishes a message whose content has come, and confirms it when the channel is in
+// confirm mode: basic.ack, after a basic.return for a mandatory message that reached no queue;
+// basic.nack when a queue refused it (reject-publish).
+func (ch *channel) publish(m *wire.BasicPublish, props *wire.BasicProperties, body []byte) error {
+	if props.UserID != "" && props.UserID != ch.c.user {
+		return exception(wire.PreconditionFailed, m, "user_id property set to '%s' but authenticated user was '%s'", props.UserID, ch.c.user)
+	}
+	msg := message(props, body)
+	var opts []warren.PublishOption
+	if m.Mandatory {
+		opts = append(opts, warren.Mandatory())
+	}
+	err := ch.c.b.Publish(ch.ctx, m.Exchange, m.RoutingKey, msg, opts...)
+	var confirm wire.Method
+	if ch.confirming {
+		ch.published++
+		confirm = &wire.BasicAck{DeliveryTag: ch.published}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, warren.ErrUnroutable):
+		ret := &wire.BasicReturn{ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey}
+		if err := ch.c.send(func(buf []byte) []byte {
+			buf = wire.AppendMethod(buf, ch.id, ret)
+			return wire.AppendContent(buf, ch.id, props, body, ch.c.frameMax)
+		}); err != nil {
+			return err
+		}
+	case errors.Is(err, warren.ErrQueueFull):
+		if confirm != nil {
+			confirm = &wire.BasicNack{DeliveryTag: ch.published}
+		}
+	case errors.Is(err, warren.ErrNotFound):
+		return exception(wire.NotFound, m, "no exchange '%s' in vhost '%s'", m.Exchange, ch.c.vhost)
+	default:
+		return err
+	}
+	if confirm == nil {
+		return nil
+	}
+	return ch.c.sendMethod(ch.id, confirm)
+}
+
+// message returns a publish's content as warren's message.
+func message(p *wire.BasicProperties, body []byte) warren.Message {
+	return warren.Message{Body: body, Headers: p.Headers, ContentType: p.ContentType, ContentEncoding: p.ContentEncoding,
+		Persistent: p.DeliveryMode == 2, Priority: p.Priority, CorrelationID: p.CorrelationID, ReplyTo: p.ReplyTo,
+		Expiration: p.Expiration, MessageID: p.MessageID, Timestamp: p.Timestamp, Type: p.Type, UserID: p.UserID, AppID: p.AppID}
+}
+
+// properties returns a message's properties for a content header.
+func properties(m *warren.Message) wire.BasicProperties {
+	p := wire.BasicProperties{Headers: m.Headers, ContentType: m.ContentType, ContentEncoding: m.ContentEncoding,
+		Priority: m.Priority, CorrelationID: m.CorrelationID, ReplyTo: m.ReplyTo, Expiration: m.Expiration,
+		MessageID: m.MessageID, Timestamp: m.Timestamp, Type: m.Type, UserID: m.UserID, AppID: m.AppID}
+	if m.Persistent {
+		p.DeliveryMode = 2
+	} else {
+		p.DeliveryMode = 1
+	}
+	return p
+}

@@ -1,0 +1,262 @@
+package amqp
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/warrenmq/warren"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// dial connects amqp091-go to a test server of b.
+func dial(t *testing.T, b *warren.Broker, opts ...Option) *amqp091.Connection {
+	t.Helper()
+	conn, err := amqp091.Dial(NewTestServer(t, b, opts...))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// An unchanged amqp091-go client declares, publishes with confirms, consumes and acks.
+func TestPublishConsume(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	conn := dial(t, b)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	q, err := ch.QueueDeclare("jobs", true, false, false, false, amqp091.Table{"x-max-length": int64(100)})
+	require.NoError(t, err)
+	require.Equal(t, "jobs", q.Name)
+	require.NoError(t, ch.Confirm(false))
+	ctx := context.Background()
+	for _, body := range []string{"a", "b", "c"} {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", "jobs", false, false, amqp091.Publishing{Body: []byte(body),
+			ContentType: "text/plain", Headers: amqp091.Table{"n": int32(1)}, DeliveryMode: amqp091.Persistent})
+		require.NoError(t, err)
+		ok, err := dc.WaitContext(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	wq, err := b.Queue("jobs")
+	require.NoError(t, err)
+	require.Equal(t, 3, wq.Len(), "in the broker")
+
+	require.NoError(t, ch.Qos(2, 0, false))
+	deliveries, err := ch.Consume("jobs", "c1", false, false, false, false, nil)
+	require.NoError(t, err)
+	var got []string
+	for range 3 {
+		select {
+		case d := <-deliveries:
+			got = append(got, string(d.Body))
+			require.Equal(t, "text/plain", d.ContentType)
+			require.Equal(t, amqp091.Table{"n": int32(1)}, d.Headers)
+			require.Equal(t, uint8(amqp091.Persistent), d.DeliveryMode)
+			require.Equal(t, "c1", d.ConsumerTag)
+			require.NoError(t, d.Ack(false))
+		case <-time.After(5 * time.Second):
+			t.Fatal("no delivery")
+		}
+	}
+	require.Equal(t, []string{"a", "b", "c"}, got)
+	require.Eventually(t, func() bool { return wq.Len() == 0 && wq.Unacked() == 0 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, ch.Close())
+}
+
+// expectClose waits for the close notification on c (a channel's or the connection's) and
+// returns its error.
+func expectClose(t *testing.T, c chan *amqp091.Error) *amqp091.Error {
+	t.Helper()
+	select {
+	case e := <-c:
+		require.NotNil(t, e)
+		return e
+	case <-time.After(5 * time.Second):
+		t.Fatal("not closed")
+		return nil
+	}
+}
+
+// Errors close the channel or the connection with RabbitMQ's codes and the method's ids.
+func TestErrors(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	conn := dial(t, b)
+	ctx := context.Background()
+
+	channelError := func(code int, do func(ch *amqp091.Channel) error) {
+		t.Helper()
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+		err = do(ch)
+		var e *amqp091.Error
+		if err != nil {
+			require.ErrorAs(t, err, &e)
+		} else {
+			e = expectClose(t, closed)
+		}
+		require.Equal(t, code, e.Code, e.Reason)
+		require.False(t, conn.IsClosed(), "a channel error leaves the connection open")
+	}
+	channelError(amqp091.NotFound, func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclarePassive("missing", false, false, false, false, nil)
+		return err
+	})
+	channelError(amqp091.NotFound, func(ch *amqp091.Channel) error {
+		return ch.PublishWithContext(ctx, "missing", "k", false, false, amqp091.Publishing{Body: []byte("x")})
+	})
+	channelError(amqp091.PreconditionFailed, func(ch *amqp091.Channel) error {
+		if _, err := ch.QueueDeclare("q", false, false, false, false, amqp091.Table{"x-max-length": int64(1)}); err != nil {
+			return err
+		}
+		_, err := ch.QueueDeclare("q", false, false, false, false, amqp091.Table{"x-max-length": int64(2)})
+		return err
+	})
+	channelError(amqp091.PreconditionFailed, func(ch *amqp091.Channel) error {
+		return ch.Ack(42, false) // never delivered
+	})
+	channelError(amqp091.AccessRefused, func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare("amq.mine", false, false, false, false, nil)
+		return err
+	})
+
+	// An exclusive queue is its connection's: another's use is RESOURCE_LOCKED.
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare("private", false, false, true, false, nil)
+	require.NoError(t, err)
+	other := dial(t, b)
+	och, err := other.Channel()
+	require.NoError(t, err)
+	_, err = och.Consume("private", "", false, false, false, false, nil)
+	var e *amqp091.Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, amqp091.ResourceLocked, e.Code)
+
+	// Transactions are not implemented: NOT_IMPLEMENTED closes the connection.
+	connClosed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	err = ch.Tx()
+	require.Error(t, err)
+	require.Equal(t, amqp091.NotImplemented, expectClose(t, connClosed).Code)
+}
+
+// Credentials and virtual hosts are checked at the handshake.
+func TestHandshakeRefusals(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	url := NewTestServer(t, b)
+	_, err := amqp091.Dial(strings.Replace(url, "guest:guest", "guest:wrong", 1))
+	var e *amqp091.Error
+	require.ErrorAs(t, err, &e, "authentication_failure_close: connection.close, not a dropped socket")
+	require.Equal(t, amqp091.AccessRefused, e.Code)
+	_, err = amqp091.Dial(url + "elsewhere")
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, amqp091.NotAllowed, e.Code)
+
+	conn, err := amqp091.DialConfig(url, amqp091.Config{SASL: []amqp091.Authentication{&amqp091.AMQPlainAuth{Username: "guest", Password: "guest"}}})
+	require.NoError(t, err, "AMQPLAIN")
+	require.Equal(t, "warren", conn.Properties["product"])
+	conn.Close()
+}
+
+// Closing a channel returns what it held, redelivered, before close-ok; a mandatory publish
+// that reaches no queue comes back with basic.return before its confirm; get counts.
+func TestChannelSemantics(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	conn := dial(t, b)
+	ctx := context.Background()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare("q", false, false, false, false, nil)
+	require.NoError(t, err)
+	for _, body := range []string{"1", "2", "3"} {
+		require.NoError(t, ch.PublishWithContext(ctx, "", "q", false, false, amqp091.Publishing{Body: []byte(body)}))
+	}
+	held, err := conn.Channel()
+	require.NoError(t, err)
+	d, ok, err := held.Get("q", false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "1", string(d.Body))
+	require.Equal(t, uint32(2), d.MessageCount, "what is left")
+	require.NoError(t, held.Close())
+	d, ok, err = ch.Get("q", true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "1", string(d.Body), "back at its place, once close-ok came")
+	require.True(t, d.Redelivered)
+
+	require.NoError(t, ch.Confirm(false))
+	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
+	confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, 1))
+	require.NoError(t, ch.PublishWithContext(ctx, "", "nowhere", true, false, amqp091.Publishing{Body: []byte("lost")}))
+	select {
+	case r := <-returns:
+		require.Equal(t, uint16(amqp091.NoRoute), r.ReplyCode)
+		require.Equal(t, "lost", string(r.Body))
+	case <-time.After(5 * time.Second):
+		t.Fatal("no basic.return")
+	}
+	select {
+	case c := <-confirms:
+		require.True(t, c.Ack)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no confirm")
+	}
+
+	// A deleted queue cancels its consumers (consumer_cancel_notify).
+	cancels := ch.NotifyCancel(make(chan string, 1))
+	_, err = ch.Consume("q", "watcher", false, false, false, false, nil)
+	require.NoError(t, err)
+	_, err = b.DeleteQueue("q")
+	require.NoError(t, err)
+	select {
+	case tag := <-cancels:
+		require.Equal(t, "watcher", tag)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no basic.cancel")
+	}
+}
+
+// A closing server closes its connections with CONNECTION_FORCED.
+func TestServerClose(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := NewServer(b)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	conn, err := amqp091.Dial("amqp://guest:guest@" + ln.Addr().String() + "/")
+	require.NoError(t, err)
+	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	require.NoError(t, s.Close())
+	require.Equal(t, amqp091.ConnectionForced, expectClose(t, closed).Code)
+	require.ErrorIs(t, <-served, ErrServerClosed)
+}
+
+// A wrong protocol header gets the server's, and the connection closes.
+func TestProtocolHeader(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	url := NewTestServer(t, b)
+	nc, err := net.Dial("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "amqp://guest:guest@"), "/"))
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = nc.Write([]byte("AMQP\x00\x00\x08\x00"))
+	require.NoError(t, err)
+	got, err := io.ReadAll(nc)
+	require.NoError(t, err)
+	require.Equal(t, "AMQP\x00\x00\x09\x01", string(got))
+}
