@@ -1,0 +1,224 @@
+package amqp
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/contrib/amqp/internal/wire"
+)
+
+// What a client does wrong closes its connection with the right error, and only its
+// connection: a bystander's connection, with its unacked delivery, goes on.
+func TestBrokenClients(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	url := NewTestServer(t, b)
+	bystander, err := amqp091.Dial(url)
+	require.NoError(t, err)
+	defer bystander.Close()
+	bch, err := bystander.Channel()
+	require.NoError(t, err)
+	_, err = bch.QueueDeclare("q", false, false, false, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, bch.PublishWithContext(context.Background(), "", "q", false, false, amqp091.Publishing{Body: []byte("held")}))
+	held, ok, err := bch.Get("q", false)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	publish := wire.AppendMethod(nil, 1, &wire.BasicPublish{RoutingKey: "q"})
+	header := func(size uint64) []byte {
+		buf := wire.AppendContent(nil, 1, &wire.BasicProperties{}, make([]byte, size), 0)
+		return buf[:7+binary.BigEndian.Uint32(buf[3:7])+1] // the header frame only
+	}
+	body := wire.AppendContent(nil, 1, &wire.BasicProperties{}, []byte("x"), 0)
+	body = body[len(body)-9:] // the body frame only
+
+	for _, tc := range []struct {
+		name string
+		code uint16
+		send func(r *raw)
+	}{
+		{"a frame without its frame end", wire.FrameError, func(r *raw) {
+			f := wire.AppendHeartbeat(nil)
+			f[len(f)-1] = 0
+			r.write(f)
+		}},
+		{"a frame larger than frame-max", wire.FrameError, func(r *raw) {
+			f := []byte{wire.FrameMethod, 0, 1}
+			f = binary.BigEndian.AppendUint32(f, 1<<20)
+			r.write(f)
+		}},
+		{"a frame of no known type", wire.FrameError, func(r *raw) { r.write([]byte{9, 0, 0, 0, 0, 0, 0, wire.FrameEnd}) }},
+		{"a heartbeat on a channel", wire.FrameError, func(r *raw) { r.write([]byte{wire.FrameHeartbeat, 0, 1, 0, 0, 0, 0, wire.FrameEnd}) }},
+		{"a body before its header", wire.UnexpectedFrame, func(r *raw) { r.write(append(publish, body...)) }},
+		{"a method before the header", wire.UnexpectedFrame, func(r *raw) {
+			r.write(append(publish, wire.AppendMethod(nil, 1, &wire.BasicQos{PrefetchCount: 1})...))
+		}},
+		{"content with no publish", wire.UnexpectedFrame, func(r *raw) { r.write(header(1)) }},
+		{"more body than its header says", wire.FrameError, func(r *raw) {
+			two := wire.AppendContent(nil, 1, &wire.BasicProperties{}, []byte("xy"), 0)
+			r.write(append(append(publish, header(1)...), two[len(two)-10:]...))
+		}},
+		{"a method on a channel not open", wire.ChannelError, func(r *raw) { r.send(2, &wire.BasicQos{}) }},
+		{"arguments that do not parse", wire.SyntaxError, func(r *raw) {
+			r.write([]byte{wire.FrameMethod, 0, 1, 0, 0, 0, 5, 0, 50, 0, 10, 7, wire.FrameEnd}) // queue.declare, cut short
+		}},
+		{"a method that does not exist", wire.CommandInvalid, func(r *raw) {
+			r.write([]byte{wire.FrameMethod, 0, 1, 0, 0, 0, 4, 0, 99, 0, 1, wire.FrameEnd})
+		}},
+		{"the immediate flag", wire.NotImplemented, func(r *raw) { r.send(1, &wire.BasicPublish{RoutingKey: "q", Immediate: true}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := dialRaw(t, url, 0)
+			tc.send(r)
+			r.expectConnectionClose(tc.code)
+		})
+	}
+	require.False(t, bystander.IsClosed())
+	require.NoError(t, held.Ack(false), "the bystander's delivery is still its own")
+	wq, err := b.Queue("q")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return wq.Len()+wq.Unacked() == 0 }, 5*time.Second, time.Millisecond,
+		"the ack went through, and the broken clients published nothing")
+}
+
+// A client that stops sending (not even heartbeats) is disconnected after two heartbeat
+// intervals, and what it held goes back to the queue, redelivered.
+func TestMissedHeartbeats(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	url := NewTestServer(t, b)
+	q, err := b.DeclareQueue("q")
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(context.Background(), "", "q", warren.Message{Body: []byte("m")}))
+	r := dialRaw(t, url, 1)
+	r.send(1, &wire.BasicGet{Queue: "q"})
+	r.expect(1, &wire.BasicGetOk{})
+	r.next() // its content header
+	r.next() // and body
+	require.Equal(t, 1, q.Unacked())
+	start := time.Now()
+	r.expectEOF()
+	took := time.Since(start)
+	require.GreaterOrEqual(t, took, 1500*time.Millisecond, "not before two intervals")
+	require.Eventually(t, func() bool { return q.Len() == 1 }, 5*time.Second, time.Millisecond, "back in the queue")
+	d, err := q.Get(context.Background())
+	require.NoError(t, err)
+	require.True(t, d.Redelivered)
+}
+
+// A client whose connection drops with deliveries unacked gets nothing lost: they are back,
+// redelivered; what it confirmed is in the queue.
+func TestAbruptDisconnect(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	url := NewTestServer(t, b)
+	r := dialRaw(t, url, 0)
+	r.send(1, &wire.QueueDeclare{Queue: "q"})
+	r.expect(1, &wire.QueueDeclareOk{})
+	r.send(1, &wire.ConfirmSelect{})
+	r.expect(1, &wire.ConfirmSelectOk{})
+	for i := range 10 {
+		r.write(wire.AppendMethod(nil, 1, &wire.BasicPublish{RoutingKey: "q"}))
+		r.write(wire.AppendContent(nil, 1, &wire.BasicProperties{}, fmt.Appendf(nil, "%d", i), 0))
+		r.expect(1, &wire.BasicAck{})
+	}
+	r.send(1, &wire.BasicConsume{Queue: "q", ConsumerTag: "c"})
+	r.expect(1, &wire.BasicConsumeOk{})
+	r.expect(1, &wire.BasicDeliver{})
+	r.nc.Close() // mid-stream: ten delivered or buffered, none acked
+	q, err := b.Queue("q")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return q.Len() == 10 && q.Unacked() == 0 }, 5*time.Second, time.Millisecond)
+}
+
+// Under load, 100 connections of 10 channels each publish with confirms and consume with
+// acks for a while; every confirmed message is consumed exactly once, and nothing else.
+func TestLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a second of load")
+	}
+	b := warren.New()
+	defer b.Close()
+	url := NewTestServer(t, b)
+	const conns, channels = 100, 10
+	_, err := b.DeclareQueue("load")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var (
+		mu        sync.Mutex
+		confirmed = map[string]bool{}
+		consumed  = map[string]int{}
+		wg        sync.WaitGroup
+		done      atomic.Bool
+	)
+	for i := range conns {
+		conn, err := amqp091.Dial(url)
+		require.NoError(t, err)
+		defer conn.Close()
+		for j := range channels {
+			ch, err := conn.Channel()
+			require.NoError(t, err)
+			if j%2 == 0 { // a publisher
+				require.NoError(t, ch.Confirm(false))
+				wg.Go(func() {
+					for n := 0; ctx.Err() == nil; n++ {
+						body := fmt.Sprintf("%d.%d.%d", i, j, n)
+						dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "load", false, false,
+							amqp091.Publishing{Body: []byte(body)})
+						if err != nil {
+							t.Errorf("publish: %v", err)
+							return
+						}
+						if ok, err := dc.WaitContext(context.Background()); err != nil || !ok {
+							t.Errorf("confirm of %s: %v %v", body, ok, err)
+							return
+						}
+						mu.Lock()
+						confirmed[body] = true
+						mu.Unlock()
+					}
+				})
+				continue
+			}
+			require.NoError(t, ch.Qos(16, 0, false))
+			deliveries, err := ch.Consume("load", "", false, false, false, false, nil)
+			require.NoError(t, err)
+			wg.Go(func() {
+				for d := range deliveries {
+					mu.Lock()
+					consumed[string(d.Body)]++
+					mu.Unlock()
+					if err := d.Ack(false); err != nil {
+						if !done.Load() {
+							t.Errorf("ack: %v", err)
+						}
+						return
+					}
+				}
+			})
+		}
+	}
+	<-ctx.Done()
+	q, err := b.Queue("load")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return q.Len() == 0 && q.Unacked() == 0 }, 30*time.Second, 10*time.Millisecond, "drained")
+	mu.Lock()
+	defer mu.Unlock()
+	done.Store(true)
+	for body := range confirmed {
+		require.Equal(t, 1, consumed[body], "%s confirmed: consumed once", body)
+	}
+	require.Len(t, consumed, len(confirmed), "nothing but what was confirmed")
+	t.Logf("%d connections × %d channels: %d messages confirmed and consumed once in 1 s", conns, channels, len(confirmed))
+}
