@@ -151,6 +151,35 @@ func TestBlock(t *testing.T) {
 	})
 }
 
+// TestWhileBlocked: a publish told of its waits hears true as it starts waiting for room and
+// false as it stops, whether it got room or its context ended; a publish that does not wait
+// hears nothing.
+func TestWhileBlocked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q", warren.MaxLength(1), warren.Overflow(warren.Block))
+		var told []bool
+		tell := warren.WhileBlocked(func(blocked bool) { told = append(told, blocked) })
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("0")}, tell))
+		require.Empty(t, told, "room at once: no wait")
+
+		published := make(chan error, 1)
+		go func() { published <- b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("1")}, tell) }()
+		synctest.Wait()
+		require.Equal(t, []bool{true}, told, "waiting")
+		d, err := q.Get(t.Context(), warren.AutoAck())
+		require.NoError(t, err)
+		require.Equal(t, "0", string(d.Message.Body))
+		require.NoError(t, <-published)
+		require.Equal(t, []bool{true, false}, told, "room")
+
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		require.ErrorIs(t, b.Publish(ctx, "", "q", warren.Message{Body: []byte("2")}, tell), context.DeadlineExceeded)
+		require.Equal(t, []bool{true, false, true, false}, told, "waited until its ctx ended")
+	})
+}
+
 // TestBlockedPublisherSeesDeletion: deleting a queue wakes its blocked publishers.
 func TestBlockedPublisherSeesDeletion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -106,8 +106,9 @@ type publishConfig struct {
 	mandatory  bool
 	immediate  bool
 	delay      time.Duration
-	expiration *string // ExpireAfter's Expiration, when given
-	err        error   // an invalid option
+	expiration *string    // ExpireAfter's Expiration, when given
+	blocked    func(bool) // WhileBlocked's
+	err        error      // an invalid option
 	// deadReason is the x-death reason of a dead letter being published: the Reason of its
 	// EventEnqueued.
 	deadReason Reason
@@ -493,6 +494,14 @@ func ExpireAfter(d time.Duration) PublishOption {
 		exp := strconv.FormatInt(int64(d/time.Millisecond), 10)
 		c.expiration = &exp
 	})
+}
+
+// WhileBlocked makes a publish that waits for room in a full [Block] queue call fn(true) as it
+// starts waiting and fn(false) once it stops (it got room, or its ctx ended), once per wait, on
+// the publishing goroutine and with no lock of the broker held. An AMQP server tells its
+// client with connection.blocked and connection.unblocked. fn must not block. Default: none.
+func WhileBlocked(fn func(blocked bool)) PublishOption {
+	return publishOption(func(c *publishConfig) { c.blocked = fn })
 }
 
 type publishOption func(*publishConfig)

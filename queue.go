@@ -116,7 +116,7 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		// Immediate never waits, nor does a body larger than the byte limit: it never fits.
 		if q.cfg.overflow == Block && ctx.Err() == nil && !opt.immediate &&
 			(q.cfg.maxBytes < 0 || int64(int(env.size)) <= q.cfg.maxBytes) {
-			if err := q.waitRoomLocked(ctx, int(env.size)); err != nil {
+			if err := q.waitRoomLocked(ctx, int(env.size), opt.blocked); err != nil {
 				q.core.drop(entry{env: env}, ReasonQueueFull)
 				q.commit()
 				return 0, err
@@ -178,16 +178,26 @@ type blockedPublisher struct {
 // waitRoomLocked waits, with mu released, until the queue may have room for a body of need bytes
 // or ctx ends; it returns with mu held either way, and ctx.Err() if ctx ended. Publishers are
 // woken in turn, each when there is room for its own body: one that does not fit yet holds up
-// those behind it, as a queue does.
-func (q *Queue) waitRoomLocked(ctx context.Context, need int) error {
+// those behind it, as a queue does. told, if not nil, is told (with mu released) that the
+// publisher waits, and that it no longer does.
+func (q *Queue) waitRoomLocked(ctx context.Context, need int, told func(bool)) error {
 	ready := make(chan struct{})
 	q.blocked = append(q.blocked, blockedPublisher{ready, need})
 	q.commit()
+	if told != nil {
+		told(true)
+	}
 	select {
 	case <-ready:
+		if told != nil {
+			told(false)
+		}
 		q.mu.Lock()
 		return nil
 	case <-ctx.Done():
+		if told != nil {
+			told(false)
+		}
 		q.mu.Lock()
 		if i := slices.IndexFunc(q.blocked, func(p blockedPublisher) bool { return p.ready == ready }); i >= 0 {
 			q.blocked = slices.Delete(q.blocked, i, i+1)

@@ -521,7 +521,7 @@ func (ch *channel) publish(m *wire.BasicPublish, props *wire.BasicProperties, bo
 		return exception(wire.PreconditionFailed, m, "user_id property set to '%s' but authenticated user was '%s'", props.UserID, ch.c.user)
 	}
 	msg := message(props, body)
-	var opts []warren.PublishOption
+	opts := []warren.PublishOption{warren.WhileBlocked(ch.c.blocked)}
 	if m.Mandatory {
 		opts = append(opts, warren.Mandatory())
 	}

@@ -52,6 +52,8 @@ type conn struct {
 	werr    error
 	written atomic.Bool // something was written since the heartbeat last looked
 
+	blockable bool // the client takes connection.blocked (its capabilities say so)
+
 	channels map[uint16]*channel // the reader's alone
 	closing  atomic.Bool         // connection.close sent: waiting for close-ok
 	done     chan struct{}       // closed when the connection ends
@@ -197,6 +199,7 @@ func (c *conn) shutdown(err error) {
 		c.sendMethod(0, &wire.ConnectionClose{ReplyCode: e.code, ReplyText: e.text})
 	}
 	c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
+	c.cancel() // a publish waiting for room in a Block queue gives up
 }
 
 // teardown ends the connection: its owner, and with it its channels' consumers (what they
@@ -250,6 +253,9 @@ func (c *conn) handshake() error {
 	}
 	if err := c.authenticate(startOk); err != nil {
 		return err
+	}
+	if caps, ok := startOk.ClientProperties["capabilities"].(warren.Table); ok {
+		c.blockable, _ = caps["connection.blocked"].(bool)
 	}
 	cfg := c.s.cfg
 	if err := c.sendMethod(0, &wire.ConnectionTune{ChannelMax: cfg.channelMax, FrameMax: cfg.frameMax,
@@ -366,6 +372,7 @@ func serverProperties() warren.Table {
 			"consumer_cancel_notify":       true,
 			"authentication_failure_close": true,
 			"per_consumer_qos":             true,
+			"connection.blocked":           true,
 		},
 	}
 }
@@ -432,4 +439,18 @@ func (c *conn) channelMethod(id uint16, m wire.Method) error {
 		return exception(wire.ChannelError, m, "expected 'channel.open' on channel %d", id)
 	}
 	return ch.method(m)
+}
+
+// blocked tells the client, if it takes connection.blocked, that a publish of the connection
+// waits for room in a full Block queue, or no longer does. The reader runs every publish, so
+// the connection has at most one such publish at a time.
+func (c *conn) blocked(waiting bool) {
+	if !c.blockable {
+		return
+	}
+	if waiting {
+		c.sendMethod(0, &wire.ConnectionBlocked{Reason: "a queue with the block overflow is full"})
+	} else {
+		c.sendMethod(0, &wire.ConnectionUnblocked{})
+	}
 }

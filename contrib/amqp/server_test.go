@@ -260,3 +260,41 @@ func TestProtocolHeader(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "AMQP\x00\x00\x09\x01", string(got))
 }
+
+// A publish that waits for room in a full Block queue blocks its connection:
+// connection.blocked, then connection.unblocked once it got room.
+func TestConnectionBlocked(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	q, err := b.DeclareQueue("bounded", warren.MaxLength(1), warren.Overflow(warren.Block))
+	require.NoError(t, err)
+	conn := dial(t, b)
+	require.Equal(t, true, conn.Properties["capabilities"].(amqp091.Table)["connection.blocked"])
+	blockings := conn.NotifyBlocked(make(chan amqp091.Blocking, 2))
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, ch.PublishWithContext(ctx, "", "bounded", false, false, amqp091.Publishing{Body: []byte("1")}))
+	require.NoError(t, ch.PublishWithContext(ctx, "", "bounded", false, false, amqp091.Publishing{Body: []byte("2")}))
+	next := func() amqp091.Blocking {
+		select {
+		case bl := <-blockings:
+			return bl
+		case <-time.After(5 * time.Second):
+			t.Fatal("no connection.blocked/unblocked")
+			return amqp091.Blocking{}
+		}
+	}
+	bl := next()
+	require.True(t, bl.Active)
+	require.Contains(t, bl.Reason, "block")
+	d, err := q.Get(ctx, warren.AutoAck())
+	require.NoError(t, err)
+	require.Equal(t, "1", string(d.Message.Body))
+	require.False(t, next().Active)
+	require.Eventually(t, func() bool { return q.Len() == 1 }, 5*time.Second, time.Millisecond, "the second is in")
+
+	// A server closing while a publish waits for room does not wait for room.
+	require.NoError(t, ch.PublishWithContext(ctx, "", "bounded", false, false, amqp091.Publishing{Body: []byte("3")}))
+	require.True(t, next().Active)
+}
