@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -1001,6 +1002,9 @@ func TestKill9(t *testing.T) {
 		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
 
 		journal, err := os.ReadFile(filepath.Join(dir, fmt.Sprint("journal.", life)))
+		if errors.Is(err, fs.ErrNotExist) {
+			err = nil // killed before it made its journal (a loaded machine starts it slowly): nothing journaled
+		}
 		require.NoError(t, err)
 		chk.seed = fmt.Sprintf("%s (%s), ", how, policy)
 		chk.replay(life, journal, bounds)
