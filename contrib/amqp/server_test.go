@@ -2,7 +2,14 @@ package amqp
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"io"
+	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -13,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/contrib/amqp/internal/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -297,4 +305,49 @@ func TestConnectionBlocked(t *testing.T) {
 	// A server closing while a publish waits for room does not wait for room.
 	require.NoError(t, ch.PublishWithContext(ctx, "", "bounded", false, false, amqp091.Publishing{Body: []byte("3")}))
 	require.True(t, next().Active)
+}
+
+// The server speaks TLS when given a configuration (amqps).
+func TestTLS(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	url := NewTestServer(t, b, TLS(&tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}))
+	conn, err := amqp091.DialTLS(strings.Replace(url, "amqp://", "amqps://", 1), &tls.Config{RootCAs: roots})
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare("over-tls", false, false, false, false, nil)
+	require.NoError(t, err)
+	_, err = b.Queue("over-tls")
+	require.NoError(t, err)
+}
+
+// The limits: channels beyond channel-max close the connection (CHANNEL_ERROR); a message
+// larger than the largest allowed closes its channel (PRECONDITION_FAILED).
+func TestLimits(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	conn := dial(t, b, ChannelMax(2), MaxMessageSize(10))
+	require.Equal(t, uint16(2), uint16(conn.Config.ChannelMax))
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	require.NoError(t, ch.PublishWithContext(context.Background(), "", "q", false, false, amqp091.Publishing{Body: make([]byte, 11)}))
+	require.Equal(t, amqp091.PreconditionFailed, expectClose(t, closed).Code)
+
+	r := dialRaw(t, NewTestServer(t, b, ChannelMax(2)), 0)
+	r.send(3, &wire.ChannelOpen{})
+	r.expectConnectionClose(wire.ChannelError)
 }
