@@ -8,7 +8,8 @@ import (
 )
 
 // TestWorkloadsVerify runs every workload at toy size on every in-process system (RabbitMQ
-// needs a server and is left to the driver) and requires the verification to pass: nothing
+// needs a server and is left to the driver and TestRabbitWorkloadsVerify; warren-amqp's AMQP
+// server runs in this process, so it is here) and requires the verification to pass: nothing
 // lost, nothing duplicated, the order kept where the system promises it.
 func TestWorkloadsVerify(t *testing.T) {
 	sz := QuickSizes()

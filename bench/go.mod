@@ -4,6 +4,7 @@ go 1.26.0
 
 replace (
 	github.com/warrenmq/warren => ../
+	github.com/warrenmq/warren/contrib/amqp => ../contrib/amqp
 	github.com/warrenmq/warren/contrib/rabbitmq => ../contrib/rabbitmq
 )
 
@@ -13,6 +14,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/warrenmq/warren v0.0.0-00010101000000-000000000000
+	github.com/warrenmq/warren/contrib/amqp v0.0.0-00010101000000-000000000000
 	github.com/warrenmq/warren/contrib/rabbitmq v0.0.0-00010101000000-000000000000
 	gonum.org/v1/plot v0.17.0
 )

@@ -27,18 +27,21 @@ func init() {
 			Name: "rabbitmq", Ordered: true, Acks: true, Backlog: true, ClientOnly: true,
 			Setup: "RabbitMQ from Debian's `rabbitmq-server` package on 127.0.0.1 (`bench/rabbitmq.sh`), `amqp091-go`; one connection and channel per producer and per consumer; classic queues, not durable, transient messages (nothing written to disk on purpose); publisher confirms with at most 4000 unconfirmed per producer (`-rabbit-window`), waited for at the end; `basic.qos(prefetch)`, `basic.consume` with manual ack, `basic.ack` per message, `basic.nack(multiple, requeue)` to requeue. Allocations and peak RSS are the client process's only; the node's RSS after W3's publish phase is reported apart",
 		},
-		Open: func() (System, error) { return newRabbit(false) },
+		Open: func() (System, error) { return openRabbit(false) },
 	})
 	register(Spec{
 		Info: Info{
 			Name: "rabbitmq-durable", Ordered: true, Acks: true, Backlog: true, ClientOnly: true, Durable: true,
 			Setup: "the same RabbitMQ node and client as `rabbitmq` (its data directory under `$TMPDIR`, else /tmp), with durable classic queues and persistent messages (`DeliveryMode` 2); publisher confirms with at most 4000 unconfirmed per producer in W1 (RabbitMQ confirms a persistent message once it is fsynced), and in D1 and D3 every `Publish` waits for its own confirm before it returns, as warren's `Publish` does. Consumers as `rabbitmq`. Allocations and peak RSS are the client process's only",
 		},
-		Open: func() (System, error) { return newRabbit(true) },
+		Open: func() (System, error) { return openRabbit(true) },
 	})
 }
 
+// rabbitSys is amqp091-go against an AMQP 0-9-1 server at url: the RabbitMQ node (rabbitmq,
+// rabbitmq-durable) or a warren broker's contrib/amqp server in this process (warren-amqp).
 type rabbitSys struct {
+	url     string
 	durable bool // durable queues, persistent messages
 	prefix  string
 	conn    *amqp.Connection
@@ -61,11 +64,22 @@ func ProbeRabbit() error {
 	return conn.Close()
 }
 
-func newRabbit(durable bool) (*rabbitSys, error) {
-	s := &rabbitSys{durable: durable, prefix: fmt.Sprintf("wb%d.", os.Getpid())}
-	conn, err := s.dial()
+// openRabbit opens the rabbitmq (or, durable, the rabbitmq-durable) system on the node at
+// RabbitURL; a node that does not answer skips it.
+func openRabbit(durable bool) (*rabbitSys, error) {
+	s, err := newRabbit(RabbitURL, durable)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot connect to %s: %v", ErrSkip, RabbitURL, err)
+	}
+	return s, nil
+}
+
+// newRabbit connects to the server at url.
+func newRabbit(url string, durable bool) (*rabbitSys, error) {
+	s := &rabbitSys{url: url, durable: durable, prefix: fmt.Sprintf("wb%d.", os.Getpid())}
+	conn, err := s.dial()
+	if err != nil {
+		return nil, err
 	}
 	s.conn = conn
 	if s.ch, err = conn.Channel(); err != nil {
@@ -76,7 +90,7 @@ func newRabbit(durable bool) (*rabbitSys, error) {
 }
 
 func (s *rabbitSys) dial() (*amqp.Connection, error) {
-	conn, err := amqp.DialConfig(RabbitURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	conn, err := amqp.DialConfig(s.url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +389,11 @@ func (s *rabbitSys) DrainTopic(perBinding []int, queues int) ([][]uint64, error)
 		if want[q] == 0 {
 			continue
 		}
-		dch, err := ch.Consume(s.prefix+s.topicQueues[q], "drain", true, false, false, false, nil)
+		// A tag per queue: contrib/amqp (warren-amqp) sends basic.cancel-ok before the tag is
+		// free again, so consuming the next queue at once with the same tag can fail with
+		// NOT_ALLOWED, "attempt to reuse consumer tag".
+		tag := fmt.Sprintf("drain%d", q)
+		dch, err := ch.Consume(s.prefix+s.topicQueues[q], tag, true, false, false, false, nil)
 		if err != nil {
 			return out, err
 		}
@@ -387,7 +405,7 @@ func (s *rabbitSys) DrainTopic(perBinding []int, queues int) ([][]uint64, error)
 				return out, fmt.Errorf("queue %d: %d of %d messages", q, len(out[q]), want[q])
 			}
 		}
-		if err := ch.Cancel("drain", false); err != nil {
+		if err := ch.Cancel(tag, false); err != nil {
 			return out, err
 		}
 		for d := range dch { // deliveries in flight before the cancel took effect

@@ -132,6 +132,9 @@ type Info struct {
 	Backlog bool
 	// ClientOnly: allocations and RSS are the client process's only (a broker elsewhere).
 	ClientOnly bool
+	// WithServer: the system is a client talking to a server over a socket, both in this
+	// process, so allocations and RSS are the two together (warren-amqp).
+	WithServer bool
 	// Durable: the system writes its queue and messages to disk; it belongs to the durable
 	// suite (cmd/bench -durable) rather than the in-memory one.
 	Durable bool
@@ -168,7 +171,7 @@ func register(s Spec) {
 
 // Systems returns the names of the known systems, in report order.
 func Systems() []string {
-	order := []string{"chan-min", "chan-min-unbounded", "chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem", "rabbitmq", "rabbitmq-client",
+	order := []string{"chan-min", "chan-min-unbounded", "chan", "warren", "warren-block", "watermill-gochannel", "nats-core", "nats-jetstream-mem", "rabbitmq", "rabbitmq-client", "warren-amqp",
 		"warren-durable-always", "warren-durable-interval", "warren-durable-never", "nats-jetstream-file", "nats-jetstream-file-sync", "rabbitmq-durable"}
 	var names []string
 	for _, n := range order {

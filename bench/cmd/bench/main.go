@@ -133,8 +133,10 @@ func main() {
 // publisher that waits for an fsync per message (warren-durable-always, nats-jetstream-file-sync
 // and rabbitmq-durable in D3; JetStream with SyncAlways in W1 too) manages a few hundred to a few thousand messages a second here: 1M
 // would take hours. JetStream with SyncAlways syncs every message even with 64 publishers (D1).
+// warren-amqp runs at rabbitmq's sizes, the peer it is measured against (its amqp091-go client
+// alone allows a few tens of thousands of messages a second here).
 const (
-	memoryScale  = "rabbitmq=0.1,rabbitmq-client=0.1"
+	memoryScale  = "rabbitmq=0.1,rabbitmq-client=0.1,warren-amqp=0.1"
 	durableScale = "warren-durable-always/D3=0.01,nats-jetstream-file=0.2,nats-jetstream-file-sync=0.01,nats-jetstream-file-sync/D1=0.02,rabbitmq-durable/D3=0.005,rabbitmq-durable/D1=0.1"
 )
 

@@ -585,8 +585,11 @@ func (r *report) markdown() string {
 			if rss, ok := c.medianRSS(); ok {
 				text += " · " + fmtMB(rss)
 			}
-			if spec, _ := bench.Lookup(s); spec.ClientOnly {
+			switch spec, _ := bench.Lookup(s); {
+			case spec.ClientOnly:
 				text += r.note(s + ": allocations and RSS are those of the client process only; the broker runs in its own process.")
+			case spec.WithServer:
+				text += r.note(s + ": allocations and RSS are those of the client and the server together: both run in the bench process.")
 			}
 			fmt.Fprintf(&b, " %s |", text)
 		}
@@ -876,6 +879,15 @@ func (r *report) targets() []target {
 	}
 	if slices.Contains(r.systems, "warren-durable-always") && r.hasWorkload("D1") {
 		minRate("warren-durable-always", "D1 (SyncAlways, 64 publishers) ≥ 20k msg/s", "D1", 20_000)
+	}
+	// contrib/amqp's server against the RabbitMQ node, with the same client code (amqp091-go,
+	// confirms) and workload: at least 5× its throughput.
+	if slices.Contains(r.systems, "warren-amqp") && slices.Contains(r.systems, "rabbitmq") {
+		for _, cm := range [][3]string{{"W1", "rate", "W1"}, {"W2", "rate", "W2"}, {"W3", "publish_rate", "W3 publish"}, {"W3", "drain_rate", "W3 drain"}} {
+			if r.hasWorkload(cm[0]) {
+				ratio("warren-amqp", cm[2]+" ≥ 5× rabbitmq", cm[0], cm[1], "rabbitmq", 5)
+			}
+		}
 	}
 	// contrib/rabbitmq's Client against plain amqp091-go with confirms, on the same node and
 	// workload: within 20%.
