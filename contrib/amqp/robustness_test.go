@@ -222,3 +222,38 @@ func TestLoad(t *testing.T) {
 	require.Len(t, consumed, len(confirmed), "nothing but what was confirmed")
 	t.Logf("%d connections × %d channels: %d messages confirmed and consumed once in 1 s", conns, channels, len(confirmed))
 }
+
+// A consumer tag is free again as soon as basic.cancel-ok comes, and no delivery of the
+// cancelled consumer follows its cancel-ok: a raw client reuses the tag at once, many times.
+func TestCancelOkComesLast(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	r := dialRaw(t, NewTestServer(t, b), 0)
+	r.send(1, &wire.QueueDeclare{Queue: "q"})
+	r.expect(1, &wire.QueueDeclareOk{})
+	for i := range 2000 {
+		require.NoError(t, b.Publish(context.Background(), "", "q", warren.Message{Body: fmt.Appendf(nil, "%d", i)}))
+	}
+	for i := range 50 {
+		r.send(1, &wire.BasicConsume{Queue: "q", ConsumerTag: "same", NoAck: true})
+		r.expect(1, &wire.BasicConsumeOk{})
+		r.send(1, &wire.BasicCancel{ConsumerTag: "same"})
+		for { // deliveries (method, header, body) until cancel-ok
+			f := r.next()
+			if f.Type != wire.FrameMethod {
+				continue
+			}
+			m, err := wire.ReadMethod(f.Payload)
+			require.NoError(t, err)
+			if _, ok := m.(*wire.BasicCancelOk); ok {
+				break
+			}
+			require.IsType(t, &wire.BasicDeliver{}, m, "round %d", i)
+		}
+		r.send(1, &wire.BasicQos{PrefetchCount: 0}) // a round trip: a stray delivery would come before qos-ok
+		f := r.next()
+		m, err := wire.ReadMethod(f.Payload)
+		require.NoError(t, err)
+		require.IsType(t, &wire.BasicQosOk{}, m, "round %d: nothing of the cancelled consumer after its cancel-ok", i)
+	}
+}
