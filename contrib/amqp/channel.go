@@ -99,6 +99,7 @@ func (ch *channel) closeWith(e *amqpError) {
 
 // release ends the channel's owner and waits until what it held is back in the queues.
 func (ch *channel) release() {
+	ch.c.flush() // the replies so far, before the wait
 	ch.end()
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
@@ -245,7 +246,7 @@ func (ch *channel) reply(err error, noWait bool, ok wire.Method) error {
 	if err != nil || noWait {
 		return err
 	}
-	return ch.c.sendMethod(ch.id, ok)
+	return ch.c.reply(ch.id, ok)
 }
 
 // queueName returns name, or the channel's last declared queue for "".
@@ -363,10 +364,12 @@ func integer(v any) (int64, bool) {
 func (ch *channel) deliver(cs *consumer) {
 	defer close(cs.done)
 	for d := range cs.k.Deliveries() {
-		if err := ch.write(cs.tag, d, cs.noAck, nil); err != nil {
+		// Flushed when no other delivery waits: a burst goes out in few writes.
+		if err := ch.write(cs.tag, d, cs.noAck, nil, len(cs.k.Deliveries()) == 0); err != nil {
 			return // the connection is gone: its teardown returns what is held
 		}
 	}
+	ch.c.flush() // what the last one left, if Cancel took the rest back
 	ch.mu.Lock()
 	delete(ch.consumers, cs.tag)
 	ch.mu.Unlock()
@@ -377,7 +380,7 @@ func (ch *channel) deliver(cs *consumer) {
 
 // write gives d the channel's next delivery tag, keeps it unless it is settled already (no-ack),
 // and writes basic.deliver, or basic.get-ok with messageCount when get is set, with the content.
-func (ch *channel) write(consumerTag string, d warren.Delivery, settled bool, get *uint32) error {
+func (ch *channel) write(consumerTag string, d warren.Delivery, settled bool, get *uint32, flush bool) error {
 	ch.mu.Lock()
 	ch.nextTag++
 	tag := ch.nextTag
@@ -392,10 +395,10 @@ func (ch *channel) write(consumerTag string, d warren.Delivery, settled bool, ge
 	} else {
 		m = &wire.BasicDeliver{ConsumerTag: consumerTag, DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: d.Exchange, RoutingKey: d.RoutingKey}
 	}
-	return ch.c.send(func(buf []byte) []byte {
+	return ch.c.write(func(buf []byte) []byte {
 		buf = wire.AppendMethod(buf, ch.id, m)
 		return wire.AppendContent(buf, ch.id, &props, d.Message.Body, ch.c.frameMax)
-	})
+	}, flush)
 }
 
 // stopConsumer cancels the consumer with tag, if the channel has it: no more deliveries; what
@@ -430,7 +433,7 @@ func (ch *channel) get(m *wire.BasicGet) error {
 		return err
 	}
 	count := uint32(q.Len())
-	return ch.write("", d, m.NoAck, &count)
+	return ch.write("", d, m.NoAck, &count, true)
 }
 
 // settle settles the delivery with tag, or with multiple every one up to tag (0: all), in tag
@@ -557,7 +560,7 @@ func (ch *channel) publish(m *wire.BasicPublish, props *wire.BasicProperties, bo
 	if confirm == nil {
 		return nil
 	}
-	return ch.c.sendMethod(ch.id, confirm)
+	return ch.c.reply(ch.id, confirm)
 }
 
 // message returns a publish's content as warren's message.

@@ -69,7 +69,12 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 // send writes the frames fill appends, and flushes. After a write error nothing more is
 // written, and the error is returned each time.
-func (c *conn) send(fill func(buf []byte) []byte) error {
+func (c *conn) send(fill func(buf []byte) []byte) error { return c.write(fill, true) }
+
+// write writes the frames fill appends, and flushes them (with whatever else is buffered) if
+// flush is set. What is not flushed goes with the next flush: the reader flushes before it
+// waits for input, a consumer's goroutine when it has nothing more to deliver.
+func (c *conn) write(fill func(buf []byte) []byte, flush bool) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.werr != nil {
@@ -80,15 +85,39 @@ func (c *conn) send(fill func(buf []byte) []byte) error {
 		c.werr = err
 		return err
 	}
-	if err := c.bw.Flush(); err != nil {
-		c.werr = err
-		return err
-	}
 	if cap(c.wbuf) > 1<<20 {
 		c.wbuf = nil // a large message's buffer is not kept
 	}
 	c.written.Store(true)
+	if !flush {
+		return nil
+	}
+	return c.flushLocked()
+}
+
+// flush writes out what is buffered.
+func (c *conn) flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	return c.flushLocked()
+}
+
+func (c *conn) flushLocked() error {
+	if err := c.bw.Flush(); err != nil {
+		c.werr = err
+		return err
+	}
 	return nil
+}
+
+// reply writes a method the reader sends in answer to a client's: flushed at once unless more
+// input is waiting, which the reader reads first (a stream of publishes gets its confirms in
+// fewer writes). Only the reader calls it.
+func (c *conn) reply(ch uint16, m wire.Method) error {
+	return c.write(func(buf []byte) []byte { return wire.AppendMethod(buf, ch, m) }, c.fr.Buffered().Buffered() == 0)
 }
 
 // sendMethod writes one method frame.
@@ -117,9 +146,18 @@ func (c *conn) serve() {
 	if c.heartbeat > 0 {
 		c.wg.Go(c.beat)
 	}
+	var armed time.Time // when the read deadline was last moved
 	for {
+		if c.fr.Buffered().Buffered() == 0 && c.flush() != nil {
+			return // the client is gone
+		}
 		if c.heartbeat > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(2 * c.heartbeat))
+			// Two missed intervals end the connection: the deadline moves at most every half
+			// interval, so a silence of 2 to 2.5 intervals does.
+			if now := time.Now(); now.Sub(armed) >= c.heartbeat/2 {
+				c.nc.SetReadDeadline(now.Add(2 * c.heartbeat))
+				armed = now
+			}
 		}
 		f, err := c.fr.Read()
 		if err != nil {
@@ -445,6 +483,7 @@ func (c *conn) channelMethod(id uint16, m wire.Method) error {
 // waits for room in a full Block queue, or no longer does. The reader runs every publish, so
 // the connection has at most one such publish at a time.
 func (c *conn) blocked(waiting bool) {
+	c.flush() // the replies so far, before the publish waits
 	if !c.blockable {
 		return
 	}
