@@ -28,15 +28,19 @@ type channel struct {
 	id     uint16
 	ctx    context.Context
 	cancel context.CancelFunc
+	as     warren.CallOption // on the channel's behalf
 
 	// The reader's alone.
-	closing    bool   // channel.close sent: waiting for close-ok, dropping the rest
-	lastQueue  string // the last queue declared, which "" names in later methods
-	prefetch   int    // basic.qos prefetch-count for the consumers to come; 0 for none
-	confirming bool   // confirm.select
-	published  uint64 // publishes since confirm.select: the last one's confirm tag
+	closing    bool          // channel.close sent: waiting for close-ok, dropping the rest
+	lastQueue  string        // the last queue declared, which "" names in later methods
+	prefetch   int           // basic.qos prefetch-count for the consumers to come; 0 for none
+	confirming bool          // confirm.select
+	published  uint64        // publishes since confirm.select: the last one's confirm tag
+	ack        wire.BasicAck // the last confirm, kept here rather than allocated each time
+	nack       wire.BasicNack
 	pending    *wire.BasicPublish
-	header     *wire.ContentHeader
+	header     wire.ContentHeader // of pending, when hasHeader
+	hasHeader  bool
 	body       []byte
 
 	mu        sync.Mutex
@@ -58,6 +62,7 @@ type consumer struct {
 func newChannel(c *conn, id uint16) *channel {
 	ch := &channel{c: c, id: id, unacked: map[uint64]warren.Delivery{}, consumers: map[string]*consumer{}}
 	ch.ctx, ch.cancel = warren.NewOwner(c.ctx)
+	ch.as = warren.As(ch.ctx)
 	return ch
 }
 
@@ -92,7 +97,7 @@ func (ch *channel) method(m wire.Method) error {
 // is sent; the channel is gone once the client's close-ok comes.
 func (ch *channel) closeWith(e *amqpError) {
 	ch.closing = true
-	ch.pending, ch.header, ch.body = nil, nil, nil
+	ch.pending, ch.hasHeader, ch.body = nil, false, nil
 	ch.release()
 	ch.c.sendMethod(ch.id, &wire.ChannelClose{ReplyCode: e.code, ReplyText: e.text, ClassID: e.class, MethodID: e.method})
 }
@@ -114,8 +119,7 @@ func (ch *channel) end() {
 }
 
 func (ch *channel) run(m wire.Method) error {
-	b := ch.c.b
-	as := warren.As(ch.ctx)
+	b, as := ch.c.b, ch.as
 	switch m := m.(type) {
 	case *wire.ChannelClose:
 		ch.release()
@@ -264,7 +268,7 @@ func (ch *channel) declareQueue(m *wire.QueueDeclare) error {
 		err error
 	)
 	if m.Passive {
-		q, err = b.Queue(ch.queueName(m.Queue), warren.As(ch.ctx))
+		q, err = b.Queue(ch.queueName(m.Queue), ch.as)
 	} else {
 		opts := []warren.QueueOption{}
 		if m.Durable {
@@ -289,7 +293,7 @@ func (ch *channel) declareQueue(m *wire.QueueDeclare) error {
 }
 
 func (ch *channel) consume(m *wire.BasicConsume) error {
-	q, err := ch.c.b.Queue(ch.queueName(m.Queue), warren.As(ch.ctx))
+	q, err := ch.c.b.Queue(ch.queueName(m.Queue), ch.as)
 	if err != nil {
 		return err
 	}
@@ -417,7 +421,7 @@ func (ch *channel) stopConsumer(tag string) {
 }
 
 func (ch *channel) get(m *wire.BasicGet) error {
-	q, err := ch.c.b.Queue(ch.queueName(m.Queue), warren.As(ch.ctx))
+	q, err := ch.c.b.Queue(ch.queueName(m.Queue), ch.as)
 	if err != nil {
 		return err
 	}
@@ -479,7 +483,7 @@ func (ch *channel) content(f wire.Frame) error {
 		return exception(wire.UnexpectedFrame, nil, "content frame on channel %d with no publish under way", ch.id)
 	}
 	if f.Type == wire.FrameHeader {
-		if ch.header != nil {
+		if ch.hasHeader {
 			return exception(wire.UnexpectedFrame, ch.pending, "a second content header")
 		}
 		h, err := wire.ReadContentHeader(f.Payload)
@@ -494,10 +498,10 @@ func (ch *channel) content(f wire.Frame) error {
 				h.BodySize, ch.c.s.cfg.maxMessageSize))
 			return nil
 		}
-		ch.header = &h
+		ch.header, ch.hasHeader = h, true
 		ch.body = make([]byte, 0, h.BodySize)
 	} else {
-		if ch.header == nil {
+		if !ch.hasHeader {
 			return exception(wire.UnexpectedFrame, ch.pending, "content body before its header")
 		}
 		if uint64(len(ch.body)+len(f.Payload)) > ch.header.BodySize {
@@ -508,9 +512,9 @@ func (ch *channel) content(f wire.Frame) error {
 	if uint64(len(ch.body)) < ch.header.BodySize {
 		return nil
 	}
-	pub, h, body := ch.pending, ch.header, ch.body
-	ch.pending, ch.header, ch.body = nil, nil, nil
-	if err := ch.publish(pub, &h.Properties, body); err != nil {
+	pub, body := ch.pending, ch.body
+	ch.pending, ch.hasHeader, ch.body = nil, false, nil
+	if err := ch.publish(pub, &ch.header.Properties, body); err != nil {
 		e := failure(pub, err)
 		if e.closesConnection {
 			return e
@@ -528,15 +532,16 @@ func (ch *channel) publish(m *wire.BasicPublish, props *wire.BasicProperties, bo
 		return exception(wire.PreconditionFailed, m, "user_id property set to '%s' but authenticated user was '%s'", props.UserID, ch.c.user)
 	}
 	msg := message(props, body)
-	opts := []warren.PublishOption{warren.WhileBlocked(ch.c.blocked)}
+	opts := ch.c.publishOpts[:1]
 	if m.Mandatory {
-		opts = append(opts, warren.Mandatory())
+		opts = ch.c.publishOpts[:2]
 	}
 	err := ch.c.b.Publish(ch.ctx, m.Exchange, m.RoutingKey, msg, opts...)
 	var confirm wire.Method
 	if ch.confirming {
 		ch.published++
-		confirm = &wire.BasicAck{DeliveryTag: ch.published}
+		ch.ack = wire.BasicAck{DeliveryTag: ch.published}
+		confirm = &ch.ack
 	}
 	switch {
 	case err == nil:
@@ -550,7 +555,8 @@ func (ch *channel) publish(m *wire.BasicPublish, props *wire.BasicProperties, bo
 		}
 	case errors.Is(err, warren.ErrQueueFull):
 		if confirm != nil {
-			confirm = &wire.BasicNack{DeliveryTag: ch.published}
+			ch.nack = wire.BasicNack{DeliveryTag: ch.published}
+			confirm = &ch.nack
 		}
 	case errors.Is(err, warren.ErrNotFound):
 		return exception(wire.NotFound, m, "no exchange '%s' in vhost '%s'", m.Exchange, ch.c.vhost)

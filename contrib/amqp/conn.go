@@ -53,8 +53,11 @@ type conn struct {
 	written atomic.Bool // something was written since the heartbeat last looked
 
 	blockable bool // the client takes connection.blocked (its capabilities say so)
+	// publishOpts are a publish's options: WhileBlocked, then Mandatory for a mandatory one.
+	publishOpts []warren.PublishOption
 
 	channels map[uint16]*channel // the reader's alone
+	args     wire.Reader         // the reader's, for method arguments
 	closing  atomic.Bool         // connection.close sent: waiting for close-ok
 	done     chan struct{}       // closed when the connection ends
 	wg       sync.WaitGroup      // the heartbeat and the consumers' goroutines
@@ -64,6 +67,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, fr: wire.NewFrameReader(nc), bw: bufio.NewWriterSize(nc, 64<<10),
 		channels: map[uint16]*channel{}, done: make(chan struct{})}
 	c.ctx, c.cancel = warren.NewOwner(s.ctx)
+	c.publishOpts = []warren.PublishOption{warren.WhileBlocked(c.blocked), warren.Mandatory()}
 	return c
 }
 
@@ -424,7 +428,7 @@ func (c *conn) frame(f wire.Frame) error {
 		}
 		return nil
 	case wire.FrameMethod:
-		m, err := wire.ReadMethod(f.Payload)
+		m, err := wire.ReadMethodWith(&c.args, f.Payload)
 		if errors.Is(err, wire.ErrUnknownMethod) {
 			return exception(wire.CommandInvalid, nil, "%v", err)
 		}

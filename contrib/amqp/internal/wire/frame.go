@@ -24,6 +24,7 @@ var ErrFrameTooLarge = errors.New("amqp: frame too large")
 type FrameReader struct {
 	r   *bufio.Reader
 	buf []byte
+	hdr [7]byte
 	// Max is the largest frame, header and end included, that Read accepts (frame-max); 0
 	// for FrameMinSize.
 	Max uint32
@@ -40,8 +41,8 @@ func (fr *FrameReader) Buffered() *bufio.Reader { return fr.r }
 // Read reads the next frame. A frame over Max fails with ErrFrameTooLarge, one that does not
 // end with FrameEnd with ErrMalformed; io errors are returned as they are.
 func (fr *FrameReader) Read() (Frame, error) {
-	var h [7]byte
-	if _, err := io.ReadFull(fr.r, h[:]); err != nil {
+	h := fr.hdr[:]
+	if _, err := io.ReadFull(fr.r, h); err != nil {
 		return Frame{}, err
 	}
 	f := Frame{Type: h[0], Channel: binary.BigEndian.Uint16(h[1:3])}
@@ -119,8 +120,11 @@ func AppendHeartbeat(buf []byte) []byte {
 
 // ReadMethod parses a method frame's payload. An unknown class or method fails with
 // ErrUnknownMethod; arguments that do not parse, or bytes left over, with ErrMalformed.
-func ReadMethod(payload []byte) (Method, error) {
-	r := NewReader(payload)
+func ReadMethod(payload []byte) (Method, error) { return ReadMethodWith(new(Reader), payload) }
+
+// ReadMethodWith is ReadMethod with r, which it resets: a reader of many frames keeps one.
+func ReadMethodWith(r *Reader, payload []byte) (Method, error) {
+	r.Reset(payload)
 	class, method := r.Short(), r.Short()
 	if r.err != nil {
 		return nil, r.err
