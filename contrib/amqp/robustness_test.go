@@ -257,3 +257,56 @@ func TestCancelOkComesLast(t *testing.T) {
 		require.IsType(t, &wire.BasicQosOk{}, m, "round %d: nothing of the cancelled consumer after its cancel-ok", i)
 	}
 }
+
+// A stream of publishes in confirm mode, sent at once, gets every publish confirmed once: those
+// that a queue took acked (a basic.ack with multiple covering several would do), those its
+// reject-publish refused nacked, and no multiple ack covers a nack.
+func TestConfirmsOfAStream(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	r := dialRaw(t, NewTestServer(t, b), 0)
+	r.send(1, &wire.QueueDeclare{Queue: "q", Arguments: warren.Table{"x-max-length": int64(5), "x-overflow": "reject-publish"}})
+	r.expect(1, &wire.QueueDeclareOk{})
+	r.send(1, &wire.ConfirmSelect{})
+	r.expect(1, &wire.ConfirmSelectOk{})
+	const n = 12
+	var stream []byte
+	for i := range n {
+		stream = wire.AppendMethod(stream, 1, &wire.BasicPublish{RoutingKey: "q"})
+		stream = wire.AppendContent(stream, 1, &wire.BasicProperties{}, fmt.Appendf(nil, "%d", i), 0)
+	}
+	r.write(stream) // at once: the server reads them together
+	outcome := map[uint64]string{}
+	frames := 0
+	for len(outcome) < n {
+		f := r.next()
+		m, err := wire.ReadMethod(f.Payload)
+		require.NoError(t, err)
+		frames++
+		switch m := m.(type) {
+		case *wire.BasicAck:
+			from := m.DeliveryTag
+			if m.Multiple {
+				from = uint64(len(outcome)) + 1
+			}
+			for tag := from; tag <= m.DeliveryTag; tag++ {
+				require.NotContains(t, outcome, tag, "confirmed once")
+				outcome[tag] = "ack"
+			}
+		case *wire.BasicNack:
+			require.False(t, m.Multiple)
+			require.NotContains(t, outcome, m.DeliveryTag)
+			outcome[m.DeliveryTag] = "nack"
+		default:
+			t.Fatalf("unexpected %s", m.Name())
+		}
+	}
+	for tag := uint64(1); tag <= n; tag++ {
+		want := "ack"
+		if tag > 5 {
+			want = "nack"
+		}
+		require.Equal(t, want, outcome[tag], "publish %d", tag)
+	}
+	t.Logf("%d publishes confirmed in %d frames", n, frames)
+}
