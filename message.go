@@ -14,6 +14,10 @@ import (
 // unchanged. A Table reachable from a published [Message] must not be modified afterwards.
 type Table map[string]any
 
+// Int returns t's value for key as an integer, and true, when it is one of AMQP's integer field
+// types; else 0 and false (no such key, or another type).
+func (t Table) Int(key string) (int64, bool) { return intArg(t[key]) }
+
 // Decimal is AMQP's decimal field value: Value × 10^-Scale.
 type Decimal struct {
 	Scale uint8

@@ -187,24 +187,24 @@ func (q *Queue) waitRoomLocked(ctx context.Context, need int, told func(bool)) e
 	if told != nil {
 		told(true)
 	}
+	woken := false
 	select {
 	case <-ready:
-		if told != nil {
-			told(false)
-		}
-		q.mu.Lock()
-		return nil
+		woken = true
 	case <-ctx.Done():
-		if told != nil {
-			told(false)
-		}
-		q.mu.Lock()
-		if i := slices.IndexFunc(q.blocked, func(p blockedPublisher) bool { return p.ready == ready }); i >= 0 {
-			q.blocked = slices.Delete(q.blocked, i, i+1)
-		}
-		// If this waiter had just been woken, the caller's commit wakes the next.
-		return ctx.Err()
 	}
+	if told != nil {
+		told(false)
+	}
+	q.mu.Lock()
+	if woken {
+		return nil
+	}
+	if i := slices.IndexFunc(q.blocked, func(p blockedPublisher) bool { return p.ready == ready }); i >= 0 {
+		q.blocked = slices.Delete(q.blocked, i, i+1)
+	}
+	// If this waiter had just been woken, the caller's commit wakes the next.
+	return ctx.Err()
 }
 
 // Get takes the first ready message, if any, without waiting: it returns [ErrEmpty] when the

@@ -318,7 +318,7 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 		opts = append(opts, warren.AutoAck())
 	}
 	if p, ok := m.Arguments["x-priority"]; ok {
-		n, ok := integer(p)
+		n, ok := m.Arguments.Int("x-priority")
 		if !ok {
 			return exception(wire.PreconditionFailed, m, "invalid arg 'x-priority' for queue '%s': %v", q.Name(), p)
 		}
@@ -339,27 +339,6 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 	}
 	ch.wg.Go(func() { ch.deliver(cs) })
 	return nil
-}
-
-// integer returns a table value as an integer, if it is one.
-func integer(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int8:
-		return int64(n), true
-	case uint8:
-		return int64(n), true
-	case int16:
-		return int64(n), true
-	case uint16:
-		return int64(n), true
-	case int32:
-		return int64(n), true
-	case uint32:
-		return int64(n), true
-	case int64:
-		return n, true
-	}
-	return 0, false
 }
 
 // deliver writes a consumer's deliveries until it stops. A consumer stopped by something else
@@ -444,19 +423,25 @@ func (ch *channel) get(m *wire.BasicGet) error {
 // order. A tag the channel does not hold closes it with PRECONDITION_FAILED, as RabbitMQ's
 // "unknown delivery tag".
 func (ch *channel) settle(m wire.Method, tag uint64, multiple bool, how func(warren.Delivery) error) error {
+	if !multiple { // the common case, without the slices
+		ch.mu.Lock()
+		d, ok := ch.unacked[tag]
+		delete(ch.unacked, tag)
+		ch.mu.Unlock()
+		if !ok {
+			return exception(wire.PreconditionFailed, m, "unknown delivery tag %d", tag)
+		}
+		return settled(m, tag, how(d))
+	}
 	ch.mu.Lock()
 	var tags []uint64
-	if multiple {
-		for t := range ch.unacked {
-			if tag == 0 || t <= tag {
-				tags = append(tags, t)
-			}
+	for t := range ch.unacked {
+		if tag == 0 || t <= tag {
+			tags = append(tags, t)
 		}
-		slices.Sort(tags)
-	} else if _, ok := ch.unacked[tag]; ok {
-		tags = []uint64{tag}
 	}
-	if len(tags) == 0 && (tag != 0 || !multiple) {
+	slices.Sort(tags)
+	if len(tags) == 0 && tag != 0 {
 		ch.mu.Unlock()
 		return exception(wire.PreconditionFailed, m, "unknown delivery tag %d", tag)
 	}
@@ -467,9 +452,18 @@ func (ch *channel) settle(m wire.Method, tag uint64, multiple bool, how func(war
 	}
 	ch.mu.Unlock()
 	for i, d := range ds {
-		if err := how(d); err != nil && !errors.Is(err, warren.ErrAlreadySettled) {
-			return exception(wire.PreconditionFailed, m, "unknown delivery tag %d: %v", tags[i], err)
+		if err := settled(m, tags[i], how(d)); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// settled returns the channel error for a settlement's error: a delivery that warren no
+// longer has outstanding is, for the client, an unknown delivery tag.
+func settled(m wire.Method, tag uint64, err error) error {
+	if err != nil && !errors.Is(err, warren.ErrAlreadySettled) {
+		return exception(wire.PreconditionFailed, m, "unknown delivery tag %d: %v", tag, err)
 	}
 	return nil
 }

@@ -171,7 +171,16 @@ func TestHandshakeRefusals(t *testing.T) {
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, amqp091.NotAllowed, e.Code)
 
-	conn, err := amqp091.DialConfig(url, amqp091.Config{SASL: []amqp091.Authentication{&amqp091.AMQPlainAuth{Username: "guest", Password: "guest"}}})
+	users := NewTestServer(t, b, Users(map[string]string{"bob": "b", "alice": "a"}))
+	require.Contains(t, users, "//alice:a@", "the test server's URL has a user it knows")
+	conn, err := amqp091.Dial(users)
+	require.NoError(t, err)
+	conn.Close()
+	_, err = amqp091.Dial(strings.Replace(users, "alice:a", "guest:guest", 1))
+	require.ErrorAs(t, err, &e, "guest is not one of them")
+	require.Equal(t, amqp091.AccessRefused, e.Code)
+
+	conn, err = amqp091.DialConfig(url, amqp091.Config{SASL: []amqp091.Authentication{&amqp091.AMQPlainAuth{Username: "guest", Password: "guest"}}})
 	require.NoError(t, err, "AMQPLAIN")
 	require.Equal(t, "warren", conn.Properties["product"])
 	conn.Close()

@@ -3,7 +3,9 @@ package amqp
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"testing"
 
 	"github.com/warrenmq/warren"
@@ -11,8 +13,8 @@ import (
 
 // NewTestServer starts a server for b on a random loopback port, as httptest.NewServer does,
 // closes it when the test ends, and returns the URL a client dials:
-// "amqp://guest:guest@127.0.0.1:PORT/" (with opts' first user instead of guest, if Users is
-// given).
+// "amqp://guest:guest@127.0.0.1:PORT/", or, when [Users] leaves guest out, the user whose name
+// sorts first.
 func NewTestServer(t testing.TB, b *warren.Broker, opts ...Option) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -28,12 +30,10 @@ func NewTestServer(t testing.TB, b *warren.Broker, opts ...Option) string {
 			t.Errorf("amqp: test server: %v", err)
 		}
 	})
-	user, password := "guest", "guest"
-	for u, p := range s.cfg.users {
-		if _, ok := s.cfg.users["guest"]; !ok {
-			user, password = u, p
-		}
-		break
+	user := "guest"
+	if _, ok := s.cfg.users[user]; !ok && len(s.cfg.users) > 0 {
+		user = slices.Min(slices.Collect(maps.Keys(s.cfg.users)))
 	}
+	password := s.cfg.users[user]
 	return fmt.Sprintf("amqp://%s:%s@%s/", user, password, ln.Addr())
 }

@@ -75,15 +75,9 @@ func (c *Client) deliveryLimit(queue string) int64 {
 			if q.Name != queue {
 				continue
 			}
-			switch n := q.Arguments["x-delivery-limit"].(type) {
-			case int64:
+			limit = -1 // the last declaration counts
+			if n, ok := q.Arguments.Int("x-delivery-limit"); ok {
 				limit = n
-			case int32:
-				limit = int64(n)
-			case int:
-				limit = int64(n)
-			default:
-				limit = -1
 			}
 		}
 	}

@@ -190,19 +190,15 @@ func (k *consumer) lost() {
 
 // delivery returns the description of a RabbitMQ delivery as warren's.
 func delivery(d amqp.Delivery) warren.Delivery {
+	headers := warren.Table(d.Headers)
 	count := 0
-	switch n := d.Headers["x-delivery-count"].(type) {
-	case int64:
+	if n, ok := headers.Int("x-delivery-count"); ok {
 		count = int(n)
-	case int32:
-		count = int(n)
-	default:
-		if d.Redelivered {
-			count = 1
-		}
+	} else if d.Redelivered {
+		count = 1
 	}
 	redelivered := d.Redelivered
-	if n, ok := d.Headers[retriesHeader].(int64); ok && n > 0 {
+	if n, ok := headers.Int(retriesHeader); ok && n > 0 {
 		count += int(n)
 		redelivered = true // its message was delivered before, as a copy
 	}

@@ -1,0 +1,28 @@
+package warren_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+)
+
+// Table.Int reads every AMQP integer type, and nothing else.
+func TestTableInt(t *testing.T) {
+	tab := warren.Table{"i8": int8(-8), "u8": uint8(8), "i16": int16(-16), "u16": uint16(16), "i32": int32(-32),
+		"u32": uint32(32), "i64": int64(-64), "int": 7, "s": "5", "f": 1.5, "nil": nil}
+	for key, want := range map[string]int64{"i8": -8, "u8": 8, "i16": -16, "u16": 16, "i32": -32, "u32": 32, "i64": -64, "int": 7} {
+		n, ok := tab.Int(key)
+		require.True(t, ok, key)
+		require.Equal(t, want, n, key)
+	}
+	for _, key := range []string{"s", "f", "nil", "missing"} {
+		n, ok := tab.Int(key)
+		require.False(t, ok, key)
+		require.Zero(t, n, key)
+	}
+	var none warren.Table
+	_, ok := none.Int("x")
+	require.False(t, ok, "a nil table has nothing")
+}
