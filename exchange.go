@@ -698,7 +698,7 @@ func publishOptions(opts []PublishOption) publishConfig {
 	var cfg publishConfig
 	for _, o := range opts {
 		if o != nil {
-			o.applyPublish(&cfg)
+			cfg = o.applyPublish(cfg)
 		}
 	}
 	return cfg

@@ -51,7 +51,11 @@ type ConsumeOption interface {
 type ServeOption interface{ applyServe(*serveConfig) }
 
 // PublishOption configures one publish; see [Broker.Publish].
-type PublishOption interface{ applyPublish(*publishConfig) }
+type PublishOption interface {
+	// applyPublish returns c with the option applied: by value, so that a publish's
+	// configuration stays on its goroutine's stack (a pointer through an interface escapes).
+	applyPublish(c publishConfig) publishConfig
+}
 
 // CallOption configures a call that uses a queue or an exchange by name: a lookup
 // ([Broker.Queue]), [Broker.Bind], [Broker.Unbind], a purge ([Broker.Purge], [Queue.Purge]), a
@@ -462,9 +466,10 @@ func Immediate() PublishOption { return publishFlag{immediate: true} }
 
 type publishFlag struct{ mandatory, immediate bool }
 
-func (o publishFlag) applyPublish(c *publishConfig) {
+func (o publishFlag) applyPublish(c publishConfig) publishConfig {
 	c.mandatory = c.mandatory || o.mandatory
 	c.immediate = c.immediate || o.immediate
+	return c
 }
 
 // DeliverAfter delays a message: in each queue it reaches it takes its place at once (ahead of
@@ -479,7 +484,10 @@ func DeliverAfter(d time.Duration) PublishOption { return delayOption(d) }
 
 type delayOption time.Duration
 
-func (o delayOption) applyPublish(c *publishConfig) { c.delay = time.Duration(o) }
+func (o delayOption) applyPublish(c publishConfig) publishConfig {
+	c.delay = time.Duration(o)
+	return c
+}
 
 // ExpireAfter gives the message a TTL of d in every queue it reaches, as a duration: it sets
 // [Message.Expiration], the AMQP property, to d in milliseconds (replacing what the message had).
@@ -501,12 +509,24 @@ func ExpireAfter(d time.Duration) PublishOption {
 // the publishing goroutine and with no lock of the broker held. An AMQP server tells its
 // client with connection.blocked and connection.unblocked. fn must not block. Default: none.
 func WhileBlocked(fn func(blocked bool)) PublishOption {
-	return publishOption(func(c *publishConfig) { c.blocked = fn })
+	return blockedOption(fn)
 }
 
+type blockedOption func(blocked bool)
+
+func (o blockedOption) applyPublish(c publishConfig) publishConfig {
+	c.blocked = o
+	return c
+}
+
+// publishOption is an option that sets the configuration through a pointer: for the rarer
+// ones, whose cost (the configuration escaping) is not on every publish.
 type publishOption func(*publishConfig)
 
-func (o publishOption) applyPublish(c *publishConfig) { o(c) }
+func (o publishOption) applyPublish(c publishConfig) publishConfig {
+	o(&c)
+	return c
+}
 
 // IfUnused makes a deletion fail with [ErrPreconditionFailed] if a queue has consumers or an
 // exchange has bindings as a source.

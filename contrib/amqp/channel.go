@@ -38,7 +38,8 @@ type channel struct {
 	published  uint64        // publishes since confirm.select: the last one's confirm tag
 	ack        wire.BasicAck // the last confirm, kept here rather than allocated each time
 	nack       wire.BasicNack
-	pending    *wire.BasicPublish
+	pending    *wire.BasicPublish // the publish whose content is awaited: &pub, or nil
+	pub        wire.BasicPublish  // a copy: the connection's reader reuses the one it read
 	header     wire.ContentHeader // of pending, when hasHeader
 	hasHeader  bool
 	body       []byte
@@ -55,8 +56,9 @@ type consumer struct {
 	tag       string
 	k         *warren.Consumer
 	noAck     bool
-	cancelled atomic.Bool   // by the client: no basic.cancel goes back
-	done      chan struct{} // closed when its goroutine has written its last delivery
+	cancelled atomic.Bool       // by the client: no basic.cancel goes back
+	done      chan struct{}     // closed when its goroutine has written its last delivery
+	deliver   wire.BasicDeliver // the one being written, kept rather than allocated each time
 }
 
 func newChannel(c *conn, id uint16) *channel {
@@ -208,7 +210,8 @@ func (ch *channel) run(m wire.Method) error {
 		if m.Immediate {
 			return exception(wire.NotImplemented, m, "immediate=true")
 		}
-		ch.pending = m
+		ch.pub = *m
+		ch.pending = &ch.pub
 		return nil
 	case *wire.BasicAck:
 		return ch.settle(m, m.DeliveryTag, m.Multiple, warren.Delivery.Ack)
@@ -348,7 +351,7 @@ func (ch *channel) deliver(cs *consumer) {
 	defer close(cs.done)
 	for d := range cs.k.Deliveries() {
 		// Flushed when no other delivery waits: a burst goes out in few writes.
-		if err := ch.write(cs.tag, d, cs.noAck, nil, len(cs.k.Deliveries()) == 0); err != nil {
+		if err := ch.write(cs, d, cs.noAck, 0, len(cs.k.Deliveries()) == 0); err != nil {
 			return // the connection is gone: its teardown returns what is held
 		}
 	}
@@ -362,8 +365,9 @@ func (ch *channel) deliver(cs *consumer) {
 }
 
 // write gives d the channel's next delivery tag, keeps it unless it is settled already (no-ack),
-// and writes basic.deliver, or basic.get-ok with messageCount when get is set, with the content.
-func (ch *channel) write(consumerTag string, d warren.Delivery, settled bool, get *uint32, flush bool) error {
+// and writes basic.deliver for consumer cs, or basic.get-ok with messageCount when cs is nil
+// (from the reader), with the content.
+func (ch *channel) write(cs *consumer, d warren.Delivery, settled bool, messageCount uint32, flush bool) error {
 	ch.mu.Lock()
 	ch.nextTag++
 	tag := ch.nextTag
@@ -373,14 +377,15 @@ func (ch *channel) write(consumerTag string, d warren.Delivery, settled bool, ge
 	ch.mu.Unlock()
 	props := properties(&d.Message)
 	var m wire.Method
-	if get != nil {
-		m = &wire.BasicGetOk{DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: d.Exchange, RoutingKey: d.RoutingKey, MessageCount: *get}
+	if cs == nil {
+		m = &wire.BasicGetOk{DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: d.Exchange, RoutingKey: d.RoutingKey, MessageCount: messageCount}
 	} else {
-		m = &wire.BasicDeliver{ConsumerTag: consumerTag, DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: d.Exchange, RoutingKey: d.RoutingKey}
+		cs.deliver = wire.BasicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: d.Redelivered, Exchange: d.Exchange, RoutingKey: d.RoutingKey}
+		m = &cs.deliver
 	}
-	return ch.c.write(func(buf []byte) []byte {
-		buf = wire.AppendMethod(buf, ch.id, m)
-		return wire.AppendContent(buf, ch.id, &props, d.Message.Body, ch.c.frameMax)
+	return ch.c.write(func(w *wire.Writer) {
+		w.MethodFrame(ch.id, m)
+		w.ContentFrames(ch.id, &props, d.Message.Body, ch.c.frameMax)
 	}, flush)
 }
 
@@ -416,7 +421,7 @@ func (ch *channel) get(m *wire.BasicGet) error {
 		return err
 	}
 	count := uint32(q.Len())
-	return ch.write("", d, m.NoAck, &count, true)
+	return ch.write(nil, d, m.NoAck, count, true)
 }
 
 // settle settles the delivery with tag, or with multiple every one up to tag (0: all), in tag
@@ -480,7 +485,7 @@ func (ch *channel) content(f wire.Frame) error {
 		if ch.hasHeader {
 			return exception(wire.UnexpectedFrame, ch.pending, "a second content header")
 		}
-		h, err := wire.ReadContentHeader(f.Payload)
+		h, err := ch.c.methods.ContentHeader(f.Payload)
 		if err != nil {
 			return exception(wire.FrameError, ch.pending, "%v", err)
 		}
@@ -541,9 +546,9 @@ func (ch *channel) publish(m *wire.BasicPublish, props *wire.BasicProperties, bo
 	case err == nil:
 	case errors.Is(err, warren.ErrUnroutable):
 		ret := &wire.BasicReturn{ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey}
-		if err := ch.c.send(func(buf []byte) []byte {
-			buf = wire.AppendMethod(buf, ch.id, ret)
-			return wire.AppendContent(buf, ch.id, props, body, ch.c.frameMax)
+		if err := ch.c.send(func(w *wire.Writer) {
+			w.MethodFrame(ch.id, ret)
+			w.ContentFrames(ch.id, props, body, ch.c.frameMax)
 		}); err != nil {
 			return err
 		}

@@ -48,7 +48,7 @@ type conn struct {
 
 	wmu     sync.Mutex
 	bw      *bufio.Writer
-	wbuf    []byte
+	w       wire.Writer // the frames being written, its buffer kept
 	werr    error
 	written atomic.Bool // something was written since the heartbeat last looked
 
@@ -57,7 +57,7 @@ type conn struct {
 	publishOpts []warren.PublishOption
 
 	channels map[uint16]*channel // the reader's alone
-	args     wire.Reader         // the reader's, for method arguments
+	methods  *wire.MethodReader  // the reader's
 	closing  atomic.Bool         // connection.close sent: waiting for close-ok
 	done     chan struct{}       // closed when the connection ends
 	wg       sync.WaitGroup      // the heartbeat and the consumers' goroutines
@@ -65,7 +65,7 @@ type conn struct {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, fr: wire.NewFrameReader(nc), bw: bufio.NewWriterSize(nc, 64<<10),
-		channels: map[uint16]*channel{}, done: make(chan struct{})}
+		channels: map[uint16]*channel{}, methods: wire.NewMethodReader(), done: make(chan struct{})}
 	c.ctx, c.cancel = warren.NewOwner(s.ctx)
 	c.publishOpts = []warren.PublishOption{warren.WhileBlocked(c.blocked), warren.Mandatory()}
 	return c
@@ -73,24 +73,25 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 // send writes the frames fill appends, and flushes. After a write error nothing more is
 // written, and the error is returned each time.
-func (c *conn) send(fill func(buf []byte) []byte) error { return c.write(fill, true) }
+func (c *conn) send(fill func(w *wire.Writer)) error { return c.write(fill, true) }
 
 // write writes the frames fill appends, and flushes them (with whatever else is buffered) if
 // flush is set. What is not flushed goes with the next flush: the reader flushes before it
 // waits for input, a consumer's goroutine when it has nothing more to deliver.
-func (c *conn) write(fill func(buf []byte) []byte, flush bool) error {
+func (c *conn) write(fill func(w *wire.Writer), flush bool) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.werr != nil {
 		return c.werr
 	}
-	c.wbuf = fill(c.wbuf[:0])
-	if _, err := c.bw.Write(c.wbuf); err != nil {
+	c.w.B = c.w.B[:0]
+	fill(&c.w)
+	if _, err := c.bw.Write(c.w.B); err != nil {
 		c.werr = err
 		return err
 	}
-	if cap(c.wbuf) > 1<<20 {
-		c.wbuf = nil // a large message's buffer is not kept
+	if cap(c.w.B) > 1<<20 {
+		c.w.B = nil // a large message's buffer is not kept
 	}
 	c.written.Store(true)
 	if !flush {
@@ -121,12 +122,12 @@ func (c *conn) flushLocked() error {
 // input is waiting, which the reader reads first (a stream of publishes gets its confirms in
 // fewer writes). Only the reader calls it.
 func (c *conn) reply(ch uint16, m wire.Method) error {
-	return c.write(func(buf []byte) []byte { return wire.AppendMethod(buf, ch, m) }, c.fr.Buffered().Buffered() == 0)
+	return c.write(func(w *wire.Writer) { w.MethodFrame(ch, m) }, c.fr.Buffered().Buffered() == 0)
 }
 
 // sendMethod writes one method frame.
 func (c *conn) sendMethod(ch uint16, m wire.Method) error {
-	return c.send(func(buf []byte) []byte { return wire.AppendMethod(buf, ch, m) })
+	return c.send(func(w *wire.Writer) { w.MethodFrame(ch, m) })
 }
 
 // serve runs the connection: the handshake, then frames until the connection ends; then it
@@ -264,7 +265,7 @@ func (c *conn) beat() {
 		select {
 		case <-t.C:
 			if !c.written.Swap(false) {
-				c.send(wire.AppendHeartbeat)
+				c.send((*wire.Writer).Heartbeat)
 			}
 		case <-c.done:
 			return
@@ -428,7 +429,7 @@ func (c *conn) frame(f wire.Frame) error {
 		}
 		return nil
 	case wire.FrameMethod:
-		m, err := wire.ReadMethodWith(&c.args, f.Payload)
+		m, err := c.methods.Method(f.Payload)
 		if errors.Is(err, wire.ErrUnknownMethod) {
 			return exception(wire.CommandInvalid, nil, "%v", err)
 		}

@@ -32,13 +32,14 @@ type Reader struct {
 	b     []byte
 	err   error
 	depth int
+	strs  *stringCache // a MethodReader's; nil: every string is allocated
 }
 
 // NewReader reads b.
 func NewReader(b []byte) *Reader { return &Reader{b: b} }
 
 // Reset makes r read b, with no error.
-func (r *Reader) Reset(b []byte) { *r = Reader{b: b} }
+func (r *Reader) Reset(b []byte) { *r = Reader{b: b, strs: r.strs} }
 
 // Err returns the first failure, or nil.
 func (r *Reader) Err() error { return r.err }
@@ -94,7 +95,13 @@ func (r *Reader) LongLong() uint64 {
 	return 0
 }
 
-func (r *Reader) ShortStr() string { return string(r.take(int(r.Octet()), "shortstr")) }
+func (r *Reader) ShortStr() string {
+	b := r.take(int(r.Octet()), "shortstr")
+	if r.strs == nil || len(b) == 0 {
+		return string(b)
+	}
+	return r.strs.get(b)
+}
 
 // ShortStrBytes is ShortStr without the copy: the bytes are the payload's.
 func (r *Reader) ShortStrBytes() []byte { return r.take(int(r.Octet()), "shortstr") }

@@ -220,3 +220,51 @@ func TestGeneratedIsCurrent(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(want, got), "methods_gen.go is stale: run go generate in contrib/amqp/internal/wire")
 }
+
+// A MethodReader reads what ReadMethod reads; it returns its kept basic.publish and basic.ack
+// again (a caller copies what it keeps), and its string cache returns equal strings, the
+// cached one for a string read before, whatever the other strings sharing its slot.
+func TestMethodReader(t *testing.T) {
+	mr := NewMethodReader()
+	read := func(m Method) Method {
+		t.Helper()
+		frame := AppendMethod(nil, 1, m)
+		got, err := mr.Method(frame[7 : len(frame)-1])
+		require.NoError(t, err)
+		require.Equal(t, m, got)
+		return got
+	}
+	for _, m := range everyMethod() {
+		read(m)
+	}
+	first := read(&BasicPublish{Exchange: "x", RoutingKey: "k1", Mandatory: true})
+	kept := *first.(*BasicPublish)
+	second := read(&BasicPublish{RoutingKey: "k2"})
+	require.Same(t, first, second, "basic.publish is kept, not allocated")
+	require.Equal(t, BasicPublish{Exchange: "x", RoutingKey: "k1", Mandatory: true}, kept)
+	require.Same(t, read(&BasicAck{DeliveryTag: 1}), read(&BasicAck{DeliveryTag: 2, Multiple: true}))
+
+	// More keys than slots: every read is still the key it was.
+	for round := range 3 {
+		for i := range 200 {
+			key := fmt.Sprintf("key-%d", i)
+			got := read(&BasicPublish{RoutingKey: key}).(*BasicPublish)
+			require.Equal(t, key, got.RoutingKey, "round %d", round)
+		}
+	}
+	// The content header's strings go through the same cache.
+	props := &BasicProperties{ContentType: "application/json", Type: "t"}
+	for range 2 {
+		buf := AppendContent(nil, 1, props, []byte("body"), 0)
+		h, err := mr.ContentHeader(buf[7 : bytes.IndexByte(buf[7:], FrameEnd)+7])
+		require.NoError(t, err)
+		require.Equal(t, *props, h.Properties)
+	}
+	publish := AppendMethod(nil, 1, &BasicPublish{RoutingKey: "wb1.backlog"})
+	ack := AppendMethod(nil, 1, &BasicAck{DeliveryTag: 7})
+	allocs := testing.AllocsPerRun(100, func() {
+		mr.Method(publish[7 : len(publish)-1])
+		mr.Method(ack[7 : len(ack)-1])
+	})
+	require.Zero(t, allocs, "a publish with a routing key read before, and an ack, allocate nothing")
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 )
 
@@ -71,65 +72,139 @@ func (fr *FrameReader) Read() (Frame, error) {
 	return f, nil
 }
 
-// appendFrame appends a frame of type t on channel ch whose payload write appends.
-func appendFrame(buf []byte, t uint8, ch uint16, write func(w *Writer)) []byte {
-	at := len(buf)
-	w := Writer{B: append(buf, t, byte(ch>>8), byte(ch), 0, 0, 0, 0)}
-	write(&w)
+// frameStart appends a frame header of type t on channel ch, its size left for frameEnd, and
+// returns where it starts.
+func (w *Writer) frameStart(t uint8, ch uint16) int {
+	at := len(w.B)
+	w.B = append(w.B, t, byte(ch>>8), byte(ch), 0, 0, 0, 0)
+	return at
+}
+
+// frameEnd completes the frame frameStart started at at.
+func (w *Writer) frameEnd(at int) {
 	binary.BigEndian.PutUint32(w.B[at+3:], uint32(len(w.B)-at-7))
-	return append(w.B, FrameEnd)
+	w.B = append(w.B, FrameEnd)
 }
 
-// AppendMethod appends a method frame.
-func AppendMethod(buf []byte, ch uint16, m Method) []byte {
-	return appendFrame(buf, FrameMethod, ch, func(w *Writer) {
-		class, method := m.ID()
-		w.Short(class)
-		w.Short(method)
-		m.Write(w)
-	})
+// MethodFrame appends a method frame. A connection's writer keeps one Writer, so that neither
+// it nor its buffer is allocated per frame.
+func (w *Writer) MethodFrame(ch uint16, m Method) {
+	at := w.frameStart(FrameMethod, ch)
+	class, method := m.ID()
+	w.Short(class)
+	w.Short(method)
+	m.Write(w)
+	w.frameEnd(at)
 }
 
-// AppendContent appends a content header frame for the basic class and the body frames of
+// ContentFrames appends a content header frame for the basic class and the body frames of
 // body, each at most frameMax bytes long (0: no limit).
-func AppendContent(buf []byte, ch uint16, props *BasicProperties, body []byte, frameMax uint32) []byte {
-	buf = appendFrame(buf, FrameHeader, ch, func(w *Writer) {
-		w.Short(60) // basic
-		w.Short(0)  // weight
-		w.LongLong(uint64(len(body)))
-		props.Write(w)
-	})
+func (w *Writer) ContentFrames(ch uint16, props *BasicProperties, body []byte, frameMax uint32) {
+	at := w.frameStart(FrameHeader, ch)
+	w.Short(60) // basic
+	w.Short(0)  // weight
+	w.LongLong(uint64(len(body)))
+	props.Write(w)
+	w.frameEnd(at)
 	room := len(body)
 	if frameMax > 8 {
 		room = int(frameMax) - 8
 	}
 	for len(body) > 0 {
 		n := min(room, len(body))
-		buf = append(buf, FrameBody, byte(ch>>8), byte(ch))
-		buf = binary.BigEndian.AppendUint32(buf, uint32(n))
-		buf = append(append(buf, body[:n]...), FrameEnd)
+		w.B = append(w.B, FrameBody, byte(ch>>8), byte(ch))
+		w.B = binary.BigEndian.AppendUint32(w.B, uint32(n))
+		w.B = append(append(w.B, body[:n]...), FrameEnd)
 		body = body[n:]
 	}
-	return buf
 }
 
-// AppendHeartbeat appends a heartbeat frame.
+// Heartbeat appends a heartbeat frame.
+func (w *Writer) Heartbeat() {
+	w.B = append(w.B, FrameHeartbeat, 0, 0, 0, 0, 0, 0, FrameEnd)
+}
+
+// AppendMethod appends a method frame to buf.
+func AppendMethod(buf []byte, ch uint16, m Method) []byte {
+	w := Writer{B: buf}
+	w.MethodFrame(ch, m)
+	return w.B
+}
+
+// AppendContent appends a content header frame and body frames to buf, as
+// [Writer.ContentFrames].
+func AppendContent(buf []byte, ch uint16, props *BasicProperties, body []byte, frameMax uint32) []byte {
+	w := Writer{B: buf}
+	w.ContentFrames(ch, props, body, frameMax)
+	return w.B
+}
+
+// AppendHeartbeat appends a heartbeat frame to buf.
 func AppendHeartbeat(buf []byte) []byte {
-	return append(buf, FrameHeartbeat, 0, 0, 0, 0, 0, 0, FrameEnd)
+	w := Writer{B: buf}
+	w.Heartbeat()
+	return w.B
 }
 
 // ReadMethod parses a method frame's payload. An unknown class or method fails with
 // ErrUnknownMethod; arguments that do not parse, or bytes left over, with ErrMalformed.
-func ReadMethod(payload []byte) (Method, error) { return ReadMethodWith(new(Reader), payload) }
+func ReadMethod(payload []byte) (Method, error) { return readMethod(new(Reader), payload, nil) }
 
-// ReadMethodWith is ReadMethod with r, which it resets: a reader of many frames keeps one.
-func ReadMethodWith(r *Reader, payload []byte) (Method, error) {
+// MethodReader reads a connection's method frames and content headers, in the order they
+// come, allocating as little as it can: it keeps its Reader; a small cache of the short
+// strings it read (exchange names, routing keys, content types come again and again: one read
+// before is returned rather than allocated again); and one value each of the methods a client
+// sends per message (basic.publish, basic.ack), which every read of such a method returns
+// again. A caller that keeps a method past the next read copies it.
+type MethodReader struct {
+	r       Reader
+	strs    stringCache
+	publish BasicPublish
+	ack     BasicAck
+}
+
+// NewMethodReader returns a MethodReader.
+func NewMethodReader() *MethodReader {
+	mr := &MethodReader{strs: stringCache{seed: maphash.MakeSeed()}}
+	mr.r.strs = &mr.strs
+	return mr
+}
+
+// Method parses a method frame's payload, as [ReadMethod].
+func (mr *MethodReader) Method(payload []byte) (Method, error) { return readMethod(&mr.r, payload, mr) }
+
+// ContentHeader parses a content header frame's payload, as [ReadContentHeader].
+func (mr *MethodReader) ContentHeader(payload []byte) (ContentHeader, error) {
+	return readContentHeader(&mr.r, payload)
+}
+
+// reused returns the kept value of method class.method, zeroed, or nil for one not kept.
+func (mr *MethodReader) reused(class, method uint16) Method {
+	switch uint32(class)<<16 | uint32(method) {
+	case 60<<16 | 40:
+		mr.publish = BasicPublish{}
+		return &mr.publish
+	case 60<<16 | 80:
+		mr.ack = BasicAck{}
+		return &mr.ack
+	}
+	return nil
+}
+
+// readMethod parses a method with r, which it resets; from mr's kept values where it has one.
+func readMethod(r *Reader, payload []byte, mr *MethodReader) (Method, error) {
 	r.Reset(payload)
 	class, method := r.Short(), r.Short()
 	if r.err != nil {
 		return nil, r.err
 	}
-	m := NewMethod(class, method)
+	var m Method
+	if mr != nil {
+		m = mr.reused(class, method)
+	}
+	if m == nil {
+		m = NewMethod(class, method)
+	}
 	if m == nil {
 		return nil, fmt.Errorf("%w: class %d, method %d", ErrUnknownMethod, class, method)
 	}
@@ -141,6 +216,24 @@ func ReadMethodWith(r *Reader, payload []byte) (Method, error) {
 		return nil, fmt.Errorf("%s: %w: %d bytes after the arguments", m.Name(), ErrMalformed, len(r.b))
 	}
 	return m, nil
+}
+
+// stringCache is MethodReader's cache of short strings: direct-mapped, a string read replaces
+// the one in its slot, so that it is bounded and costs a hash and a comparison per string.
+type stringCache struct {
+	seed  maphash.Seed
+	slots [64]string
+}
+
+// get returns b as a string, the cached one when it is there.
+func (c *stringCache) get(b []byte) string {
+	i := maphash.Bytes(c.seed, b) % uint64(len(c.slots))
+	if s := c.slots[i]; s == string(b) {
+		return s
+	}
+	s := string(b)
+	c.slots[i] = s
+	return s
 }
 
 // ErrUnknownMethod is the error of a method the specification does not have.
@@ -155,7 +248,11 @@ type ContentHeader struct {
 
 // ReadContentHeader parses a content header frame's payload.
 func ReadContentHeader(payload []byte) (ContentHeader, error) {
-	r := NewReader(payload)
+	return readContentHeader(new(Reader), payload)
+}
+
+func readContentHeader(r *Reader, payload []byte) (ContentHeader, error) {
+	r.Reset(payload)
 	h := ContentHeader{Class: r.Short()}
 	r.Short() // weight
 	h.BodySize = r.LongLong()
