@@ -3,7 +3,6 @@ package amqp
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,10 @@ import (
 // unlimitedPrefetch is the prefetch of a consumer whose channel asked for none (basic.qos 0, or
 // no basic.qos): warren's consumers buffer their prefetch, so AMQP's "unlimited" is this many.
 const unlimitedPrefetch = 2048
+
+// errHeldBack is write's error for a delivery it did not write: its consumer stopped, or its
+// channel ended, while it waited for room under the channel's global prefetch.
+var errHeldBack = errors.New("amqp: delivery held back")
 
 // releaseTimeout bounds how long closing a channel waits for what it held to be back in the
 // queues before it sends close-ok anyway.
@@ -46,9 +49,14 @@ type channel struct {
 
 	mu        sync.Mutex
 	nextTag   uint64
-	unacked   map[uint64]warren.Delivery
+	unacked   unacked
 	consumers map[string]*consumer
-	wg        sync.WaitGroup // the consumers' goroutines
+	// global is the channel's basic.qos prefetch-count with global=true: how many deliveries
+	// its consumers together may have unacked (0: no limit); room is signalled when they have
+	// fewer, or when a consumer waiting for room must stop waiting.
+	global int
+	room   sync.Cond
+	wg     sync.WaitGroup // the consumers' goroutines
 }
 
 // consumer is a basic.consume: warren's consumer and the goroutine that writes its deliveries.
@@ -62,7 +70,8 @@ type consumer struct {
 }
 
 func newChannel(c *conn, id uint16) *channel {
-	ch := &channel{c: c, id: id, unacked: map[uint64]warren.Delivery{}, consumers: map[string]*consumer{}}
+	ch := &channel{c: c, id: id, consumers: map[string]*consumer{}}
+	ch.room.L = &ch.mu
 	ch.ctx, ch.cancel = warren.NewOwner(c.ctx)
 	ch.as = warren.As(ch.ctx)
 	return ch
@@ -117,7 +126,16 @@ func (ch *channel) release() {
 // and waits for its consumers' goroutines.
 func (ch *channel) end() {
 	ch.cancel()
+	ch.wakeWaiters()
 	ch.wg.Wait()
+}
+
+// wakeWaiters wakes the consumers waiting for room under the channel's global prefetch, to
+// look again.
+func (ch *channel) wakeWaiters() {
+	ch.mu.Lock()
+	ch.room.Broadcast()
+	ch.mu.Unlock()
 }
 
 func (ch *channel) run(m wire.Method) error {
@@ -192,9 +210,14 @@ func (ch *channel) run(m wire.Method) error {
 		case m.PrefetchSize != 0:
 			return exception(wire.NotImplemented, m, "prefetch_size!=0 (%d)", m.PrefetchSize)
 		case m.Global:
-			return exception(wire.NotImplemented, m, "a prefetch shared by the channel's consumers (global=true)")
+			// The channel's limit, which applies at once, to the consumers it has too.
+			ch.mu.Lock()
+			ch.global = int(m.PrefetchCount)
+			ch.room.Broadcast()
+			ch.mu.Unlock()
+		default:
+			ch.prefetch = int(m.PrefetchCount) // for the consumers to come
 		}
-		ch.prefetch = int(m.PrefetchCount)
 		return ch.c.sendMethod(ch.id, &wire.BasicQosOk{})
 	case *wire.BasicConsume:
 		return ch.consume(m)
@@ -310,6 +333,13 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 	if prefetch == 0 {
 		prefetch = unlimitedPrefetch
 	}
+	ch.mu.Lock()
+	if ch.global > 0 && !m.NoAck {
+		// What the consumer buffers beyond what the channel lets it send waits out of other
+		// consumers' reach: no more than the channel's limit.
+		prefetch = min(prefetch, ch.global)
+	}
+	ch.mu.Unlock()
 	opts := []warren.ConsumeOption{warren.Prefetch(prefetch)}
 	if m.ConsumerTag != "" {
 		opts = append(opts, warren.ConsumerTag(m.ConsumerTag))
@@ -351,8 +381,15 @@ func (ch *channel) deliver(cs *consumer) {
 	defer close(cs.done)
 	for d := range cs.k.Deliveries() {
 		// Flushed when no other delivery waits: a burst goes out in few writes.
-		if err := ch.write(cs, d, cs.noAck, 0, len(cs.k.Deliveries()) == 0); err != nil {
-			return // the connection is gone: its teardown returns what is held
+		err := ch.write(cs, d, cs.noAck, 0, len(cs.k.Deliveries()) == 0)
+		if errors.Is(err, errHeldBack) && cs.cancelled.Load() && ch.ctx.Err() == nil {
+			// Cancelled while waiting for room: the delivery goes back to its place (marked
+			// redelivered, as warren marks whatever a consumer received).
+			d.Nack()
+			continue
+		}
+		if err != nil {
+			return // the connection or the channel ends: its end returns what is held
 		}
 	}
 	ch.c.flush() // what the last one left, if Cancel took the rest back
@@ -368,11 +405,24 @@ func (ch *channel) deliver(cs *consumer) {
 // and writes basic.deliver for consumer cs, or basic.get-ok with messageCount when cs is nil
 // (from the reader), with the content.
 func (ch *channel) write(cs *consumer, d warren.Delivery, settled bool, messageCount uint32, flush bool) error {
+	limited := cs != nil && !settled // a no-ack consumer's and basic.get's deliveries are not
 	ch.mu.Lock()
+	if limited && ch.global > 0 && ch.unacked.limited >= ch.global {
+		ch.mu.Unlock()
+		ch.c.flush() // what was written, which the client must see to ack: not under mu
+		ch.mu.Lock()
+		for ch.global > 0 && ch.unacked.limited >= ch.global {
+			if cs.cancelled.Load() || ch.ctx.Err() != nil {
+				ch.mu.Unlock()
+				return errHeldBack
+			}
+			ch.room.Wait()
+		}
+	}
 	ch.nextTag++
 	tag := ch.nextTag
 	if !settled {
-		ch.unacked[tag] = d
+		ch.unacked.add(tag, d, limited)
 	}
 	ch.mu.Unlock()
 	props := properties(&d.Message)
@@ -400,6 +450,7 @@ func (ch *channel) stopConsumer(tag string) {
 		return
 	}
 	cs.cancelled.Store(true)
+	ch.wakeWaiters()
 	cs.k.Cancel()
 	<-cs.done
 }
@@ -430,8 +481,8 @@ func (ch *channel) get(m *wire.BasicGet) error {
 func (ch *channel) settle(m wire.Method, tag uint64, multiple bool, how func(warren.Delivery) error) error {
 	if !multiple { // the common case, without the slices
 		ch.mu.Lock()
-		d, ok := ch.unacked[tag]
-		delete(ch.unacked, tag)
+		d, ok := ch.unacked.take(tag)
+		ch.roomLocked()
 		ch.mu.Unlock()
 		if !ok {
 			return exception(wire.PreconditionFailed, m, "unknown delivery tag %d", tag)
@@ -439,29 +490,26 @@ func (ch *channel) settle(m wire.Method, tag uint64, multiple bool, how func(war
 		return settled(m, tag, how(d))
 	}
 	ch.mu.Lock()
-	var tags []uint64
-	for t := range ch.unacked {
-		if tag == 0 || t <= tag {
-			tags = append(tags, t)
-		}
-	}
-	slices.Sort(tags)
+	ds, tags := ch.unacked.takeUpTo(tag, nil, nil)
+	ch.roomLocked()
+	ch.mu.Unlock()
 	if len(tags) == 0 && tag != 0 {
-		ch.mu.Unlock()
 		return exception(wire.PreconditionFailed, m, "unknown delivery tag %d", tag)
 	}
-	ds := make([]warren.Delivery, len(tags))
-	for i, t := range tags {
-		ds[i] = ch.unacked[t]
-		delete(ch.unacked, t)
-	}
-	ch.mu.Unlock()
 	for i, d := range ds {
 		if err := settled(m, tags[i], how(d)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// roomLocked wakes the consumers waiting for room under the channel's global prefetch, if
+// there is room now.
+func (ch *channel) roomLocked() {
+	if ch.global > 0 && ch.unacked.limited < ch.global {
+		ch.room.Broadcast()
+	}
 }
 
 // settled returns the channel error for a settlement's error: a delivery that warren no

@@ -34,6 +34,7 @@ var sessions = []struct {
 	{"Priorities", priorities},
 	{"ConsumerPriorities", consumerPriorities},
 	{"SingleActiveConsumer", singleActiveConsumer},
+	{"ChannelPrefetch", channelPrefetch},
 }
 
 func TestDifferential(t *testing.T) {
@@ -304,4 +305,54 @@ func singleActiveConsumer(t *testing.T, conn *amqp091.Connection, name func(stri
 	case <-time.After(5 * time.Second):
 		see("b got nothing")
 	}
+}
+
+// basic.qos with global=true limits a channel's consumers together: a prefetch shared by
+// consumers of two queues.
+func channelPrefetch(t *testing.T, conn *amqp091.Connection, name func(string) string, see func(string, ...any)) {
+	ch := openChannel(t, conn)
+	q1, q2 := name("q1"), name("q2")
+	for _, q := range []string{q1, q2} {
+		_, err := ch.QueueDeclare(q, false, false, false, false, nil)
+		require.NoError(t, err)
+	}
+	pub := openChannel(t, conn)
+	publishAll(t, pub, q1, bodies("a1", "a2", "a3", "a4", "a5")...)
+	publishAll(t, pub, q2, bodies("b1", "b2", "b3", "b4", "b5")...)
+	all := make(chan amqp091.Delivery, 100)
+	require.NoError(t, ch.Qos(3, 0, true))
+	for _, q := range []string{q1, q2} {
+		ds, err := ch.Consume(q, "", false, false, false, false, nil)
+		require.NoError(t, err)
+		go func() {
+			for d := range ds {
+				all <- d
+			}
+		}()
+	}
+	// quiet returns how many deliveries came until none came for a while, and the last.
+	quiet := func() (n int, last amqp091.Delivery) {
+		for {
+			select {
+			case last = <-all:
+				n++
+			case <-time.After(300 * time.Millisecond):
+				return n, last
+			}
+		}
+	}
+	n, last := quiet()
+	see("two consumers under the channel's 3: %d deliveries", n)
+	require.NoError(t, last.Ack(false))
+	n, last = quiet()
+	see("one acked: %d more", n)
+	require.NoError(t, last.Nack(false, true))
+	n, _ = quiet()
+	see("one nacked back: %d more", n)
+	require.NoError(t, ch.Qos(5, 0, true))
+	n, _ = quiet()
+	see("the channel's limit raised to 5: %d more", n)
+	require.NoError(t, ch.Ack(0, true))
+	n, _ = quiet()
+	see("all acked: %d more", n)
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -359,4 +360,95 @@ func TestLimits(t *testing.T) {
 	r := dialRaw(t, NewTestServer(t, b, ChannelMax(2)), 0)
 	r.send(3, &wire.ChannelOpen{})
 	r.expectConnectionClose(wire.ChannelError)
+}
+
+// basic.qos with global=true: the channel's consumers together have at most that many unacked
+// deliveries; with a per-consumer prefetch too, both apply (as RabbitMQ's documentation says;
+// RabbitMQ 3.10 was measured applying only the per-consumer one). A consumer cancelled while
+// its next delivery waits for room returns it to its place; a channel closed meanwhile returns
+// everything.
+func TestChannelPrefetch(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	conn := dial(t, b)
+	pub, err := conn.Channel()
+	require.NoError(t, err)
+	var qs []*warren.Queue
+	for _, name := range []string{"q1", "q2"} {
+		q, err := b.DeclareQueue(name)
+		require.NoError(t, err)
+		qs = append(qs, q)
+		for i := range 5 {
+			require.NoError(t, pub.Publish("", name, false, false, amqp091.Publishing{Body: fmt.Appendf(nil, "%s-%d", name, i)}))
+		}
+	}
+	require.Eventually(t, func() bool { return qs[0].Len() == 5 && qs[1].Len() == 5 }, 5*time.Second, time.Millisecond)
+	held := func() int { return qs[0].Unacked() + qs[1].Unacked() }
+	receive := func(ds ...<-chan amqp091.Delivery) amqp091.Delivery {
+		t.Helper()
+		for {
+			for _, c := range ds {
+				select {
+				case d := <-c:
+					return d
+				default:
+				}
+			}
+			select {
+			case <-time.After(5 * time.Second):
+				t.Fatal("no delivery")
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	nothing := func(ds ...<-chan amqp091.Delivery) {
+		t.Helper()
+		time.Sleep(100 * time.Millisecond) // a negative: what would come comes within this on loopback
+		for _, c := range ds {
+			require.Empty(t, c, "a delivery beyond the channel's prefetch")
+		}
+	}
+
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Qos(3, 0, true))
+	require.NoError(t, ch.Qos(2, 0, false))
+	c1, err := ch.Consume("q1", "c1", false, false, false, false, nil)
+	require.NoError(t, err)
+	c2, err := ch.Consume("q2", "c2", false, false, false, false, nil)
+	require.NoError(t, err)
+	var got []amqp091.Delivery
+	for range 3 {
+		got = append(got, receive(c1, c2))
+	}
+	require.Eventually(t, func() bool { return held() == 4 }, 5*time.Second, time.Millisecond, "each consumer takes its own 2")
+	nothing(c1, c2)
+	require.NoError(t, got[0].Ack(false))
+	got = append(got[1:], receive(c1, c2))
+	nothing(c1, c2)
+
+	// The consumer whose delivery waits is cancelled: that delivery goes back to its queue.
+	byTag := map[string]int{}
+	for _, d := range got {
+		byTag[d.ConsumerTag]++
+	}
+	waiting := "c1"
+	if byTag["c1"] == 2 {
+		waiting = "c2" // c1 has its own 2; c2 has 1 and one more taken, waiting for room
+	}
+	q := qs[0]
+	if waiting == "c2" {
+		q = qs[1]
+	}
+	require.NoError(t, ch.Cancel(waiting, false))
+	require.Eventually(t, func() bool { return held() == 3 }, 5*time.Second, time.Millisecond, "the waiting delivery is back")
+	d, ok, err := pub.Get(q.Name(), false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, d.Redelivered, "it was taken from the queue for the consumer, as a delivery")
+	require.NoError(t, d.Nack(false, true))
+
+	// Closing the channel returns what it holds and what waits.
+	require.NoError(t, ch.Close())
+	require.Eventually(t, func() bool { return held() == 0 && qs[0].Len()+qs[1].Len() == 9 }, 5*time.Second, time.Millisecond)
 }
