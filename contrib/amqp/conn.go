@@ -30,7 +30,9 @@ const closeTimeout = 3 * time.Second
 
 // conn is one AMQP connection. Its reader goroutine (serve) reads every frame and runs every
 // method, in order; writes come from it, from the consumers' goroutines and from the
-// heartbeat, under wmu, one frame group (a method with its content) at a time.
+// heartbeat, under wmu, one frame group (a method with its content) at a time. fr is the
+// reader's, except while the reader waits in a publish for room in a Block queue: then it is
+// the watcher's (watchPeer), which blocked starts and joins on the reader's goroutine.
 type conn struct {
 	s  *Server
 	nc net.Conn
@@ -58,9 +60,13 @@ type conn struct {
 
 	channels map[uint16]*channel // the reader's alone
 	methods  *wire.MethodReader  // the reader's
-	closing  atomic.Bool         // connection.close sent: waiting for close-ok
-	done     chan struct{}       // closed when the connection ends
-	wg       sync.WaitGroup      // the heartbeat and the consumers' goroutines
+	armed    time.Time           // the reader's: when serve armed the heartbeat deadline; zero: not armed
+	// closing is set once connection.close was sent (the server waits for close-ok), or once the
+	// client is gone (no connection.close is to be sent).
+	closing  atomic.Bool
+	done     chan struct{}  // closed when the connection ends
+	wg       sync.WaitGroup // the heartbeat and the consumers' goroutines
+	watching sync.WaitGroup // the watcher of a blocked publish (see blocked); the reader's
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -151,7 +157,6 @@ func (c *conn) serve() {
 	if c.heartbeat > 0 {
 		c.wg.Go(c.beat)
 	}
-	var armed time.Time // when the read deadline was last moved
 	for {
 		if c.fr.Buffered().Buffered() == 0 && c.flush() != nil {
 			return // the client is gone
@@ -159,9 +164,9 @@ func (c *conn) serve() {
 		if c.heartbeat > 0 {
 			// Two missed intervals end the connection: the deadline moves at most every half
 			// interval, so a silence of 2 to 2.5 intervals does.
-			if now := time.Now(); now.Sub(armed) >= c.heartbeat/2 {
+			if now := time.Now(); now.Sub(c.armed) >= c.heartbeat/2 {
 				c.nc.SetReadDeadline(now.Add(2 * c.heartbeat))
-				armed = now
+				c.armed = now
 			}
 		}
 		f, err := c.fr.Read()
@@ -255,6 +260,7 @@ func (c *conn) teardown() {
 	close(c.done)
 	c.nc.Close()
 	c.wg.Wait()
+	c.watching.Wait() // none but after a panic in a blocked publish: the closed socket ends it
 }
 
 // beat sends a heartbeat every half interval in which nothing else was written.
@@ -484,17 +490,71 @@ func (c *conn) channelMethod(id uint16, m wire.Method) error {
 	return ch.method(m)
 }
 
-// blocked tells the client, if it takes connection.blocked, that a publish of the connection
-// waits for room in a full Block queue, or no longer does. The reader runs every publish, so
-// the connection has at most one such publish at a time.
+// blocked is told that a publish of the connection starts waiting for room in a full Block
+// queue (waiting), or no longer waits (it got room, or its channel's or the connection's
+// context ended). The reader runs every publish, so the connection has at most one such wait
+// at a time, and the reader is in it from blocked(true) to blocked(false): it reads nothing
+// meanwhile. The client, if it takes connection.blocked, is told. And so that a client gone
+// meanwhile (it closed the socket, or died) is noticed now rather than when room comes, which
+// may be never, a watcher (watchPeer) looks at the socket in the reader's stead while it waits.
+// The watcher is started here and joined here, on the reader's goroutine: the reader's bufio
+// reader is the watcher's in between, and the reader's alone again when blocked(false) returns.
+// blocked does not block: the watcher's join does not wait for input (see below).
 func (c *conn) blocked(waiting bool) {
-	c.flush() // the replies so far, before the publish waits
-	if !c.blockable {
+	if waiting {
+		c.flush() // the replies so far, before the publish waits
+		if c.blockable {
+			c.sendMethod(0, &wire.ConnectionBlocked{Reason: "a queue with the block overflow is full"})
+		}
+		// Heartbeat checks pause while the connection is blocked, as RabbitMQ's do: the watcher
+		// ends the connection when the peer is gone, not when it is silent. Set here rather
+		// than by the watcher, so that it cannot undo the deadline that stops it.
+		c.nc.SetReadDeadline(time.Time{})
+		c.watching.Go(c.watchPeer)
 		return
 	}
-	if waiting {
-		c.sendMethod(0, &wire.ConnectionBlocked{Reason: "a queue with the block overflow is full"})
-	} else {
+	// A read deadline in the past stops the watcher at once, whether it waits in a Peek or is
+	// about to (as net/http's aLongTimeAgo does); then the deadline is the reader's again.
+	c.nc.SetReadDeadline(time.Unix(1, 0))
+	c.watching.Wait()
+	c.nc.SetReadDeadline(time.Time{})
+	c.armed = time.Time{} // so that serve arms the heartbeat deadline before it reads again
+	// shutdown, on another goroutine, may have set its close deadline before the line above
+	// cleared it: set it again. If shutdown comes later, its own deadline comes later too.
+	if c.closing.Load() {
+		c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
+	}
+	c.flush()
+	if c.blockable {
 		c.sendMethod(0, &wire.ConnectionUnblocked{})
+	}
+}
+
+// watchPeer runs while the reader waits in a blocked publish (see blocked), and ends the
+// connection if the client is gone: its socket's end of file, a reset. It only peeks at the
+// reader's bufio reader, so that what the client sends meanwhile (heartbeats, other channels'
+// methods) stays buffered for the reader, in order, for after the wait. It returns at a read
+// timeout (blocked's deadline in the past, or shutdown's), or once the buffer is full: a client
+// that sent that much is not gone, and the reader reads it once the wait ends.
+func (c *conn) watchPeer() {
+	br := c.fr.Buffered()
+	for {
+		// One byte more than is buffered: waits for input, and consumes none.
+		_, err := br.Peek(br.Buffered() + 1)
+		if err == nil {
+			continue
+		}
+		var ne net.Error
+		if errors.Is(err, bufio.ErrBufferFull) || errors.As(err, &ne) && ne.Timeout() {
+			return
+		}
+		// The publish gives up once the connection's context ends, and the reader then ends the
+		// connection, with nothing to send. Peek returns the read error and forgets it, but
+		// should the reader read again (the wait ended with room just now), the socket fails
+		// that read too.
+		c.s.cfg.logger.Debug("amqp: client gone while blocked", "remote", c.nc.RemoteAddr(), "err", err)
+		c.closing.Store(true)
+		c.cancel()
+		return
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/contrib/amqp/internal/wire"
 )
 
@@ -25,6 +26,13 @@ type raw struct {
 // (seconds; 0 for none) and channel 1.
 func dialRaw(t *testing.T, url string, heartbeat uint16) *raw {
 	t.Helper()
+	return dialRawAs(t, url, heartbeat, nil)
+}
+
+// dialRawAs is dialRaw for a client whose start-ok carries props as its client properties
+// (its capabilities, for one).
+func dialRawAs(t *testing.T, url string, heartbeat uint16, props warren.Table) *raw {
+	t.Helper()
 	addr := strings.TrimSuffix(url[strings.Index(url, "@")+1:], "/")
 	nc, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
@@ -34,7 +42,7 @@ func dialRaw(t *testing.T, url string, heartbeat uint16) *raw {
 	_, err = nc.Write(protocolHeader)
 	require.NoError(t, err)
 	r.expect(0, &wire.ConnectionStart{})
-	r.send(0, &wire.ConnectionStartOk{Mechanism: "PLAIN", Response: "\x00guest\x00guest", Locale: "en_US"})
+	r.send(0, &wire.ConnectionStartOk{ClientProperties: props, Mechanism: "PLAIN", Response: "\x00guest\x00guest", Locale: "en_US"})
 	tune := r.expect(0, &wire.ConnectionTune{}).(*wire.ConnectionTune)
 	r.send(0, &wire.ConnectionTuneOk{ChannelMax: tune.ChannelMax, FrameMax: tune.FrameMax, Heartbeat: heartbeat})
 	r.send(0, &wire.ConnectionOpen{VirtualHost: "/"})
@@ -107,4 +115,11 @@ func (r *raw) expectEOF() {
 		}
 		require.Equal(r.t, uint8(wire.FrameHeartbeat), f.Type, "nothing but heartbeats before the end")
 	}
+}
+
+// appendPublish appends basic.publish of body to the default exchange with routing key key,
+// and its content, on channel ch, to buf.
+func appendPublish(buf []byte, ch uint16, key string, body []byte) []byte {
+	buf = wire.AppendMethod(buf, ch, &wire.BasicPublish{RoutingKey: key})
+	return wire.AppendContent(buf, ch, &wire.BasicProperties{}, body, 0)
 }

@@ -1,9 +1,12 @@
 package amqp
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -309,4 +312,126 @@ func TestConfirmsOfAStream(t *testing.T) {
 		require.Equal(t, want, outcome[tag], "publish %d", tag)
 	}
 	t.Logf("%d publishes confirmed in %d frames", n, frames)
+}
+
+// A client that goes away while a publish of its waits for room in a full Block queue is
+// noticed then, not once room comes (which may be never): its connection ends, and with it
+// its consumer on another channel; what it published before stays in the queue. It closes its
+// socket or resets it, at once or after more than two heartbeat intervals blocked, silent: the
+// server does not check heartbeats while it blocks the connection, as RabbitMQ does not, but
+// it still sends its own.
+func TestGoneWhileBlocked(t *testing.T) {
+	blockable := warren.Table{"capabilities": warren.Table{"connection.blocked": true}}
+	for _, tc := range []struct {
+		name      string
+		heartbeat uint16        // seconds; 0 for none
+		silence   time.Duration // how long the client waits, blocked, before it goes
+		reset     bool          // it goes with an RST rather than a FIN
+	}{
+		{"closed", 0, 0, false},
+		{"reset", 0, 0, true},
+		{"closed after two heartbeat intervals", 1, 2500 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := warren.New()
+			defer b.Close()
+			q, err := b.DeclareQueue("bounded", warren.MaxLength(2), warren.Overflow(warren.Block))
+			require.NoError(t, err)
+			side, err := b.DeclareQueue("side")
+			require.NoError(t, err)
+			r := dialRawAs(t, NewTestServer(t, b), tc.heartbeat, blockable)
+			r.send(1, &wire.ConfirmSelect{})
+			r.expect(1, &wire.ConfirmSelectOk{})
+			for _, body := range []string{"1", "2"} {
+				r.write(appendPublish(nil, 1, "bounded", []byte(body)))
+				r.expect(1, &wire.BasicAck{})
+			}
+			r.send(2, &wire.ChannelOpen{})
+			r.expect(2, &wire.ChannelOpenOk{})
+			r.send(2, &wire.BasicConsume{Queue: "side", ConsumerTag: "c"})
+			r.expect(2, &wire.BasicConsumeOk{})
+			require.Equal(t, 1, side.ConsumerCount())
+			r.write(appendPublish(nil, 1, "bounded", []byte("3")))
+			r.expect(0, &wire.ConnectionBlocked{})
+
+			if tc.silence > 0 {
+				r.nc.SetReadDeadline(time.Now().Add(tc.silence))
+				heartbeats := 0
+				for {
+					f, err := r.fr.Read()
+					if err != nil {
+						var ne net.Error
+						require.True(t, errors.As(err, &ne) && ne.Timeout(), "the server did not close: %v", err)
+						break
+					}
+					require.Equal(t, uint8(wire.FrameHeartbeat), f.Type, "nothing but heartbeats while blocked")
+					heartbeats++
+				}
+				require.Positive(t, heartbeats, "the server's heartbeats go on while it blocks")
+				require.Equal(t, 1, side.ConsumerCount(), "not disconnected for missed heartbeats while blocked")
+			}
+			if tc.reset {
+				require.NoError(t, r.nc.(*net.TCPConn).SetLinger(0))
+			}
+			r.nc.Close()
+			require.Eventually(t, func() bool { return side.ConsumerCount() == 0 }, 5*time.Second, time.Millisecond,
+				"the connection ends while its publish still waits")
+			require.Equal(t, 2, q.Len(), "what was published before stays, what waited does not")
+			for _, want := range []string{"1", "2"} {
+				d, err := q.Get(context.Background(), warren.AutoAck())
+				require.NoError(t, err)
+				require.Equal(t, want, string(d.Message.Body))
+			}
+		})
+	}
+}
+
+// A client that goes on sending while a publish of its waits for room is not taken for gone:
+// what it sends meanwhile (heartbeats, methods on another channel, more than the server's read
+// buffer holds) is not run while the publish waits, and runs once it got room, in order.
+func TestTalkingWhileBlocked(t *testing.T) {
+	blockable := warren.Table{"capabilities": warren.Table{"connection.blocked": true}}
+	b := warren.New()
+	defer b.Close()
+	q, err := b.DeclareQueue("bounded", warren.MaxLength(1), warren.Overflow(warren.Block))
+	require.NoError(t, err)
+	r := dialRawAs(t, NewTestServer(t, b), 1, blockable)
+	r.send(1, &wire.ConfirmSelect{})
+	r.expect(1, &wire.ConfirmSelectOk{})
+	r.send(2, &wire.ChannelOpen{})
+	r.expect(2, &wire.ChannelOpenOk{})
+	r.write(appendPublish(nil, 1, "bounded", []byte("1")))
+	r.expect(1, &wire.BasicAck{})
+	r.write(appendPublish(nil, 1, "bounded", []byte("2")))
+	r.expect(0, &wire.ConnectionBlocked{})
+
+	large := bytes.Repeat([]byte("x"), 100<<10) // more than the server's 64 KiB read buffer
+	stream := wire.AppendHeartbeat(nil)
+	stream = wire.AppendMethod(stream, 2, &wire.QueueDeclare{Queue: "side"})
+	stream = appendPublish(stream, 2, "side", large)
+	stream = wire.AppendHeartbeat(stream)
+	stream = appendPublish(stream, 1, "side", []byte("3")) // confirmed on channel 1
+	stream = wire.AppendMethod(stream, 2, &wire.BasicGet{Queue: "side", NoAck: true})
+	r.write(stream)
+	require.Never(t, func() bool {
+		_, err := b.Queue("side")
+		return err == nil
+	}, 200*time.Millisecond, 10*time.Millisecond, "nothing the client sent runs while its publish waits")
+
+	d, err := q.Get(context.Background(), warren.AutoAck())
+	require.NoError(t, err)
+	require.Equal(t, "1", string(d.Message.Body))
+	r.expect(0, &wire.ConnectionUnblocked{})
+	require.Equal(t, uint64(2), r.expect(1, &wire.BasicAck{}).(*wire.BasicAck).DeliveryTag, "the publish that waited")
+	r.expect(2, &wire.QueueDeclareOk{})
+	require.Equal(t, uint64(3), r.expect(1, &wire.BasicAck{}).(*wire.BasicAck).DeliveryTag, "the publish sent while it waited")
+	got := r.expect(2, &wire.BasicGetOk{}).(*wire.BasicGetOk)
+	require.Equal(t, uint32(1), got.MessageCount, "the get ran after both publishes to side")
+	r.next() // the content header
+	require.Equal(t, large, r.next().Payload, "the large message, first in side")
+
+	require.Equal(t, 1, q.Len(), "the publish that waited is in")
+	side, err := b.Queue("side")
+	require.NoError(t, err)
+	require.Equal(t, 1, side.Len())
 }
