@@ -50,7 +50,7 @@ func (q *Queue) commit() (lsn wal.LSN) {
 		}
 	}
 	if q.timerAt != 0 || q.core.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.core.delayed != nil || q.ackTimed > 0 ||
-		q.cfg.alerts.Age > 0 || q.core.gets.live > 0 && q.cfg.ackTimeout > 0 {
+		q.cfg.alerts.Age > 0 || q.core.gets.live > 0 && q.cfg.ackTimeout > 0 || q.roomDue != 0 {
 		q.armLocked()
 	}
 	if len(q.blocked) > 0 && q.core.room(q.blocked[0].need) {

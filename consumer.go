@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"math"
 	"time"
 )
 
@@ -37,7 +38,8 @@ type Consumer struct {
 	ch         chan Delivery // capacity = prefetch; push consumers: sent to and closed under q.mu
 	done       chan struct{} // closed when the consumer has stopped and its messages are back (see Done)
 
-	feeder feeder // AutoAck consumers only: the goroutine that sends to ch (feeder.go)
+	feeder    feeder // AutoAck consumers only: the goroutine that sends to ch (feeder.go)
+	unlimited bool   // prefetch 0: its credit is room in its channel (unlimited.go)
 
 	// owner is the context given to Consume. It is the consumer's owner, AMQP's channel: kept
 	// to tell, when some context of the queue's ends, whether it was this one, and why.
@@ -86,11 +88,19 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 	if cfg.autoAck && cfg.ackTimeout > 0 {
 		return nil, errorf("consume: an ack timeout needs manual acknowledgement: %w", ErrInvalidArgument)
 	}
-	if cfg.prefetch < 1 || cfg.prefetch > maxPrefetch {
-		return nil, errorf("consume: prefetch %d not in [1, %d]: %w", cfg.prefetch, maxPrefetch, ErrInvalidArgument)
+	if cfg.prefetch < 0 || cfg.prefetch > maxPrefetch {
+		return nil, errorf("consume: prefetch %d not in [0, %d]: %w", cfg.prefetch, maxPrefetch, ErrInvalidArgument)
+	}
+	unlimited := cfg.prefetch == 0 && !cfg.autoAck
+	if cfg.prefetch == 0 {
+		cfg.prefetch = DefaultPrefetch // AutoAck: its prefetch only sizes its buffer
 	}
 	if len(cfg.tag) > maxNameLen {
 		return nil, errorf("consume: consumer tag longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
+	}
+	capacity := bufferSize(cfg)
+	if unlimited {
+		capacity = unlimitedBuffer // what bounds it (unlimited.go)
 	}
 	c := &Consumer{
 		q:         q,
@@ -102,10 +112,13 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 		owner:     ctx,
 		as:        cfg.owner,
 		served:    cfg.served,
-		ch:        make(chan Delivery, bufferSize(cfg)),
+		ch:        make(chan Delivery, capacity),
 		done:      make(chan struct{}),
 	}
 	c.holder.c, c.tag = c, cfg.tag
+	if unlimited {
+		c.prefetch, c.unlimited = math.MaxInt, true // its credit is room in its channel
+	}
 	if c.selector != nil {
 		c.cursor = make([]uint64, q.cfg.levels())
 		for rank := range c.cursor {

@@ -566,3 +566,77 @@ func TestHugeAckTimeoutKeepsTimerWorking(t *testing.T) {
 		require.NoError(t, c.Err())
 	})
 }
+
+// Prefetch(0) is unlimited: the consumer holds any number of deliveries unsettled, and takes
+// messages as fast as the application receives them: its credit is room in its channel, of
+// PumpBuffer slots here. What it has no room for stays in the queue; a timer dispatches once the
+// application made room by receiving, a settlement does at once. Stopped, what its channel
+// buffers goes back unchanged; what it received stays (Cancel) or comes back redelivered (its
+// context ends), each to its place.
+func TestUnlimitedPrefetch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishN(t, b, q, 50)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		c, err := q.Consume(ctx, warren.Prefetch(0))
+		require.NoError(t, err)
+		require.Len(t, c.Deliveries(), warren.UnlimitedBuffer)
+		require.Equal(t, 50-warren.UnlimitedBuffer, q.Len(), "what has no room stays in the queue")
+
+		// Receiving without settling: more come, by the timer, however many are unsettled.
+		var got []warren.Delivery
+		for range 100 {
+			got = append(got, buffered(t, c)...)
+			time.Sleep(time.Millisecond)
+			if len(got) >= 30 {
+				break
+			}
+		}
+		require.GreaterOrEqual(t, len(got), 30, "after 100 ms")
+		require.Equal(t, "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19", bodies(got[:20]))
+		require.Len(t, c.Deliveries(), warren.UnlimitedBuffer, "the last sleep let the timer fill it")
+		require.Equal(t, len(got)+warren.UnlimitedBuffer, q.Unacked())
+		// ... and while the application does not receive, nothing more leaves the queue.
+		time.Sleep(time.Minute)
+		require.Equal(t, 50-len(got)-warren.UnlimitedBuffer, q.Len())
+
+		// A settlement dispatches at once into room made by receiving.
+		more := buffered(t, c)
+		require.Empty(t, c.Deliveries())
+		require.NoError(t, more[0].Ack())
+		require.Len(t, c.Deliveries(), warren.UnlimitedBuffer, "no time passed")
+		got = append(got, more[1:]...)
+
+		// AckUpTo(0) settles what was received, not what is buffered.
+		require.NoError(t, c.AckUpTo(0))
+		require.Equal(t, warren.UnlimitedBuffer, q.Unacked())
+		received := len(got) + 1
+
+		// Cancel: what is buffered goes back unchanged; one received stays, settle-able.
+		d := receive(t, c, 1)[0]
+		received++
+		require.NoError(t, c.Cancel())
+		require.Equal(t, 1, q.Unacked())
+		require.NoError(t, d.Ack())
+		assertStopped(t, c, warren.ErrCancelled)
+		ds := getAll(t, q)
+		require.Len(t, ds, 50-received)
+		for _, d := range ds {
+			require.False(t, d.Redelivered, "unreceived goes back unchanged")
+		}
+		require.Equal(t, strconv.Itoa(received), string(ds[0].Message.Body), "in queue order")
+
+		// The end of its context: received come back redelivered, the rest unchanged, all in
+		// their places.
+		publishN(t, b, q, 30)
+		ctx2, cancel2 := context.WithCancel(t.Context())
+		c2, err := q.Consume(ctx2, warren.Prefetch(0))
+		require.NoError(t, err)
+		require.Equal(t, "0 1", bodies(receive(t, c2, 2)))
+		cancel2()
+		<-c2.Done()
+		require.Equal(t, "0* 1* 2 3 4 5 6 7 8 9", picture(getAll(t, q)[:10]))
+	})
+}

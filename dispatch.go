@@ -190,7 +190,7 @@ func (s *consumerSet) credited() *Consumer {
 		}
 		c := s.push[s.rr]
 		s.rr++
-		if c.live < c.prefetch {
+		if c.live < c.prefetch && (!c.unlimited || c.unlimitedCreditLocked()) {
 			return c
 		}
 	}
@@ -296,11 +296,15 @@ func (q *Queue) dispatchGeneralLocked() {
 }
 
 // hasCreditLocked reports whether c can receive a message now: a push consumer while it holds
-// fewer than its prefetch; a feeder while it is idle with nothing handed to it, which then
-// receives into its channel while that has room and then one hand-off.
+// fewer than its prefetch, or, of unlimited prefetch, while its channel has room (unlimited.go); a
+// feeder while it is idle with nothing handed to it, which then receives into its channel
+// while that has room and then one hand-off.
 func (c *Consumer) hasCreditLocked() bool {
 	if c.autoAck {
 		return c.feeder.idle() && !c.stopped
+	}
+	if c.unlimited {
+		return c.unlimitedCreditLocked()
 	}
 	return c.live < c.prefetch
 }

@@ -297,10 +297,10 @@ func TestConsumeInvalidOptions(t *testing.T) {
 			opts []warren.ConsumeOption
 			want error
 		}{
-			{"Prefetch(0)", []warren.ConsumeOption{warren.Prefetch(0)}, warren.ErrInvalidArgument},
 			{"Prefetch(-1)", []warren.ConsumeOption{warren.Prefetch(-1)}, warren.ErrInvalidArgument},
 			{"Prefetch(65536)", []warren.ConsumeOption{warren.Prefetch(65536)}, warren.ErrInvalidArgument},
-			{"Prefetch(0), AutoAck", []warren.ConsumeOption{warren.Prefetch(0), warren.AutoAck()}, warren.ErrInvalidArgument},
+			{"Prefetch(0), unlimited", []warren.ConsumeOption{warren.Prefetch(0)}, nil},
+			{"Prefetch(0), AutoAck: the default", []warren.ConsumeOption{warren.Prefetch(0), warren.AutoAck()}, nil},
 			{"ConsumerTag(256 bytes)", []warren.ConsumeOption{warren.ConsumerTag(longName256)}, warren.ErrInvalidArgument},
 			{"Prefetch(1)", []warren.ConsumeOption{warren.Prefetch(1)}, nil},
 			{"Prefetch(65535)", []warren.ConsumeOption{warren.Prefetch(65535)}, nil},
@@ -705,7 +705,7 @@ func TestErrorsSayWarrenOnce(t *testing.T) {
 		q := declare(t, b, "doomed")
 		c, err := q.Consume(t.Context())
 		require.NoError(t, err)
-		_, err = q.Consume(t.Context(), warren.Prefetch(0))
+		_, err = q.Consume(t.Context(), warren.Prefetch(-1))
 		add(err)
 		deleteQueue(t, b, "doomed")
 		add(c.Err())

@@ -231,8 +231,15 @@ func (c *refConsumer) credit() bool {
 	if c.autoAck {
 		return c.feeding == nil
 	}
+	if c.unlimited() {
+		return len(c.buffered) < warren.UnlimitedBuffer
+	}
 	return c.outstanding() < c.prefetch
 }
+
+// unlimited reports whether c is a consumer of unlimited prefetch, whose credit is room in its
+// channel of warren.UnlimitedBuffer slots (unlimited.go).
+func (c *refConsumer) unlimited() bool { return !c.autoAck && c.prefetch == 0 }
 
 // refQueue is the reference queue: a slice of ready messages sorted by (rank, seq) with linear
 // scans, push consumers by priority then registration order with a round-robin cursor, AutoAck
@@ -353,7 +360,7 @@ func (r *refQueue) dispatch() {
 		}
 		c := r.active[r.cursor]
 		r.cursor++
-		if c.outstanding() >= c.prefetch {
+		if !c.credit() {
 			misses++
 			continue
 		}
@@ -510,6 +517,9 @@ func (r *refQueue) deactivate(c *refConsumer, reason error) {
 	if c.autoAck && (len(c.buffered) > 0 || c.feeding != nil) && len(r.active)+len(r.feeders) > 1 {
 		r.stats.feederReturns++
 	}
+	if c.unlimited() && len(c.buffered) == warren.UnlimitedBuffer && len(r.ready) > 0 {
+		r.stats.unlimitedFullStops++
+	}
 	for _, d := range c.buffered {
 		r.restore(d)
 	}
@@ -572,7 +582,7 @@ func (r *refQueue) get(owner int, autoAck bool) (*refDelivery, error) {
 // consumeErr is what Consume with a live context fails with, if it fails.
 func (r *refQueue) consumeErr(prefetch int, tag string) error {
 	switch {
-	case prefetch < 1:
+	case prefetch < 0:
 		return warren.ErrInvalidArgument
 	case r.endErr != nil:
 		return r.err()
@@ -584,6 +594,9 @@ func (r *refQueue) consumeErr(prefetch int, tag string) error {
 
 // consume registers a consumer; consumeErr must have said yes.
 func (r *refQueue) consume(prefetch int, tag string, autoAck bool, priority int, sel *refSel, ctx int) *refConsumer {
+	if autoAck && prefetch == 0 {
+		prefetch = warren.DefaultPrefetch // an AutoAck consumer's prefetch only sizes its buffer
+	}
 	c := &refConsumer{idx: len(r.all), tag: tag, prefetch: prefetch, autoAck: autoAck, priority: priority, sel: sel,
 		ctx: ctx, active: true}
 	r.all = append(r.all, c)
@@ -1146,6 +1159,10 @@ type modelStats struct {
 	feederGeneralFeeders int // ... beside other feeders
 	feederHandoffs       int // ... of them (either kind) handed to the feeder, its channel full
 	feederReturns        int // feeders that stopped holding messages beside other active consumers
+	// Consumers of unlimited prefetch (Prefetch(0)) out of room in their channel while messages
+	// are ready (unlimited.go).
+	unlimitedFull      int // after a step, summed over steps
+	unlimitedFullStops int // stopped so
 }
 
 func (s *modelStats) String() string {
@@ -1154,11 +1171,13 @@ func (s *modelStats) String() string {
 		"deletes %d (failed %d), closes %d, consumer closes %d; priority queues %d (out of seq order %d); general dispatch %d "+
 		"(past a skipped message %d, to a lower band %d, consumers found wanting %d), taken by a selective feeder %d; "+
 		"publishes skipped for a known bug %d; feeders beside other consumers: taken on the simple path %d, given by the "+
-		"general dispatch beside push consumers %d and beside feeders %d (handed over %d), stopped holding messages %d",
+		"general dispatch beside push consumers %d and beside feeders %d (handed over %d), stopped holding messages %d; "+
+		"unlimited consumers full with messages ready %d, stopped so %d",
 		s.upToBuffered, s.upTo0Buffered, s.sharedEnds, s.sharedDispatch,
 		s.emptyEnds, s.tagReuse, s.autoAckRecv, s.feederHolds, s.skipped, s.deletes, s.failedDeletes, s.closes, s.consumerCloses,
 		s.prioQueues, s.prioOrder, s.generalPushes, s.selectorSkips, s.lowerBand, s.selectorMisses, s.selectorFeeder,
-		s.skippedPublish, s.feederSimple, s.feederGeneralPush, s.feederGeneralFeeders, s.feederHandoffs, s.feederReturns)
+		s.skippedPublish, s.feederSimple, s.feederGeneralPush, s.feederGeneralFeeders, s.feederHandoffs, s.feederReturns,
+		s.unlimitedFull, s.unlimitedFullStops)
 }
 
 // modelCount is one of modelStats' counts, named.
@@ -1175,6 +1194,8 @@ func (s *modelStats) feederCoverage() []modelCount {
 		{"general dispatch gave a feeder a message beside other feeders", s.feederGeneralFeeders},
 		{"general dispatch handed a feeder a message beside other consumers", s.feederHandoffs},
 		{"feeder stopped holding messages beside other consumers", s.feederReturns},
+		{"unlimited-prefetch consumer full with messages ready", s.unlimitedFull},
+		{"unlimited-prefetch consumer stopped full with messages ready", s.unlimitedFullStops},
 	}
 }
 
@@ -1297,6 +1318,9 @@ func (h *modelHarness) check() {
 	}
 	for i, rc := range h.m.all {
 		c := h.cons[i]
+		if rc.unlimited() && rc.active && len(rc.buffered) == warren.UnlimitedBuffer && len(h.m.ready) > 0 {
+			h.stats.unlimitedFull++
+		}
 		if got, want := len(c.Deliveries()), len(rc.buffered); got != want {
 			var all []string
 			for j, x := range h.m.all {
@@ -1729,6 +1753,12 @@ func (h *modelHarness) do(o modelOp) {
 				h.note(" (none, open %v)", open)
 				break
 			}
+		}
+		// The queue's timer dispatches into the room made in an unlimited consumer's channel
+		// (unlimited.go); the model lets no time pass, so it runs its look.
+		if rc.unlimited() {
+			h.q.LookForRoom()
+			h.m.dispatch()
 		}
 
 	case mopSettle:

@@ -328,12 +328,19 @@ func (o deadLetterOption) applyQueue(c *queueConfig) {
 }
 
 // Prefetch sets how many deliveries a consumer may hold unsettled at once, received or buffered
-// in its channel: AMQP's per-consumer basic.qos prefetch count. Range 1 to 65535; default
-// [DefaultPrefetch]. An in-process consumer's deliveries wait in a channel of this capacity, so
-// AMQP's "0 = unlimited" is not offered: an unbounded buffer would hide a slow consumer. The
-// channel is allocated when the consumer starts, about 350 bytes a slot (a [Delivery] value, 344
-// bytes on 64-bit platforms): 22 MB at the largest prefetch. An AutoAck consumer holds at most
-// this many messages too: prefetch-1 buffered in its channel and one being handed over.
+// in its channel: AMQP's per-consumer basic.qos prefetch count. Range 0 to 65535; default
+// [DefaultPrefetch]. An in-process consumer's deliveries wait in a channel of this capacity,
+// allocated when the consumer starts, about 350 bytes a slot (a [Delivery] value, 344 bytes on
+// 64-bit platforms): 22 MB at the largest prefetch. An AutoAck consumer holds at most this many
+// messages too: prefetch-1 buffered in its channel and one being handed over.
+//
+// 0 is AMQP's "unlimited": the consumer may hold any number of deliveries unsettled, and takes
+// messages as fast as the application receives them; its channel has [DefaultPrefetch] slots,
+// and what it has no room for stays in the queue (where TTLs and length limits apply), as a
+// RabbitMQ client with prefetch 0 is sent messages until its connection pushes back. Room made
+// by receiving is noticed within a few milliseconds (a timer), at once when the application
+// settles. [Queue.Serve] refuses 0: its workers take what the consumer buffers. For an AutoAck
+// consumer, 0 is [DefaultPrefetch].
 func Prefetch(n int) ConsumeOption {
 	return consumerOption(func(c *consumeConfig) { c.prefetch, c.prefetchSet = n, true })
 }

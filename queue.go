@@ -36,11 +36,15 @@ type Queue struct {
 	blocked     []blockedPublisher // publishers waiting for room (Block), first come first woken
 	lastUsed    int64              // when the queue was last used, for Expires
 	ackTimed    int                // holders with an ack timeout (ttl.go)
-	endErr      error              // non-nil once the queue is deleted or its broker closed
-	ownerStop   func() bool        // an exclusive queue: stops watching its owner context
-	scan        selectorScan       // the selector scan in progress (dispatch.go)
-	panics      []selectorPanic    // selector panics to log once mu is released
-	selecting   Message            // the message a selector is looking at (acceptsLocked)
+	// roomDue is when the timer looks whether unlimited-prefetch consumers have room again,
+	// 0 for never; roomDelay the delay of the next look (unlimited.go).
+	roomDue   int64
+	roomDelay time.Duration
+	endErr    error           // non-nil once the queue is deleted or its broker closed
+	ownerStop func() bool     // an exclusive queue: stops watching its owner context
+	scan      selectorScan    // the selector scan in progress (dispatch.go)
+	panics    []selectorPanic // selector panics to log once mu is released
+	selecting Message         // the message a selector is looking at (acceptsLocked)
 	// leaving are the stopped AutoAck consumers whose feeders have not yet put back what they
 	// hold: those messages are older than anything that could go out meanwhile, so dispatch,
 	// feeders' own takes and hand-offs wait while there are any (a context end's messages are all

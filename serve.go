@@ -215,6 +215,9 @@ func serveOptions(opts []ServeOption) (serveConfig, error) {
 		return cfg, errorf("serve: AutoAck does not apply: Serve settles each delivery by its handler's result: %w", ErrInvalidArgument)
 	case cfg.workers < 1 || cfg.workers > maxPrefetch:
 		return cfg, errorf("serve: workers %d not in [1, %d]: %w", cfg.workers, maxPrefetch, ErrInvalidArgument)
+	case cfg.consume.prefetchSet && cfg.consume.prefetch < 1:
+		// Unlimited would take the queue's whole backlog for the workers.
+		return cfg, errorf("serve: prefetch %d not in [1, %d]: %w", cfg.consume.prefetch, maxPrefetch, ErrInvalidArgument)
 	}
 	return cfg, nil
 }

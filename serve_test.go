@@ -889,15 +889,13 @@ func TestServeFailsAtOnce(t *testing.T) {
 	})
 }
 
-// TestServePrefetchZeroIsInvalid: Prefetch(0) is out of Prefetch's range (1 to 65535) and makes
-// Consume fail with ErrInvalidArgument; Serve, which "fails at once, as Queue.Consume does, if
-// the consumer cannot start", must too, rather than take it as "unset".
+// TestServePrefetchZeroIsInvalid: Prefetch(0), a consumer's unlimited prefetch, is refused by
+// Serve, whose workers take what its consumer buffers (an unlimited buffer would take the whole
+// backlog from the queue for them): it fails at once, rather than take it as "unset".
 func TestServePrefetchZeroIsInvalid(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		q := declare(t, b, "q")
-		_, err := q.Consume(t.Context(), warren.Prefetch(0))
-		require.ErrorIs(t, err, warren.ErrInvalidArgument, "Consume")
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		run := startServe(ctx, q, func(context.Context, warren.Delivery) error { return nil }, warren.Workers(2), warren.Prefetch(0))

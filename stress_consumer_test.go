@@ -137,13 +137,19 @@ func stressReceive(ctx context.Context, c *warren.Consumer, done <-chan struct{}
 	return d, stressDelivery
 }
 
-// stressConsume starts a consumer of q, owned by ctx, with a random prefetch, which it returns:
+// stressConsume starts a consumer of q, owned by ctx, with a random prefetch, and returns it
+// with how many deliveries it may hold (for an unlimited one, how many it is to hold at most):
 // mostly 1 to 32, one time in ten 300 to 999, large enough that a context end returns more than
-// one chunk. A failure is reported to l unless the run is ending (parent done); nil then.
-func stressConsume(parent, ctx context.Context, q *warren.Queue, l stressBook, rng *rand.Rand) (*warren.Consumer, int) {
+// one chunk; with unlimited, one time in three unlimited (0), whose credit is room in its
+// channel (unlimited.go). A failure is reported to l unless the run is ending (parent
+// done); nil then.
+func stressConsume(parent, ctx context.Context, q *warren.Queue, l stressBook, rng *rand.Rand, unlimited bool) (*warren.Consumer, int) {
 	prefetch := 1 + rng.IntN(32)
-	if rng.IntN(10) == 0 {
+	switch {
+	case rng.IntN(10) == 0:
 		prefetch = 300 + rng.IntN(700)
+	case unlimited && rng.IntN(3) == 0:
+		prefetch = 0
 	}
 	c, err := q.Consume(ctx, warren.Prefetch(prefetch))
 	if err != nil {
@@ -151,6 +157,9 @@ func stressConsume(parent, ctx context.Context, q *warren.Queue, l stressBook, r
 			l.errorf("Consume(Prefetch(%d)) = %v, want nil", prefetch, err)
 		}
 		return nil, 0
+	}
+	if prefetch == 0 {
+		return c, 64
 	}
 	return c, prefetch
 }

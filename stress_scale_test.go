@@ -615,7 +615,7 @@ func (l *scLedger) verify() {
 func (l *scLedger) incarnation(ctx context.Context, q *warren.Queue, rng *rand.Rand) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c, prefetch := stressConsume(ctx, cctx, q, l, rng)
+	c, prefetch := stressConsume(ctx, cctx, q, l, rng, false)
 	if c == nil {
 		return
 	}

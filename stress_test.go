@@ -30,6 +30,8 @@ type stressLedger struct {
 	acked atomic.Int64   // successful acks in all
 	done  chan struct{}  // closed when every id has been acked
 	errs  atomic.Int32
+	// unlimited: a third of the consumers have unlimited prefetch (stressConsume).
+	unlimited bool
 
 	// Counters for the log.
 	nacks, recovers, cancels, ctxEnds, bigCtxEnds, gets, getAbandons, upTos atomic.Int64
@@ -109,6 +111,7 @@ type stressConfig struct {
 	consumers int // per queue
 	messages  int // published; each queue receives every one
 	fanout    bool
+	unlimited bool // a third of the consumers have unlimited prefetch
 }
 
 func TestStress(t *testing.T) {
@@ -122,6 +125,9 @@ func TestStress(t *testing.T) {
 	})
 	t.Run("fanout to two queues", func(t *testing.T) {
 		runStress(t, seed+1, stressConfig{producers: 8, consumers: 8, messages: n, fanout: true})
+	})
+	t.Run("unlimited prefetch", func(t *testing.T) {
+		runStress(t, seed+2, stressConfig{producers: 8, consumers: 8, messages: n / 2, unlimited: true})
 	})
 }
 
@@ -158,7 +164,9 @@ func runStress(t *testing.T, seed uint64, cfg stressConfig) {
 		}
 	}
 	for _, q := range queues {
-		ledgers = append(ledgers, newStressLedger(t, q.Name(), cfg.messages))
+		l := newStressLedger(t, q.Name(), cfg.messages)
+		l.unlimited = cfg.unlimited
+		ledgers = append(ledgers, l)
 	}
 
 	// ctx ends the run early if the watchdog fires.
@@ -269,7 +277,7 @@ func stressWorker(ctx context.Context, q *warren.Queue, l *stressLedger, rng *ra
 func stressIncarnation(ctx context.Context, q *warren.Queue, l *stressLedger, rng *rand.Rand, upTo bool) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c, prefetch := stressConsume(ctx, cctx, q, l, rng)
+	c, prefetch := stressConsume(ctx, cctx, q, l, rng, l.unlimited)
 	if c == nil {
 		return
 	}

@@ -76,6 +76,9 @@ func (q *Queue) wakeAtLocked() int64 {
 			break
 		}
 	}
+	if q.roomDue != 0 && (at == 0 || q.roomDue < at) {
+		at = q.roomDue
+	}
 	return at
 }
 
@@ -132,6 +135,7 @@ func (q *Queue) onTimer() {
 	now := q.core.clock()
 	q.core.expireDue(now)
 	q.core.promoteDue(now)
+	q.roomLookDueLocked(now)
 	var timedOut []*Consumer
 	if q.ackTimed > 0 || q.core.gets.live > 0 && q.cfg.ackTimeout > 0 {
 		timedOut = q.orphanLocked(func(c *Consumer) error {
