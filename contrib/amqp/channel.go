@@ -11,10 +11,6 @@ import (
 	"github.com/warrenmq/warren/contrib/amqp/internal/wire"
 )
 
-// unlimitedPrefetch is the prefetch of a consumer whose channel asked for none (basic.qos 0, or
-// no basic.qos): warren's consumers buffer their prefetch, so AMQP's "unlimited" is this many.
-const unlimitedPrefetch = 2048
-
 // errHeldBack is write's error for a delivery it did not write: its consumer stopped, or its
 // channel ended, while it waited for room under the channel's global prefetch.
 var errHeldBack = errors.New("amqp: delivery held back")
@@ -329,15 +325,12 @@ func (ch *channel) consume(m *wire.BasicConsume) error {
 	if taken && m.ConsumerTag != "" {
 		return exception(wire.NotAllowed, m, "attempt to reuse consumer tag '%s'", m.ConsumerTag)
 	}
-	prefetch := ch.prefetch
-	if prefetch == 0 {
-		prefetch = unlimitedPrefetch
-	}
+	prefetch := ch.prefetch // 0: unlimited, as warren's Prefetch(0)
 	ch.mu.Lock()
-	if ch.global > 0 && !m.NoAck {
+	if ch.global > 0 && !m.NoAck && (prefetch == 0 || prefetch > ch.global) {
 		// What the consumer buffers beyond what the channel lets it send waits out of other
 		// consumers' reach: no more than the channel's limit.
-		prefetch = min(prefetch, ch.global)
+		prefetch = ch.global
 	}
 	ch.mu.Unlock()
 	opts := []warren.ConsumeOption{warren.Prefetch(prefetch)}

@@ -452,3 +452,34 @@ func TestChannelPrefetch(t *testing.T) {
 	require.NoError(t, ch.Close())
 	require.Eventually(t, func() bool { return held() == 0 && qs[0].Len()+qs[1].Len() == 9 }, 5*time.Second, time.Millisecond)
 }
+
+// A consumer with no prefetch (basic.qos 0, or none) is sent every message, however many it
+// has not acked: here more than warren's default buffer holds many times over.
+func TestUnlimitedPrefetchOnTheWire(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	conn := dial(t, b)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	q, err := b.DeclareQueue("q")
+	require.NoError(t, err)
+	const n = 3000
+	for i := range n {
+		require.NoError(t, ch.Publish("", "q", false, false, amqp091.Publishing{Body: fmt.Appendf(nil, "%d", i)}))
+	}
+	require.Eventually(t, func() bool { return q.Len() == n }, 5*time.Second, time.Millisecond)
+	ds, err := ch.Consume("q", "", false, false, false, false, nil)
+	require.NoError(t, err)
+	var last amqp091.Delivery
+	for i := range n {
+		select {
+		case last = <-ds:
+			require.Equal(t, fmt.Sprint(i), string(last.Body))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of %d delivered, none acked", i, n)
+		}
+	}
+	require.Equal(t, n, q.Unacked())
+	require.NoError(t, last.Ack(true))
+	require.Eventually(t, func() bool { return q.Unacked() == 0 && q.Len() == 0 }, 5*time.Second, time.Millisecond)
+}
