@@ -33,6 +33,7 @@ import (
 //	EventExpired      its TTL passed and there is no dead-letter exchange (terminal)
 //	eventDeadLetter   it leaves for the dead-letter exchange (terminal once published: see flush)
 //	EventDropped      it left, or was refused, and went nowhere (terminal)
+//	EventMoved        it left for another exchange with Queue.Move (terminal)
 //
 // record counts each effect in the queue's counters (Stats) and, when someone listens or the
 // effect needs the shell (a dead letter), appends it to effects, in order, interleaved with the
@@ -61,6 +62,7 @@ type queueCore struct {
 
 	holders []*holder // consumers holding deliveries or able to, in the order they started
 	gets    holder    // the Gets' deliveries
+	moving  holder    // messages on their way out with Queue.Move (move.go)
 	unacked int       // deliveries outstanding, all holders
 	free    []*lease  // delivery records to reuse (deliver)
 
@@ -76,7 +78,7 @@ type queueCore struct {
 
 // counters are a queue's message counts since it was declared (Stats); changed by record only.
 type counters struct {
-	enqueued, delivered, redelivered, acked, nacked, rejected, expired, deadLettered, dropped uint64
+	enqueued, delivered, redelivered, acked, nacked, rejected, expired, deadLettered, dropped, moved uint64
 }
 
 // effect is one transition, as record saw it: a message event of kind (with the message's entry
@@ -183,6 +185,8 @@ func (c *queueCore) count(kind EventKind, reason Reason, n uint64) {
 		case ReasonRejected:
 			c.n.rejected += n
 		}
+	case EventMoved:
+		c.n.moved += n
 	case EventDropped:
 		c.n.dropped += n
 		if reason == ReasonRejected {
@@ -552,6 +556,18 @@ func (c *queueCore) deliver(d *Delivery, h *holder, e entry, autoAck bool, due i
 	c.unacked++
 }
 
+// lend takes e out as outstanding, held by h, without delivering it: a message on its way
+// elsewhere (Queue.Move). Nothing is recorded: how it ends is.
+func (c *queueCore) lend(h *holder, e entry) *lease {
+	h.nextTag++
+	r := c.newLease()
+	r.h, r.e, r.tag, r.state = h, e, h.nextTag, deliveryOutstanding
+	h.unacked.push(r)
+	h.live++
+	c.unacked++
+	return r
+}
+
 // newLease returns a lease from the free list, or a fresh one.
 func (c *queueCore) newLease() *lease {
 	if len(c.free) == 0 {
@@ -671,6 +687,11 @@ func (c *queueCore) outstanding() iter.Seq[*lease] {
 				return
 			}
 		}
+		for d := range c.moving.outstanding() {
+			if !yield(d) {
+				return
+			}
+		}
 	}
 }
 
@@ -729,7 +750,7 @@ func (c *queueCore) end(why Reason) {
 // reset lets go of everything an ended queue held, once the shell has stopped its holders.
 func (c *queueCore) reset(free *btree.FreeListG[entry]) {
 	c.ready = newReadySet(free, c.cfg.levels())
-	c.holders, c.gets, c.unacked, c.free = nil, holder{}, 0, nil
+	c.holders, c.gets, c.moving, c.unacked, c.free = nil, holder{}, holder{}, 0, nil
 	c.stamps = ring[stamp]{}
 }
 

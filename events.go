@@ -111,6 +111,11 @@ const (
 	// is the bytes dropped. Only a listener given with [WithListener] hears it.
 	EventLogRepaired
 
+	// EventMoved (terminal): the message left the queue with [Queue.Move] and a queue of the
+	// destination took it. Queue, Exchange and RoutingKey (it was published with), Message. Where
+	// it went, its EventEnqueued there says, with Reason [ReasonMoved].
+	EventMoved
+
 	// eventDeadLetter is not emitted: the effect of a message leaving for the dead-letter
 	// exchange (core.go), which the flush publishes.
 	eventDeadLetter
@@ -135,6 +140,7 @@ var eventNames = [...]string{
 	EventExpired:         "expired",
 	EventDeadLettered:    "dead-lettered",
 	EventDropped:         "dropped",
+	EventMoved:           "moved",
 	EventAlert:           "alert",
 	EventLogRepaired:     "log-repaired",
 }
@@ -147,10 +153,10 @@ func (k EventKind) String() string {
 }
 
 // Terminal reports whether an event of this kind ends a message's span in a queue: Acked,
-// Expired, DeadLettered or Dropped.
+// Expired, DeadLettered, Dropped or Moved.
 func (k EventKind) Terminal() bool {
 	switch k {
-	case EventAcked, EventExpired, EventDeadLettered, EventDropped:
+	case EventAcked, EventExpired, EventDeadLettered, EventDropped, EventMoved:
 		return true
 	}
 	return false
@@ -176,6 +182,7 @@ const (
 	ReasonDLXNoRoute      Reason = "dlx-no-route"      // its dead-letter copy reached no queue that took it
 	ReasonDeadLetterCycle Reason = "dead-letter-cycle" // its dead-letter copy would have cycled back
 	ReasonPurged          Reason = "purged"            // [Queue.Purge]
+	ReasonMoved           Reason = "moved"             // EventEnqueued: it came with [Queue.Move]
 	ReasonQueueDeleted    Reason = "queue-deleted"     // its queue was deleted, for whatever reason
 	ReasonClosed          Reason = "closed"            // the broker closed
 

@@ -292,6 +292,48 @@ func (q *Queue) Browse() iter.Seq[*Message] {
 	}
 }
 
+// ReadyMessage is a ready message as [Queue.BrowseFrom] shows it.
+type ReadyMessage struct {
+	// ID is the message's place in the queue's delivery order: ascending IDs are delivery
+	// order, and a message keeps its ID while it is in the queue, also when it comes back to
+	// its place after a delivery. For [Queue.BrowseFrom] and [MoveIDs]; not the same across
+	// queues, nor a [Message.MessageID].
+	ID            uint64
+	Message       *Message // the queue's, or a copy: read-only
+	Redelivered   bool     // it was delivered before and came back
+	DeliveryCount int      // how many times it came back (x-delivery-count)
+}
+
+// BrowseFrom returns up to n of the queue's ready messages in delivery order, those after the
+// one with ID after (0: from the head), without consuming them: a page of what [Queue.Browse]
+// yields, with IDs, for paging through a long queue. It takes the queue lock once, for
+// O(log(size) + n); messages hidden by a delay and deliveries outstanding are not included.
+// After the queue is deleted it returns nothing.
+func (q *Queue) BrowseFrom(after uint64, n int) []ReadyMessage {
+	if n <= 0 {
+		return nil
+	}
+	var out []ReadyMessage
+	q.view(func() {
+		if q.endErr != nil {
+			return
+		}
+		out = make([]ReadyMessage, 0, min(n, q.core.ready.len()))
+		from := after
+		if after != 0 {
+			from++
+		}
+		q.core.ready.ascend(from, func(e entry) bool {
+			if !q.core.expired(e) {
+				out = append(out, ReadyMessage{ID: e.key(), Message: e.env.messagePtr(), Redelivered: e.redelivered,
+					DeliveryCount: int(e.returns)})
+			}
+			return len(out) < n
+		})
+	})
+	return out
+}
+
 // Purge removes every ready message and returns how many there were. Deliveries outstanding
 // with consumers are not touched and may still come back (AMQP's queue.purge). An exclusive
 // queue may be purged only on behalf of its owner ([As]; else [ErrResourceLocked]).

@@ -25,8 +25,8 @@ type QueueStats struct {
 	OldestAge time.Duration `json:"-"` // "oldest_age" in JSON: see the type's doc
 
 	// Counters since the queue was declared. Each message that entered (Enqueued) ends in one
-	// of Acked, Expired (without a dead-letter exchange), DeadLettered or Dropped, or is still
-	// in the queue; see the event kinds of the same names.
+	// of Acked, Expired (without a dead-letter exchange), DeadLettered, Dropped or Moved, or is
+	// still in the queue; see the event kinds of the same names.
 	Enqueued     uint64 `json:"enqueued"`      // messages that entered: published or dead-lettered into it (and auto-acked ones returned unread)
 	Delivered    uint64 `json:"delivered"`     // deliveries to consumers and Gets, auto-acked ones included
 	Redelivered  uint64 `json:"redelivered"`   // of those, deliveries of messages that had come back
@@ -36,6 +36,7 @@ type QueueStats struct {
 	Expired      uint64 `json:"expired"`       // messages whose TTL passed, dead-lettered or not
 	DeadLettered uint64 `json:"dead_lettered"` // messages dead-lettered that reached another queue
 	Dropped      uint64 `json:"dropped"`       // messages that left the queue, or were refused, and went nowhere
+	Moved        uint64 `json:"moved"`         // messages that left with [Queue.Move]
 }
 
 // queueStatsJSON is QueueStats as JSON has it: OldestAge as a duration string.
@@ -82,7 +83,7 @@ func (q *Queue) statsLocked() QueueStats {
 		Bytes:    q.core.ready.bytes,
 		Enqueued: q.core.n.enqueued, Delivered: q.core.n.delivered, Redelivered: q.core.n.redelivered,
 		Acked: q.core.n.acked, Nacked: q.core.n.nacked, Rejected: q.core.n.rejected, Expired: q.core.n.expired,
-		DeadLettered: q.core.n.deadLettered, Dropped: q.core.n.dropped,
+		DeadLettered: q.core.n.deadLettered, Dropped: q.core.n.dropped, Moved: q.core.n.moved,
 	}
 	if q.core.delayed != nil {
 		s.Delayed = q.core.delayed.Len()

@@ -40,7 +40,7 @@ func TestStatsJSON(t *testing.T) {
 		require.Equal(t, map[string]any{
 			"queue": "q", "ready": 2.0, "unacked": 0.0, "delayed": 0.0, "consumers": 0.0, "bytes": 2.0,
 			"oldest_age": "1.5s", "enqueued": 2.0, "delivered": 1.0, "redelivered": 0.0, "acked": 0.0,
-			"nacked": 1.0, "rejected": 0.0, "expired": 0.0, "dead_lettered": 0.0, "dropped": 0.0,
+			"nacked": 1.0, "rejected": 0.0, "expired": 0.0, "dead_lettered": 0.0, "dropped": 0.0, "moved": 0.0,
 		}, fields)
 		var back warren.QueueStats
 		require.NoError(t, json.Unmarshal(data, &back))

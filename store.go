@@ -152,7 +152,7 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 				now, wall = q.core.clock(), time.Now().UnixNano()
 			}
 			buf = appendSeqRecord(buf, recDelay, q.log.qid, ef.e.seq, wall+(ef.n-now))
-		case EventAcked, EventExpired:
+		case EventAcked, EventExpired, EventMoved:
 			buf = appendSeqRecord(buf, recSettle, q.log.qid, ef.e.seq, 0)
 			q.log.unrefs = append(q.log.unrefs, env)
 		case EventDropped:

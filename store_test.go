@@ -916,3 +916,32 @@ func TestDurablePassChecksAgain(t *testing.T) {
 	s.endPass()
 	require.True(t, woken(), "the pass's end finds the log past its bound")
 }
+
+// A move is durable: after a restart the moved messages are in the destination only, with
+// their headers, and what was not moved is where it was.
+func TestDurableMove(t *testing.T) {
+	dir := t.TempDir()
+	b, err := Open(dir, WithSync(SyncNever))
+	require.NoError(t, err)
+	src := durableQueue(t, b, "src")
+	durableQueue(t, b, "dst")
+	for _, body := range []string{"a", "b", "c"} {
+		require.NoError(t, b.Publish(context.Background(), "", "src", Message{Body: []byte(body), Persistent: true,
+			Headers: Table{"x-death": []any{Table{"queue": "work", "reason": "rejected", "count": int64(1)}}}}))
+	}
+	n, err := src.Move(context.Background(), "", "dst", MoveLimit(2))
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.NoError(t, b.Close())
+
+	b, err = Open(dir)
+	require.NoError(t, err)
+	defer b.Close()
+	dst, err := b.Queue("dst")
+	require.NoError(t, err)
+	ms := dst.BrowseFrom(0, 10)
+	require.Len(t, ms, 2)
+	require.Equal(t, "rejected", ms[0].Message.Headers["x-death"].([]any)[0].(Table)["reason"])
+	require.Equal(t, []string{"a", "b"}, held(t, b, "dst"))
+	require.Equal(t, []string{"c"}, held(t, b, "src"))
+}

@@ -1,0 +1,185 @@
+package warren
+
+import (
+	"context"
+	"slices"
+)
+
+// Moving messages out of a queue: the "shovel back from the dead-letter queue" an operator
+// needs after a fix.
+//
+// A message moves one at a time, through three steps:
+//  1. Under the queue lock it leaves the ready set and is lent (queueCore.lend): outstanding,
+//     held by the queue's movers (queueCore.moving), so that it counts as unacked, no consumer
+//     can take it, and whatever ends the queue finds it; nothing is delivered (no Delivered
+//     effect).
+//  2. With no lock held, it is published to the destination as it is — every property and
+//     header, x-death included — with Mandatory, as a move (its EventEnqueued there has Reason
+//     [ReasonMoved]).
+//  3. Under the queue lock again: published, it leaves this queue for good (EventMoved,
+//     terminal; a durable queue logs it as settled); refused (no queue took it, a full queue
+//     refused it, the exchange does not exist, the context ended), it goes back to its place,
+//     unchanged, as if it had never left, and the move stops with the error.
+//
+// So a message is never in neither queue once Move returns, and never in both but in the step
+// between publish and settle (a durable broker that crashes there has it in both: at least
+// once, as any publish-then-ack). Consumers of either queue run meanwhile: the message is
+// outstanding while it moves, not ready, so no consumer of the source takes it; consumers of
+// the destination may take it as soon as it is published. No two queue locks are held at once,
+// and no lock while publishing.
+
+// MoveOption selects what [Queue.Move] moves.
+type MoveOption interface{ applyMove(*moveConfig) }
+
+type moveConfig struct {
+	limit int      // at most this many; 0: no limit
+	ids   []uint64 // only these, in the queue's order; nil: from the head
+	err   error
+}
+
+type moveOption func(*moveConfig)
+
+func (o moveOption) applyMove(c *moveConfig) { o(c) }
+
+// MoveLimit makes [Queue.Move] move at most n messages: the first n, in delivery order, or of
+// those [MoveIDs] names. n < 1 is an error wrapping [ErrInvalidArgument].
+func MoveLimit(n int) MoveOption {
+	return moveOption(func(c *moveConfig) {
+		if n < 1 {
+			c.err = errorf("move: limit %d: want at least 1: %w", n, ErrInvalidArgument)
+		}
+		c.limit = n
+	})
+}
+
+// MoveIDs makes [Queue.Move] move only the messages with these IDs ([ReadyMessage].ID, from
+// [Queue.BrowseFrom]) that are ready when it reaches them, in delivery order; an ID the queue
+// no longer has ready (consumed, moved, expired, or out with a consumer) is skipped.
+func MoveIDs(ids ...uint64) MoveOption {
+	return moveOption(func(c *moveConfig) {
+		c.ids = slices.Clone(ids)
+		slices.Sort(c.ids)
+		c.ids = slices.Compact(c.ids)
+	})
+}
+
+// Move moves ready messages from the queue to exchange, routed with key (the default exchange ""
+// and a queue's name move them to that queue): each is published there as it is, its
+// properties and headers (x-death included) unchanged, and leaves this queue once a queue took
+// it; see the top of move.go for how no message is lost or left in both. By default every
+// message ready when Move reaches it, from the head; [MoveLimit] and [MoveIDs] select fewer.
+// Messages that arrive meanwhile are moved too unless a limit or IDs say otherwise. Each
+// message leaves with [EventMoved] and enters with [EventEnqueued], Reason [ReasonMoved].
+//
+// It returns how many it moved. It stops at the first message the destination refuses, which
+// stays where it was: [ErrUnroutable] (no queue took it), [ErrQueueFull], [ErrNotFound] (no
+// such exchange); or when ctx ends, or the queue is deleted ([ErrQueueDeleted]) or the broker
+// closes ([ErrClosed]). An exclusive queue may be moved from only with a context of its owner's,
+// as for [Queue.Get] (else [ErrResourceLocked]).
+func (q *Queue) Move(ctx context.Context, exchange, key string, opts ...MoveOption) (int, error) {
+	var cfg moveConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyMove(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return 0, cfg.err
+	}
+	moved := 0
+	for cfg.limit == 0 || moved < cfg.limit {
+		if err := ctx.Err(); err != nil {
+			return moved, err
+		}
+		r, msg, err := q.lendNext(ctx, &cfg)
+		if err != nil || r == nil {
+			return moved, err
+		}
+		err = q.b.publish(ctx, nil, exchange, key, &msg, movePublishOptions)
+		if !q.settleMove(r, err == nil) {
+			return moved, errorf("move from queue %q: %w", q.name, q.endErrOrClosed())
+		}
+		if err != nil {
+			return moved, errorf("move from queue %q to exchange %q: %w", q.name, exchange, err)
+		}
+		moved++
+	}
+	return moved, nil
+}
+
+// movePublishOptions publish a moving message: refused rather than dropped if no queue takes
+// it, and entering as moved.
+var movePublishOptions = []PublishOption{Mandatory(), enqueueReason(ReasonMoved)}
+
+// enqueueReason is the Reason of a publish's EventEnqueued in the queues it reaches.
+type enqueueReason Reason
+
+func (o enqueueReason) applyPublish(c publishConfig) publishConfig {
+	c.deadReason = Reason(o)
+	return c
+}
+
+// lendNext lends the next message cfg selects (step 1 at the top of move.go) and returns its
+// lease and a copy of it; a nil lease when none is left.
+func (q *Queue) lendNext(ctx context.Context, cfg *moveConfig) (*lease, Message, error) {
+	q.mu.Lock()
+	defer q.commit()
+	if q.endErr != nil {
+		return nil, Message{}, errorf("move from queue %q: %w", q.name, q.endErrLocked())
+	}
+	if err := q.checkUse("move", ctx); err != nil {
+		return nil, Message{}, err
+	}
+	var (
+		e  entry
+		ok bool
+	)
+	if cfg.ids == nil {
+		e, ok = q.core.take()
+	} else {
+		for !ok && len(cfg.ids) > 0 {
+			e, ok = q.core.ready.remove(cfg.ids[0])
+			cfg.ids = cfg.ids[1:]
+			if ok && q.core.expired(e) {
+				q.core.deadLetter(e, ReasonExpired)
+				ok = false
+			}
+		}
+	}
+	if !ok {
+		return nil, Message{}, nil
+	}
+	q.touchLocked()
+	return q.core.lend(&q.core.moving, e), e.env.message(), nil
+}
+
+// settleMove ends a lent message's move (step 3 at the top of move.go): moved, it leaves the
+// queue; else it goes back to its place unchanged. It reports false if the queue ended
+// meanwhile (which dropped the message with the rest).
+func (q *Queue) settleMove(r *lease, moved bool) bool {
+	q.mu.Lock()
+	defer q.commit()
+	if q.endErr != nil {
+		return false
+	}
+	if moved {
+		q.core.release(r, deliverySettled)
+		q.core.record(EventMoved, r.e, "", "")
+	} else {
+		q.core.release(r, deliveryReturned)
+		q.core.restoreAll([]entry{r.e})
+		q.dispatchLocked()
+	}
+	q.core.trim(&q.core.moving)
+	return true
+}
+
+// endErrOrClosed is why the queue ended, or ErrClosed.
+func (q *Queue) endErrOrClosed() error {
+	var err error
+	q.view(func() { err = q.endErrLocked() })
+	if err == nil {
+		err = ErrClosed
+	}
+	return err
+}

@@ -1,0 +1,235 @@
+package warren_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+)
+
+// rejectAll rejects every message of q (with its dead-letter exchange: dead-letters them).
+func rejectAll(t *testing.T, q *warren.Queue) {
+	t.Helper()
+	for {
+		d, err := q.Get(t.Context())
+		if err != nil {
+			require.ErrorIs(t, err, warren.ErrEmpty)
+			return
+		}
+		require.NoError(t, d.Reject())
+	}
+}
+
+// Moving the dead letters back after a fix: every one leaves the DLQ and enters the work queue
+// as it is (properties, headers, x-death), in order, evented as moved on both sides.
+func TestMoveBackFromDeadLetterQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		events := recordEvents(t, b)
+		main, dead := deadTopology(t, b)
+		for i := range 5 {
+			publishMsg(t, b, "main", warren.Message{Body: []byte(strconv.Itoa(i)), ContentType: "text/plain",
+				MessageID: "m" + strconv.Itoa(i), Headers: warren.Table{"attempt": int32(i)}})
+		}
+		rejectAll(t, main)
+		require.Equal(t, 5, dead.Len())
+
+		n, err := dead.Move(t.Context(), "", "main")
+		require.NoError(t, err)
+		require.Equal(t, 5, n)
+		require.Equal(t, 0, dead.Len())
+		require.Equal(t, 0, dead.Unacked())
+		ds := getAll(t, main)
+		require.Equal(t, "0 1 2 3 4", bodies(ds))
+		for i, d := range ds {
+			require.Equal(t, "text/plain", d.Message.ContentType)
+			require.Equal(t, "m"+strconv.Itoa(i), d.Message.MessageID)
+			require.Equal(t, int32(i), d.Message.Headers["attempt"])
+			deaths := xDeath(t, d)
+			require.Len(t, deaths, 1, "x-death kept")
+			require.Equal(t, "main", deaths[0]["queue"])
+			require.Equal(t, "rejected", deaths[0]["reason"])
+			require.False(t, d.Redelivered, "a new message in its new queue")
+		}
+		synctest.Wait()
+		require.Len(t, events.of(warren.EventMoved, "dead"), 5)
+		require.True(t, warren.EventMoved.Terminal())
+		moved := events.where(func(e warren.Event) bool {
+			return e.Kind == warren.EventEnqueued && e.Queue == "main" && e.Reason == warren.ReasonMoved
+		})
+		require.Len(t, moved, 5)
+	})
+}
+
+// MoveLimit moves the first n; MoveIDs the messages BrowseFrom named, skipping those no longer
+// ready; the others keep their places.
+func TestMoveSelected(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		src := declare(t, b, "src")
+		declare(t, b, "dst")
+		publishN(t, b, src, 8)
+
+		n, err := src.Move(t.Context(), "", "dst", warren.MoveLimit(2))
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		require.Equal(t, []string{"2", "3", "4", "5", "6", "7"}, browse(src))
+
+		page := src.BrowseFrom(0, 3)
+		require.Len(t, page, 3)
+		require.Equal(t, "2 3 4", readyBodies(page))
+		next := src.BrowseFrom(page[2].ID, 10)
+		require.Equal(t, "5 6 7", readyBodies(next))
+		require.Empty(t, src.BrowseFrom(next[2].ID, 10))
+
+		// "4" is taken meanwhile; "3" and "6" and the taken one are named.
+		d, err := src.Get(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, d.Nack()) // back to its place, redelivered: still ready, same ID
+		require.Equal(t, page[0].ID, src.BrowseFrom(0, 1)[0].ID, "the same ID after coming back")
+		got, err := src.Get(t.Context()) // "2": out with a Get, not ready
+		require.NoError(t, err)
+		n, err = src.Move(t.Context(), "", "dst", warren.MoveIDs(next[1].ID, page[1].ID, page[0].ID))
+		require.NoError(t, err)
+		require.Equal(t, 2, n, `"2" is out with a Get`)
+		require.NoError(t, got.Nack())
+		require.Equal(t, []string{"2", "4", "5", "7"}, browse(src))
+		require.Equal(t, []string{"0", "1", "3", "6"}, browse(mustQueue(t, b, "dst")))
+
+		_, err = src.Move(t.Context(), "", "dst", warren.MoveLimit(0))
+		require.ErrorIs(t, err, warren.ErrInvalidArgument)
+	})
+}
+
+// A destination that refuses stops the move; the message it refused stays in its place,
+// unchanged, and nothing is lost.
+func TestMoveRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		src := declare(t, b, "src")
+		full := declare(t, b, "full", warren.MaxLength(1), warren.Overflow(warren.RejectPublish))
+		publishN(t, b, src, 3)
+
+		_, err := src.Move(t.Context(), "", "nowhere")
+		require.ErrorIs(t, err, warren.ErrUnroutable)
+		_, err = src.Move(t.Context(), "missing", "k")
+		require.ErrorIs(t, err, warren.ErrNotFound)
+		n, err := src.Move(t.Context(), "", "full")
+		require.ErrorIs(t, err, warren.ErrQueueFull)
+		require.Equal(t, 1, n)
+		require.Equal(t, 1, full.Len())
+		require.Equal(t, 0, src.Unacked())
+		ds := getAll(t, src)
+		require.Equal(t, "1 2", bodies(ds))
+		for _, d := range ds {
+			require.False(t, d.Redelivered, "a refused message goes back unchanged")
+		}
+	})
+}
+
+// An exclusive queue is moved from only with its owner's context; a deleted one not at all.
+func TestMoveOwnerAndDeleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		owner, cancel := warren.NewOwner(t.Context())
+		defer cancel()
+		q := declare(t, b, "mine", warren.ExclusiveTo(owner))
+		declare(t, b, "dst")
+		publish(t, b, "mine", "x")
+		_, err := q.Move(t.Context(), "", "dst")
+		require.ErrorIs(t, err, warren.ErrResourceLocked)
+		n, err := q.Move(owner, "", "dst")
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		deleteQueue(t, b, "dst")
+		src := declare(t, b, "src")
+		deleteQueue(t, b, "src")
+		_, err = src.Move(t.Context(), "", "mine")
+		require.ErrorIs(t, err, warren.ErrQueueDeleted)
+	})
+}
+
+// Under concurrent consumers of both queues and moves back and forth, every message is acked
+// exactly once and none is lost.
+func TestMoveUnderLoad(t *testing.T) {
+	b := warren.New()
+	defer b.Close()
+	a, err := b.DeclareQueue("a")
+	require.NoError(t, err)
+	z, err := b.DeclareQueue("z")
+	require.NoError(t, err)
+	const n = 20000
+	var acks [n]atomic.Int32
+	var acked atomic.Int64
+	ctx, stop := context.WithTimeout(context.Background(), time.Minute)
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range n {
+			require.NoError(t, b.Publish(ctx, "", "a", warren.Message{Body: []byte(strconv.Itoa(i))}))
+		}
+	})
+	consume := func(q *warren.Queue) {
+		c, err := q.Consume(ctx, warren.Prefetch(8))
+		require.NoError(t, err)
+		for acked.Load() < n {
+			select {
+			case d := <-c.Deliveries():
+				if i, _ := strconv.Atoi(string(d.Message.Body)); i%7 == 0 && !d.Redelivered {
+					require.NoError(t, d.Nack())
+					continue
+				}
+				require.NoError(t, d.Ack())
+				i, _ := strconv.Atoi(string(d.Message.Body))
+				acks[i].Add(1)
+				acked.Add(1)
+			case <-ctx.Done():
+				return
+			}
+		}
+		c.Cancel()
+	}
+	wg.Go(func() { consume(a) })
+	wg.Go(func() { consume(z) })
+	for _, pair := range [][2]*warren.Queue{{a, z}, {z, a}} {
+		wg.Go(func() {
+			for acked.Load() < n && ctx.Err() == nil {
+				_, err := pair[0].Move(ctx, "", pair[1].Name(), warren.MoveLimit(50))
+				require.NoError(t, err)
+				time.Sleep(100 * time.Microsecond) // real time: a stress test, not a timing test
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(n), acked.Load(), "every message acked")
+	for i := range n {
+		require.Equal(t, int32(1), acks[i].Load(), "message %d acked once", i)
+	}
+	require.Zero(t, a.Len()+z.Len()+a.Unacked()+z.Unacked())
+	sa, sz := a.Stats(), z.Stats()
+	require.Positive(t, sa.Moved+sz.Moved, "messages moved")
+}
+
+// readyBodies renders ready messages' bodies space-separated.
+func readyBodies(ms []warren.ReadyMessage) string {
+	ds := make([]warren.Delivery, len(ms))
+	for i, m := range ms {
+		ds[i].Message = *m.Message
+	}
+	return bodies(ds)
+}
+
+// mustQueue returns the queue named name.
+func mustQueue(t *testing.T, b *warren.Broker, name string) *warren.Queue {
+	t.Helper()
+	q, err := b.Queue(name)
+	require.NoError(t, err)
+	return q
+}
