@@ -75,6 +75,7 @@ type collector struct {
 //	warren_queue_messages_expired_total         counter  QueueStats.Expired
 //	warren_queue_messages_dead_lettered_total   counter  QueueStats.DeadLettered
 //	warren_queue_messages_dropped_total         counter  QueueStats.Dropped
+//	warren_queue_messages_moved_total           counter  QueueStats.Moved
 //
 // and for the broker
 //
@@ -139,6 +140,8 @@ func NewCollector(b *warren.Broker, opts ...Option) prometheus.Collector {
 				counter, func(s *warren.QueueStats) float64 { return float64(s.DeadLettered) }),
 			q("messages_dropped_total", "Messages that left the queue, or that it refused, and went nowhere.",
 				counter, func(s *warren.QueueStats) float64 { return float64(s.Dropped) }),
+			q("messages_moved_total", "Messages that left the queue with Queue.Move.",
+				counter, func(s *warren.QueueStats) float64 { return float64(s.Moved) }),
 		},
 		exchanges: prometheus.NewDesc(name("exchanges"),
 			"Exchanges declared on the broker, the predeclared ones included.", nil, cfg.constLabels),

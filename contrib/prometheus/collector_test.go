@@ -41,6 +41,7 @@ var (
 		"warren_queue_messages_expired_total",
 		"warren_queue_messages_dead_lettered_total",
 		"warren_queue_messages_dropped_total",
+		"warren_queue_messages_moved_total",
 		"warren_unroutable_total",
 	}
 )
@@ -126,6 +127,15 @@ func busyBroker(t *testing.T) *warren.Broker {
 	_, err = idle.Consume(ctx)
 	must(t, err)
 
+	from, err := b.DeclareQueue("from")
+	must(t, err)
+	_, err = b.DeclareQueue("to")
+	must(t, err)
+	publish(t, b, "from", "redriven")
+	if n, err := from.Move(ctx, "", "to"); err != nil || n != 1 {
+		t.Fatalf("Move = %d, %v; want 1, nil", n, err)
+	}
+
 	publish(t, b, "nowhere", "lost")
 	return b
 }
@@ -197,6 +207,7 @@ func TestScrapeOverHTTP(t *testing.T) {
 		`warren_queue_messages_dead_lettered_total{queue="orders"} 1`,
 		`warren_queue_messages_expired_total{queue="orders"} 0`,
 		`warren_queue_messages_dropped_total{queue="orders"} 0`,
+		`warren_queue_messages_moved_total{queue="orders"} 0`,
 
 		`warren_queue_messages_enqueued_total{queue="dead"} 1`,
 		`warren_queue_messages_ready{queue="dead"} 1`,
@@ -207,6 +218,9 @@ func TestScrapeOverHTTP(t *testing.T) {
 		`warren_queue_oldest_message_age_seconds{queue="events"} 0`,
 
 		`warren_queue_messages_dropped_total{queue="capped"} 1`,
+
+		`warren_queue_messages_moved_total{queue="from"} 1`,
+		`warren_queue_messages_ready{queue="to"} 1`,
 		`warren_queue_messages_delayed{queue="capped"} 1`,
 		`warren_queue_messages_ready{queue="capped"} 1`,
 		`warren_queue_ready_bytes{queue="capped"} 6`,
@@ -244,8 +258,8 @@ func TestScrapeOverHTTP(t *testing.T) {
 		if !strings.HasPrefix(name, "warren_queue_") {
 			continue
 		}
-		if n := regexp.MustCompile(`(?m)^`+name+`\{queue="[^"]*"\} `).FindAllStringIndex(text, -1); len(n) != 5 {
-			t.Errorf("%s: %d series, want one for each of the 5 queues", name, len(n))
+		if n := regexp.MustCompile(`(?m)^`+name+`\{queue="[^"]*"\} `).FindAllStringIndex(text, -1); len(n) != 7 {
+			t.Errorf("%s: %d series, want one for each of the 7 queues", name, len(n))
 		}
 	}
 }
@@ -336,8 +350,8 @@ warren_unroutable_total 0
 		if err := testutil.CollectAndCompare(warrenprom.NewCollector(b), strings.NewReader(want), names...); err != nil {
 			t.Error(err)
 		}
-		if n := testutil.CollectAndCount(warrenprom.NewCollector(b)); n != 2*15+2 {
-			t.Errorf("%d metrics, want 15 per queue for 2 queues and 2 for the broker", n)
+		if n := testutil.CollectAndCount(warrenprom.NewCollector(b)); n != 2*16+2 {
+			t.Errorf("%d metrics, want 16 per queue for 2 queues and 2 for the broker", n)
 		}
 	})
 }
