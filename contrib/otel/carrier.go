@@ -12,7 +12,7 @@ import (
 // HeaderCarrier is a [propagation.TextMapCarrier] over a message's headers: how a span
 // context travels in a [warren.Message], for the rare code that injects or extracts one itself
 // (a consumer that uses [warren.Queue.Get] or [warren.Consumer.Deliveries] rather than Serve).
-// [Tracer.Publish] uses it.
+// [Tracer.Publish] and [Tracer.Middleware] use it.
 //
 // Values are strings, the type AMQP clients give a header's long string; Get also reads a
 // []byte value, which some clients make of one, and treats any other type as absent. Set writes

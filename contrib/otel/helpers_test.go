@@ -3,6 +3,7 @@ package warrenotel_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -96,4 +97,32 @@ func declare(t *testing.T, b *warren.Broker, name string, opts ...warren.QueueOp
 	q, err := b.DeclareQueue(name, opts...)
 	require.NoError(t, err)
 	return q
+}
+
+// serve runs q.Serve(ctx, h) on a goroutine of its own until the returned stop is called,
+// which cancels it and returns what Serve returned. Call it, and stop, in a synctest bubble,
+// where synctest.Wait waits for the handlers to be idle.
+func serve(ctx context.Context, q *warren.Queue, h warren.Handler) (stop func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() { done <- q.Serve(ctx, h, warren.OnStart(func() { close(started) })) }()
+	select {
+	case <-started:
+	case err := <-done: // failed to start: stop says why
+		done <- err
+	}
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+// handleAll serves q with h until every handler is idle, in a synctest bubble, then stops
+// Serve; Serve must return nil.
+func handleAll(t *testing.T, ctx context.Context, q *warren.Queue, h warren.Handler) {
+	t.Helper()
+	stop := serve(ctx, q, h)
+	synctest.Wait()
+	require.NoError(t, stop())
 }

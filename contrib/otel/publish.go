@@ -30,7 +30,7 @@ type Publisher interface {
 // The span's context is the message's creation context: it is written into the message's
 // headers (W3C "traceparent" and "tracestate" by default) so that every delivery of the message
 // — each retry, and each dead letter of it, whose headers are the original's — is traced as
-// its child. The headers are copied first, never modified: msg.Headers
+// its child (see [Tracer.Middleware]). The headers are copied first, never modified: msg.Headers
 // may be shared. When msg already carries a valid span context in its headers, the conventions
 // call it a custom creation context: it is kept unchanged, and the span links to it instead (a
 // handler that forwards the message it received keeps that message's trace).

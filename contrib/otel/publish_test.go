@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -127,5 +128,28 @@ func TestPublishDestinations(t *testing.T) {
 				require.Equal(t, tc.key, a[semconv.MessagingRabbitMQDestinationRoutingKeyKey], "Publish(%q, %q)", tc.exchange, tc.key)
 			}
 		}
+	})
+}
+
+// TestPublishBaggage: with a propagator of trace context and baggage, the baggage published
+// reaches the handler's context.
+func TestPublishBaggage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTracing(t, warrenotel.WithPropagator(propagation.NewCompositeTextMapPropagator(
+			propagation.TraceContext{}, propagation.Baggage{})))
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		m, err := baggage.NewMember("tenant", "acme")
+		require.NoError(t, err)
+		bag, err := baggage.New(m)
+		require.NoError(t, err)
+		require.NoError(t, tr.tracer.Publish(baggage.ContextWithBaggage(t.Context(), bag), b, "", "q", warren.Message{Body: []byte("m")}))
+
+		var tenant string
+		handleAll(t, t.Context(), q, tr.tracer.Middleware("q")(func(ctx context.Context, d warren.Delivery) error {
+			tenant = baggage.FromContext(ctx).Member("tenant").Value()
+			return nil
+		}))
+		require.Equal(t, "acme", tenant)
 	})
 }

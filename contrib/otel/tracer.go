@@ -8,7 +8,8 @@ import (
 )
 
 // Tracer traces messages through warren: [Tracer.Publish] records the publish and writes its
-// span context into the message's headers. Create one with
+// span context into the message's headers; [Tracer.Middleware] wraps a [warren.Handler] to
+// read it back and record the processing and the settlement of each delivery. Create one with
 // [NewTracer]; the zero Tracer is not usable. A Tracer is safe for concurrent use, holds no
 // resources and needs no closing.
 type Tracer struct {
