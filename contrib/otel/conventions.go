@@ -12,7 +12,7 @@ import (
 // The OpenTelemetry messaging semantic conventions, as this package applies them: those of
 // RabbitMQ (semconv v1.43.0, docs/messaging/rabbitmq.md), whose model warren implements.
 
-// ScopeName is the instrumentation scope of every span this package makes: what
+// ScopeName is the instrumentation scope of every span and instrument this package makes: what
 // tells warren's telemetry apart from a RabbitMQ client's, whose messaging.system is the same.
 const ScopeName = "github.com/warrenmq/warren/contrib/otel"
 
@@ -29,6 +29,8 @@ const (
 	// DeadLetterQueueKey is the attribute of a process span of a dead letter that names the
 	// queue it was last dead-lettered from (its x-last-death-queue header).
 	DeadLetterQueueKey = attribute.Key("warren.dead_letter.queue")
+	// QueueKey is the attribute of every per-queue instrument of [Metrics] that names the queue.
+	QueueKey = attribute.Key("warren.queue.name")
 )
 
 // Operation names: RabbitMQ's (AMQP 0-9-1's methods), as messaging.operation.name.

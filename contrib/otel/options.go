@@ -2,6 +2,7 @@ package warrenotel
 
 import (
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -45,6 +46,29 @@ func WithPropagator(p propagation.TextMapPropagator) TracerOption {
 	return func(c *tracerConfig) {
 		if p != nil {
 			c.propagator = p
+		}
+	}
+}
+
+// MetricsOption configures a [Metrics]; see [NewMetrics]. A nil MetricsOption is ignored.
+type MetricsOption func(*metricsConfig)
+
+type metricsConfig struct {
+	provider metric.MeterProvider
+}
+
+// defaultMetricsConfig is what [NewMetrics] uses when no option says otherwise: OpenTelemetry's
+// global meter provider, for the reason given for the tracer provider (defaultTracerConfig).
+func defaultMetricsConfig() metricsConfig {
+	return metricsConfig{provider: otel.GetMeterProvider()}
+}
+
+// WithMeterProvider sets the provider the instruments come from. Default: OpenTelemetry's global
+// provider ([otel.GetMeterProvider]) as of [NewMetrics]. A nil provider keeps the default.
+func WithMeterProvider(mp metric.MeterProvider) MetricsOption {
+	return func(c *metricsConfig) {
+		if mp != nil {
+			c.provider = mp
 		}
 	}
 }
