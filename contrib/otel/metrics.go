@@ -48,6 +48,7 @@ type queueInstrument struct {
 //	warren.queue.messages.expired        Counter        {message}   Expired
 //	warren.queue.messages.dead_lettered  Counter        {message}   DeadLettered
 //	warren.queue.messages.dropped        Counter        {message}   Dropped
+//	warren.queue.messages.moved          Counter        {message}   Moved
 //
 // and for the broker ([warren.BrokerStats]):
 //
@@ -109,6 +110,8 @@ func NewMetrics(b *warren.Broker, opts ...MetricsOption) (*Metrics, error) {
 			func(s *warren.QueueStats) int64 { return int64(s.DeadLettered) }},
 		{counter("warren.queue.messages.dropped", "{message}", "Messages that left the queue, or that it refused, and went nowhere."),
 			func(s *warren.QueueStats) int64 { return int64(s.Dropped) }},
+		{counter("warren.queue.messages.moved", "{message}", "Messages that left the queue with Queue.Move (a redrive)."),
+			func(s *warren.QueueStats) int64 { return int64(s.Moved) }},
 	}
 	oldest, err := meter.Float64ObservableGauge("warren.queue.messages.oldest.age", metric.WithUnit("s"),
 		metric.WithDescription("How long the oldest message waiting for a consumer has been in the queue (sampled: see warren.QueueStats.OldestAge); 0 when none is waiting."))

@@ -90,6 +90,7 @@ func must(t *testing.T, err error) {
 //	capped: max length 1: the second message drops the first; a third is delayed an hour (it
 //	        entered the queue, hidden)
 //	idle:   one consumer, nothing else
+//	parked: two messages; the first moved into redriven (Queue.Move, a redrive)
 //
 // plus one publish to a queue that does not exist (unroutable) and a declared exchange.
 func TestMetrics(t *testing.T) {
@@ -132,6 +133,13 @@ func TestMetrics(t *testing.T) {
 		idle := declare(t, b, "idle")
 		_, err = idle.Consume(ctx)
 		must(t, err)
+		parked := declare(t, b, "parked")
+		declare(t, b, "redriven")
+		publish("parked", "p1")
+		publish("parked", "p2")
+		moved, err := parked.Move(ctx, "", "redriven", warren.MoveLimit(1))
+		must(t, err)
+		require.Equal(t, 1, moved)
 		publish("nowhere", "lost")
 		time.Sleep(3 * time.Second)
 		synctest.Wait()
@@ -141,34 +149,37 @@ func TestMetrics(t *testing.T) {
 		for range b.Exchanges() {
 			exchanges++
 		}
-		// By instrument: its kind, unit, and value for orders, dead, events, capped, idle.
+		// By instrument: its kind, unit, and value for orders, dead, events, capped, idle,
+		// parked, redriven.
 		type want struct {
-			kind, unit                         string
-			orders, dead, events, capped, idle float64
+			kind, unit                                           string
+			orders, dead, events, capped, idle, parked, redriven float64
 		}
 		queues := map[string]want{
-			"warren.queue.messages.ready":         {"updown", "{message}", 1, 1, 0, 1, 0},
-			"warren.queue.messages.unacked":       {"updown", "{message}", 1, 0, 0, 0, 0},
-			"warren.queue.messages.delayed":       {"updown", "{message}", 0, 0, 0, 1, 0},
-			"warren.queue.consumers":              {"updown", "{consumer}", 0, 0, 0, 0, 1},
-			"warren.queue.ready.size":             {"updown", "By", 5, 5, 0, 6, 0},
-			"warren.queue.messages.oldest.age":    {"gauge", "s", 3, 3, 0, 3, 0},
-			"warren.queue.messages.enqueued":      {"counter", "{message}", 6, 1, 2, 3, 0},
-			"warren.queue.messages.delivered":     {"counter", "{delivery}", 6, 0, 0, 0, 0},
-			"warren.queue.messages.redelivered":   {"counter", "{delivery}", 1, 0, 0, 0, 0},
-			"warren.queue.messages.acked":         {"counter", "{delivery}", 3, 0, 0, 0, 0},
-			"warren.queue.messages.nacked":        {"counter", "{delivery}", 1, 0, 0, 0, 0},
-			"warren.queue.messages.rejected":      {"counter", "{delivery}", 1, 0, 0, 0, 0},
-			"warren.queue.messages.expired":       {"counter", "{message}", 0, 0, 2, 0, 0},
-			"warren.queue.messages.dead_lettered": {"counter", "{message}", 1, 0, 0, 0, 0},
-			"warren.queue.messages.dropped":       {"counter", "{message}", 0, 0, 0, 1, 0},
+			"warren.queue.messages.ready":         {"updown", "{message}", 1, 1, 0, 1, 0, 1, 1},
+			"warren.queue.messages.unacked":       {"updown", "{message}", 1, 0, 0, 0, 0, 0, 0},
+			"warren.queue.messages.delayed":       {"updown", "{message}", 0, 0, 0, 1, 0, 0, 0},
+			"warren.queue.consumers":              {"updown", "{consumer}", 0, 0, 0, 0, 1, 0, 0},
+			"warren.queue.ready.size":             {"updown", "By", 5, 5, 0, 6, 0, 2, 2},
+			"warren.queue.messages.oldest.age":    {"gauge", "s", 3, 3, 0, 3, 0, 3, 3},
+			"warren.queue.messages.enqueued":      {"counter", "{message}", 6, 1, 2, 3, 0, 2, 1},
+			"warren.queue.messages.delivered":     {"counter", "{delivery}", 6, 0, 0, 0, 0, 0, 0},
+			"warren.queue.messages.redelivered":   {"counter", "{delivery}", 1, 0, 0, 0, 0, 0, 0},
+			"warren.queue.messages.acked":         {"counter", "{delivery}", 3, 0, 0, 0, 0, 0, 0},
+			"warren.queue.messages.nacked":        {"counter", "{delivery}", 1, 0, 0, 0, 0, 0, 0},
+			"warren.queue.messages.rejected":      {"counter", "{delivery}", 1, 0, 0, 0, 0, 0, 0},
+			"warren.queue.messages.expired":       {"counter", "{message}", 0, 0, 2, 0, 0, 0, 0},
+			"warren.queue.messages.dead_lettered": {"counter", "{message}", 1, 0, 0, 0, 0, 0, 0},
+			"warren.queue.messages.dropped":       {"counter", "{message}", 0, 0, 0, 1, 0, 0, 0},
+			"warren.queue.messages.moved":         {"counter", "{message}", 0, 0, 0, 0, 0, 1, 0},
 		}
 		got := collect()
 		require.Len(t, got, len(queues)+2, "every instrument reports")
 		for name, w := range queues {
 			series := got[name]
-			require.Len(t, series, 5, "%s: one series per queue", name)
-			for queue, v := range map[string]float64{"orders": w.orders, "dead": w.dead, "events": w.events, "capped": w.capped, "idle": w.idle} {
+			require.Len(t, series, 7, "%s: one series per queue", name)
+			for queue, v := range map[string]float64{"orders": w.orders, "dead": w.dead, "events": w.events,
+				"capped": w.capped, "idle": w.idle, "parked": w.parked, "redriven": w.redriven} {
 				assert.Equal(t, point{v, w.kind, w.unit}, series[queue], "%s{queue=%q}", name, queue)
 			}
 		}
