@@ -38,8 +38,9 @@
 // (and links to it, as the conventions ask). The context lasts as long as the headers do:
 // across redeliveries, which are the same message, and across dead-lettering, because a dead
 // letter is a copy of the message whose headers are the original's plus its x-death history
-// (so a message that expires or overflows its queue is traced into its dead-letter queue too).
-// The same holds for contrib/rabbitmq's backend: RabbitMQ keeps headers when it dead-letters.
+// (so a message that expires or overflows its queue is traced into its dead-letter queue too),
+// and across a redrive with [warren.Queue.Move], which moves a message as it is. The same holds
+// for contrib/rabbitmq's backend: RabbitMQ keeps headers when it dead-letters.
 //
 // # Conventions
 //

@@ -183,3 +183,46 @@ func stringKeys[K ~string](m map[K]any) map[string]any {
 	}
 	return out
 }
+
+// TestTraceThroughRedrive: a dead letter moved back from its dead-letter queue with Queue.Move
+// (the redrive after a fix) keeps its headers, so its next processing is still a child of the
+// original publish, and says which death brought it there.
+func TestTraceThroughRedrive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTracing(t)
+		b := newBroker(t)
+		jobs := declare(t, b, "jobs", warren.DeadLetter("", "jobs.dead"))
+		dead := declare(t, b, "jobs.dead")
+		ctx, checkout := tr.start(t.Context(), "checkout")
+		require.NoError(t, tr.tracer.Publish(ctx, b, "", "jobs", warren.Message{Body: []byte("job")}))
+		checkout.End()
+
+		fixed := false
+		handle := tr.tracer.Middleware("jobs")(func(ctx context.Context, d warren.Delivery) error {
+			if !fixed {
+				return warren.Permanent(errors.New("bug"))
+			}
+			return nil
+		})
+		handleAll(t, t.Context(), jobs, handle)
+		require.Equal(t, 1, dead.Len(), "dead-lettered")
+		fixed = true
+		moved, err := dead.Move(t.Context(), "", "jobs")
+		require.NoError(t, err)
+		require.Equal(t, 1, moved)
+		handleAll(t, t.Context(), jobs, handle)
+
+		spans := tr.spans()
+		require.Equal(t, []string{"publish jobs", "checkout", "reject jobs", "process jobs", "ack jobs", "process jobs"}, names(spans))
+		publish := one(t, spans, "publish jobs")
+		processes := named(spans, "process jobs")
+		for _, p := range processes {
+			require.Equal(t, publish.SpanContext.TraceID(), p.SpanContext.TraceID())
+			require.True(t, same(publish.SpanContext, p.Parent), "a child of the publish")
+		}
+		redriven := attrs(processes[1])
+		require.Equal(t, "rejected", redriven[warrenotel.DeadLetterReasonKey])
+		require.Equal(t, "jobs", redriven[warrenotel.DeadLetterQueueKey])
+		require.Equal(t, codes.Unset, processes[1].Status.Code)
+	})
+}
