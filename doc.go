@@ -162,11 +162,12 @@
 // [Broker.Listen] tells listeners of entity changes (exchanges, queues, bindings, consumers
 // created and deleted) and of every step of every message: published, unroutable, enqueued,
 // delivered, acked, requeued, expired, dead-lettered and dropped, with reasons. Each message that
-// enters a queue gets exactly one terminal event there (acked, expired, dead-lettered or
-// dropped), so nothing leaves a queue unaccounted for. A queue's events reach listeners in order,
+// enters a queue gets exactly one terminal event there (acked, expired, dead-lettered, dropped
+// or moved), so nothing leaves a queue unaccounted for. A queue's events reach listeners in order,
 // after its lock is released; with no listener, the event sites cost one atomic load each.
 // [Queue.Stats] and [Broker.Stats] snapshot counts and counters cheaply enough for a metrics
-// scrape (see the contrib/prometheus module). [WithAlerts] sets per-queue thresholds on ready
+// scrape (see the contrib/prometheus and contrib/otel modules; contrib/otel also carries W3C
+// trace context in the headers, through dead-lettering, to the handler). [WithAlerts] sets per-queue thresholds on ready
 // messages, bytes, oldest age and message size, with the policies [Alert], [Cycle] and [Delete]
 // (Qpid's queue alerts and slow-consumer handling).
 //
