@@ -329,6 +329,9 @@ func TestMiddlewarePanics(t *testing.T) {
 					require.Empty(t, evs)
 					require.Empty(t, recs)
 					require.Equal(t, int32(0), observed.Load(), "the recovering middleware is inside the observer")
+					rejected := logs.records(t, "warren: handler failed permanently; delivery rejected")
+					require.Len(t, rejected, 1)
+					require.Contains(t, rejected[0]["err"], "recovered: handler broke")
 				} else {
 					require.Len(t, evs, attempts)
 					require.Len(t, recs, attempts)

@@ -84,7 +84,9 @@ func (o serveOption) applyServe(c *serveConfig) { o(c) }
 // each delivery by h's result:
 //   - nil: [Delivery.Ack].
 //   - an error wrapping [ErrPermanent]: [Delivery.Reject] — dead-lettered with reason
-//     "rejected", or dropped without a dead-letter exchange.
+//     "rejected", or dropped without a dead-letter exchange — and the error logged at warn
+//     level on the broker's logger ([WithLogger]), since the message carries no reason but
+//     "rejected".
 //   - any other error: [Delivery.Nack], or NackWithDelay with [Backoff]; the message goes back
 //     to its original position, redelivered, and the queue's [DeliveryLimit] bounds the attempts
 //     (past it the message is dead-lettered with reason "delivery_limit"). Without a delivery
@@ -185,9 +187,9 @@ type Source interface {
 // ServeSource is [Queue.Serve] for the deliveries of src: a pool of workers runs h on each and
 // settles it by the result, as Serve does, with the same [Workers], [Backoff], [GracePeriod],
 // [OnStart] and [Middleware] (the consumer options are src's business, and ignored here). A
-// panic is logged on slog's default logger. Once ctx ends, deliveries received and not handled
-// are given back ([Delivery.Nack] for those of a [NewDelivery]). ServeSource does not stop src
-// when it returns because src ended on its own.
+// panic, and a permanent failure's error, are logged on slog's default logger. Once ctx ends,
+// deliveries received and not handled are given back ([Delivery.Nack] for those of a
+// [NewDelivery]). ServeSource does not stop src when it returns because src ended on its own.
 func ServeSource(ctx context.Context, src Source, h Handler, opts ...ServeOption) error {
 	cfg, err := serveOptions(opts)
 	switch {
@@ -320,7 +322,10 @@ func (s *server) settle(d Delivery, err error) {
 	case err == nil:
 		settled = d.Ack()
 	case errors.Is(err, ErrPermanent):
-		settled = d.Reject()
+		if settled = d.Reject(); settled == nil {
+			s.log.Warn("warren: handler failed permanently; delivery rejected", "consumer", d.ConsumerTag,
+				"tag", d.DeliveryTag, "err", err)
+		}
 	case s.backoff != nil && !interrupted:
 		settled = d.NackWithDelay(s.backoff(d.DeliveryCount))
 	default:
