@@ -86,7 +86,7 @@ func (o serveOption) applyServe(c *serveConfig) { o(c) }
 //   - an error wrapping [ErrPermanent]: [Delivery.Reject] — dead-lettered with reason
 //     "rejected", or dropped without a dead-letter exchange — and the error logged at warn
 //     level on the broker's logger ([WithLogger]), since the message carries no reason but
-//     "rejected".
+//     "rejected" (a [JSONHandler]'s decode error is one).
 //   - any other error: [Delivery.Nack], or NackWithDelay with [Backoff]; the message goes back
 //     to its original position, redelivered, and the queue's [DeliveryLimit] bounds the attempts
 //     (past it the message is dead-lettered with reason "delivery_limit"). Without a delivery
