@@ -96,6 +96,15 @@
 // results and returns what is left to the queue. [OnStart] tells a caller when Serve's consumer is
 // in place, and [Queue.WaitEmpty] lets a service finish what is in a queue before it stops.
 //
+// [Middleware] wraps the handler in func(Handler) Handler layers, as net/http middleware does,
+// the first outermost, around each attempt at a message: [HandlerTimeout] bounds an attempt,
+// and a timed-out attempt fails like any error. Serve recovers panics in the whole chain.
+//
+// Typed payloads: [PublishJSON] (or [Encode] with any [Codec]) puts a value in a message body,
+// and [JSONHandler] (or [CodecHandler]) makes a Handler of a func(ctx, T, Delivery) error. A
+// body that does not decode never reaches it: it is a permanent failure, rejected on its first
+// delivery (dead-lettered with reason "rejected"), and Serve logs the decode error.
+//
 // # Differences from RabbitMQ
 //
 // Every deliberate difference is listed here; any other is a bug.

@@ -23,6 +23,8 @@ type serveConfig struct {
 	grace   time.Duration                   // how long running handlers keep their context after Serve's ends
 	started func()                          // OnStart
 	err     error
+
+	middleware []func(Handler) Handler // Middleware, the first outermost; none: the handler alone
 }
 
 // Workers sets how many handlers [Queue.Serve] runs at once: a fixed pool of n goroutines, none
@@ -82,7 +84,9 @@ func (o serveOption) applyServe(c *serveConfig) { o(c) }
 // each delivery by h's result:
 //   - nil: [Delivery.Ack].
 //   - an error wrapping [ErrPermanent]: [Delivery.Reject] — dead-lettered with reason
-//     "rejected", or dropped without a dead-letter exchange.
+//     "rejected", or dropped without a dead-letter exchange — and the error logged at warn
+//     level on the broker's logger ([WithLogger]), since the message carries no reason but
+//     "rejected" (a [JSONHandler]'s decode error is one).
 //   - any other error: [Delivery.Nack], or NackWithDelay with [Backoff]; the message goes back
 //     to its original position, redelivered, and the queue's [DeliveryLimit] bounds the attempts
 //     (past it the message is dead-lettered with reason "delivery_limit"). Without a delivery
@@ -112,9 +116,9 @@ func (o serveOption) applyServe(c *serveConfig) { o(c) }
 // to keep serving after one. ([Broker.Close] does not wait for handlers; Serve does.) If ctx ends
 // together with such a reason, Serve returns nil.
 //
-// opts are [Workers], [Backoff], [GracePeriod], [OnStart], and the consumer options: [Prefetch],
-// [ConsumerTag], [ConsumerPriority], [Selector], [AckTimeout], [Exclusive]. Serve fails at once,
-// as [Queue.Consume] does, if the consumer cannot start.
+// opts are [Workers], [Backoff], [GracePeriod], [OnStart], [Middleware], and the consumer
+// options: [Prefetch], [ConsumerTag], [ConsumerPriority], [Selector], [AckTimeout], [Exclusive].
+// Serve fails at once, as [Queue.Consume] does, if the consumer cannot start.
 func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error {
 	cfg, err := serveOptions(opts)
 	switch {
@@ -124,6 +128,9 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 		return errorf("serve: nil handler: %w", ErrInvalidArgument)
 	}
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if h, err = cfg.chain(h); err != nil {
 		return err
 	}
 	if !cfg.consume.prefetchSet {
@@ -178,11 +185,11 @@ type Source interface {
 }
 
 // ServeSource is [Queue.Serve] for the deliveries of src: a pool of workers runs h on each and
-// settles it by the result, as Serve does, with the same [Workers], [Backoff], [GracePeriod]
-// and [OnStart] (the consumer options are src's business, and ignored here). A panic is logged
-// on slog's default logger. Once ctx ends, deliveries received and not handled are given back
-// ([Delivery.Nack] for those of a [NewDelivery]). ServeSource does not stop src when it returns
-// because src ended on its own.
+// settles it by the result, as Serve does, with the same [Workers], [Backoff], [GracePeriod],
+// [OnStart] and [Middleware] (the consumer options are src's business, and ignored here). A
+// panic, and a permanent failure's error, are logged on slog's default logger. Once ctx ends,
+// deliveries received and not handled are given back ([Delivery.Nack] for those of a
+// [NewDelivery]). ServeSource does not stop src when it returns because src ended on its own.
 func ServeSource(ctx context.Context, src Source, h Handler, opts ...ServeOption) error {
 	cfg, err := serveOptions(opts)
 	switch {
@@ -194,6 +201,9 @@ func ServeSource(ctx context.Context, src Source, h Handler, opts ...ServeOption
 		return errorf("serve: nil source: %w", ErrInvalidArgument)
 	}
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if h, err = cfg.chain(h); err != nil {
 		return err
 	}
 	s := server{src: src, h: h, ctx: ctx, backoff: cfg.backoff, log: slog.Default()}
@@ -312,7 +322,10 @@ func (s *server) settle(d Delivery, err error) {
 	case err == nil:
 		settled = d.Ack()
 	case errors.Is(err, ErrPermanent):
-		settled = d.Reject()
+		if settled = d.Reject(); settled == nil {
+			s.log.Warn("warren: handler failed permanently; delivery rejected", "consumer", d.ConsumerTag,
+				"tag", d.DeliveryTag, "err", err)
+		}
 	case s.backoff != nil && !interrupted:
 		settled = d.NackWithDelay(s.backoff(d.DeliveryCount))
 	default:
