@@ -17,7 +17,8 @@ import (
 // [warren.Queue.Serve] settles it (nil acks, an error requeues, [warren.Permanent] rejects, a
 // panic requeues), with the same [warren.Workers], [warren.Prefetch] (basic.qos),
 // [warren.ConsumerTag], [warren.ConsumerPriority] ("x-priority"), [warren.Exclusive],
-// [warren.GracePeriod] and [warren.OnStart]; [warren.Backoff] with retry queues (see below). What
+// [warren.GracePeriod], [warren.OnStart] and [warren.Middleware] (typed handlers such as
+// [warren.JSONHandler] too); [warren.Backoff] with retry queues (see below). What
 // RabbitMQ has no counterpart for fails with [warren.ErrUnsupported]: [warren.Selector], a
 // consumer's [warren.AckTimeout] (RabbitMQ's is the queue's "x-consumer-timeout"), and a
 // Backoff longer than a retry queue's longest message TTL (2³²−1 ms).
