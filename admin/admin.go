@@ -19,6 +19,8 @@ type Server struct {
 	mux   *http.ServeMux
 	token string // the CSRF token actions carry in the X-CSRF-Token header
 	cop   http.CrossOriginProtection
+	pages pages
+	hub   *hub // the live stream
 }
 
 // tokenHeader is the header that carries the CSRF token.
@@ -26,9 +28,11 @@ const tokenHeader = "X-CSRF-Token"
 
 // Handler returns the admin handler of b, read-only unless [AllowActions] is given. It serves
 // paths from its own root ("/", "/api/queues", …): mount it with [http.StripPrefix] under a
-// prefix of the application's choosing. Call [Server.Close] when it is no longer served.
+// prefix of the application's choosing. It starts nothing until a page or a client opens the
+// live stream; call [Server.Close] when it is no longer served.
 func Handler(b *warren.Broker, opts ...Option) *Server {
-	s := &Server{b: b, cfg: defaultConfig(), mux: http.NewServeMux(), token: newToken()}
+	s := &Server{b: b, cfg: defaultConfig(), mux: http.NewServeMux(), token: newToken(), pages: parsePages(),
+		hub: newHub(b)}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&s.cfg)
@@ -47,6 +51,11 @@ func newToken() string {
 
 // routes registers every path with s.mux.
 func (s *Server) routes() {
+	s.mux.HandleFunc("GET /{$}", s.pageOverview)
+	s.mux.HandleFunc("GET /queues/{name}", s.pageQueue)
+	s.mux.HandleFunc("GET /topology", s.pageTopology)
+	s.mux.Handle("GET /static/", staticHandler())
+	s.mux.HandleFunc("GET /api/stream", s.getStream)
 	s.mux.HandleFunc("GET /api/overview", s.getOverview)
 	s.mux.HandleFunc("GET /api/queues", s.getQueues)
 	s.mux.HandleFunc("GET /api/queues/{name}", s.getQueue)
@@ -63,8 +72,13 @@ func (s *Server) routes() {
 // ServeHTTP serves the API and the page.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// Close releases what the handler holds. It is idempotent and returns nil.
-func (s *Server) Close() error { return nil }
+// Close ends the live streams open (their responses end), removes the handler's listener from
+// the broker and waits for its goroutine to exit. Later requests for the stream get 503; the
+// rest of the API and the pages keep answering. It is idempotent and returns nil.
+func (s *Server) Close() error {
+	s.hub.close()
+	return nil
+}
 
 // action wraps an action's handler in the checks every action passes: actions are enabled, the
 // request is not cross-origin, and it carries the token.

@@ -17,6 +17,7 @@
 //	/api/exchanges                exchanges, the predeclared ones included
 //	/api/bindings                 bindings, exchange to queue and exchange to exchange
 //	/api/token                    the token that actions need (see Safety)
+//	/api/stream                   server-sent events: a "sample" a second (?queue=name: of that queue only)
 //
 // A name in a path is escaped as a path segment (url.PathEscape: "a/b" is "a%2Fb"). Errors
 // come as {"error": "…"} with a status from the broker's error: 404 for [warren.ErrNotFound],
@@ -26,6 +27,18 @@
 // with [warren.Broker.Queue], which counts as a use and would keep a queue with
 // [warren.Expires] alive. Messages are read with [warren.Queue.BrowseFrom] in small pages, so
 // that a look at a long queue holds its lock no longer than [warren.Queue.Stats] does.
+//
+// The page (GET / , /queues/{name}, /topology) shows the same: an overview with live rates,
+// the queues with their depth and a small chart of it, a queue with its message browser and
+// actions, and the topology, exchanges to bindings to queues. Its links are relative, so it
+// works under any prefix; its script and stylesheet are embedded, and its Content-Security-Policy
+// lets it load nothing else and be framed by nothing.
+//
+// The live view costs nothing until someone watches: while a page (or any client of
+// /api/stream) is open, the handler has one [warren.Broker.Listen] listener, which counts
+// events by kind with an atomic add, and one goroutine, which each second turns the counts into
+// rates and reads every queue's [warren.Queue.Stats] for depths and per-queue rates. Both go
+// when the last stream closes.
 //
 // # Actions
 //
