@@ -1,0 +1,73 @@
+// Package admin is an operator's view of a [warren.Broker] over HTTP: a JSON API and an HTML
+// page on the same data, as an [http.Handler] to mount in the application's own server under
+// any prefix. It uses the standard library only, and its page loads nothing from the network.
+//
+//	a := admin.Handler(b, admin.AllowActions())
+//	defer a.Close()
+//	mux.Handle("/warren/", http.StripPrefix("/warren", a))
+//
+// # What it shows
+//
+// The JSON API (GET, under the mount point):
+//
+//	/api/overview                 the broker's totals (queue counters summed), exchange and queue counts
+//	/api/queues                   every queue: its stats, flags and arguments
+//	/api/queues/{name}            one queue
+//	/api/queues/{name}/messages   its ready messages, a page at a time (?after=ID&limit=N), not consumed
+//	/api/exchanges                exchanges, the predeclared ones included
+//	/api/bindings                 bindings, exchange to queue and exchange to exchange
+//	/api/token                    the token that actions need (see Safety)
+//	/api/stream                   server-sent events: a "sample" a second (?queue=name: of that queue only)
+//
+// A name in a path is escaped as a path segment (url.PathEscape: "a/b" is "a%2Fb"). Errors
+// come as {"error": "…"} with a status from the broker's error: 404 for [warren.ErrNotFound],
+// 409 for a precondition or a refused move, 423 for an exclusive queue, 400 for a bad request.
+//
+// Looking does not use: the handler finds a queue by listing them ([warren.Broker.Queues]), not
+// with [warren.Broker.Queue], which counts as a use and would keep a queue with
+// [warren.Expires] alive. Messages are read with [warren.Queue.BrowseFrom] in small pages, so
+// that a look at a long queue holds its lock no longer than [warren.Queue.Stats] does.
+//
+// The page (GET / , /queues/{name}, /topology) shows the same: an overview with live rates,
+// the queues with their depth and a small chart of it, a queue with its message browser and
+// actions, and the topology, exchanges to bindings to queues. Its links are relative, so it
+// works under any prefix; its script and stylesheet are embedded, and its Content-Security-Policy
+// lets it load nothing else and be framed by nothing.
+//
+// The live view costs nothing until someone watches: while a page (or any client of
+// /api/stream) is open, the handler has one [warren.Broker.Listen] listener, which counts
+// events by kind with an atomic add, and one goroutine, which each second turns the counts into
+// rates and reads every queue's [warren.Queue.Stats] for depths and per-queue rates. Both go
+// when the last stream closes.
+//
+// # Actions
+//
+// With [AllowActions], these POST requests change the broker:
+//
+//	/api/queues/{name}/purge      removes its ready messages ([warren.Queue.Purge])
+//	/api/queues/{name}/delete     deletes it; {"if_unused": true, "if_empty": true} as for [warren.Broker.DeleteQueue]
+//	/api/queues/{name}/move       moves its ready messages ([warren.Queue.Move]): {"queue": "orders"}, or
+//	                              {"exchange": "x", "routing_key": "k"}; all of them, {"limit": N}, or {"ids": [...]}
+//	/api/publish                  publishes a test message: {"exchange", "routing_key", "body",
+//	                              "content_type", "headers": {"k": "v"}, "persistent", "mandatory"}
+//
+// Without it, the handler is read-only: those requests get 403 and the page shows no buttons.
+//
+// # Safety
+//
+// The handler has no authentication of its own: wrap it in the application's, as for any other
+// endpoint of the service.
+//
+//	mux.Handle("/warren/", requireOperator(http.StripPrefix("/warren", a)))
+//
+// An action must pass two checks against cross-site request forgery. The request must not come
+// from another origin, as [http.CrossOriginProtection] tells from the Sec-Fetch-Site or Origin
+// header browsers send. And it must carry the handler's token in the X-CSRF-Token header: a
+// random value made when the handler is, written into the page and returned by /api/token. A
+// page of another origin can neither read the token nor, without the service's CORS consent,
+// send a custom header; and the token still holds where a browser sends neither header the
+// first check reads. A script calls GET /api/token once, then sends the header.
+//
+// A Server is safe for concurrent use. [Server.Close] ends its event stream; the rest keeps
+// answering.
+package admin

@@ -1,0 +1,151 @@
+package admin
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/warrenmq/warren"
+)
+
+// Messages as the API shows them: properties by name, headers as plain JSON values, the x-death
+// history parsed, and the body as text when it is UTF-8.
+
+// messageInfo is a ready message as GET /api/queues/{name}/messages lists it.
+type messageInfo struct {
+	ID            uint64         `json:"id"` // for after= and a move's ids
+	Redelivered   bool           `json:"redelivered"`
+	DeliveryCount int            `json:"delivery_count"`
+	Properties    properties     `json:"properties"`
+	Headers       map[string]any `json:"headers,omitempty"` // readable; x-death is in Deaths
+	Deaths        []death        `json:"deaths,omitempty"`  // the x-death history, newest first
+	Body          string         `json:"body"`              // up to maxShownBody bytes of it
+	BodyEncoding  string         `json:"body_encoding"`     // "text" (UTF-8) or "base64"
+	BodySize      int            `json:"body_size"`
+	BodyTruncated bool           `json:"body_truncated,omitempty"`
+}
+
+// maxShownBody is how much of a body a page shows.
+const maxShownBody = 4 << 10
+
+// properties are a message's AMQP properties; those not set are left out.
+type properties struct {
+	ContentType     string    `json:"content_type,omitempty"`
+	ContentEncoding string    `json:"content_encoding,omitempty"`
+	Persistent      bool      `json:"persistent,omitempty"`
+	Priority        uint8     `json:"priority,omitempty"`
+	CorrelationID   string    `json:"correlation_id,omitempty"`
+	ReplyTo         string    `json:"reply_to,omitempty"`
+	Expiration      string    `json:"expiration,omitempty"`
+	MessageID       string    `json:"message_id,omitempty"`
+	Timestamp       time.Time `json:"timestamp,omitzero"`
+	Type            string    `json:"type,omitempty"`
+	UserID          string    `json:"user_id,omitempty"`
+	AppID           string    `json:"app_id,omitempty"`
+}
+
+// death is one entry of a message's x-death history ([warren.Death]).
+type death struct {
+	Queue              string    `json:"queue"`
+	Reason             string    `json:"reason"`
+	Count              int64     `json:"count"`
+	Time               time.Time `json:"time,omitzero"`
+	Exchange           string    `json:"exchange"`
+	RoutingKeys        []string  `json:"routing_keys,omitempty"`
+	OriginalExpiration string    `json:"original_expiration,omitempty"`
+}
+
+func messageInfoOf(r warren.ReadyMessage) messageInfo {
+	m := r.Message
+	info := messageInfo{ID: r.ID, Redelivered: r.Redelivered, DeliveryCount: r.DeliveryCount, BodySize: len(m.Body),
+		Properties: properties{ContentType: m.ContentType, ContentEncoding: m.ContentEncoding,
+			Persistent: m.Persistent, Priority: m.Priority, CorrelationID: m.CorrelationID, ReplyTo: m.ReplyTo,
+			Expiration: m.Expiration, MessageID: m.MessageID, Timestamp: m.Timestamp, Type: m.Type,
+			UserID: m.UserID, AppID: m.AppID}}
+	for _, d := range m.Deaths() {
+		info.Deaths = append(info.Deaths, death{Queue: d.Queue, Reason: string(d.Reason), Count: d.Count, Time: d.Time,
+			Exchange: d.Exchange, RoutingKeys: d.RoutingKeys, OriginalExpiration: d.OriginalExpiration})
+	}
+	info.Headers = readableTable(m.Headers)
+	if info.Deaths != nil {
+		delete(info.Headers, "x-death")
+		if len(info.Headers) == 0 {
+			info.Headers = nil
+		}
+	}
+	body := m.Body
+	if len(body) > maxShownBody {
+		body, info.BodyTruncated = body[:maxShownBody], true
+		for i := 0; i < 3 && len(body) > 0 && !utf8.Valid(body); i++ {
+			body = body[:len(body)-1] // a rune cut at the end
+		}
+	}
+	if utf8.Valid(body) {
+		info.Body, info.BodyEncoding = string(body), "text"
+	} else {
+		info.Body, info.BodyEncoding = base64.StdEncoding.EncodeToString(body), "base64"
+	}
+	return info
+}
+
+// readableTable returns t with each value made readable; nil for an empty t.
+func readableTable(t warren.Table) map[string]any {
+	if len(t) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(t))
+	for k, v := range t {
+		out[k] = readable(v)
+	}
+	return out
+}
+
+// readable returns an AMQP field value ([warren.Table]'s types) as a plain JSON value: numbers,
+// strings and booleans as they are, tables and arrays element by element, a time in RFC 3339,
+// bytes as text when they are UTF-8 (else base64, prefixed "base64:"), and a decimal as its
+// decimal string.
+func readable(v any) any {
+	switch v := v.(type) {
+	case warren.Table:
+		return readableTable(v)
+	case map[string]any:
+		return readableTable(v)
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = readable(e)
+		}
+		return out
+	case []byte:
+		if utf8.Valid(v) {
+			return string(v)
+		}
+		return "base64:" + base64.StdEncoding.EncodeToString(v)
+	case time.Time:
+		return v.UTC().Format(time.RFC3339)
+	case warren.Decimal:
+		return decimalString(v)
+	case nil, bool, string, int8, int16, int32, int64, int, uint8, uint16, uint32, float32, float64:
+		return v
+	}
+	return fmt.Sprint(v) // not an AMQP field type: shown as Go prints it
+}
+
+// decimalString writes d as a decimal number: Value with Scale digits after the point.
+func decimalString(d warren.Decimal) string {
+	s := strconv.FormatInt(int64(d.Value), 10)
+	sign := ""
+	if s[0] == '-' {
+		sign, s = "-", s[1:]
+	}
+	if sc := int(d.Scale); sc > 0 {
+		if len(s) <= sc {
+			s = strings.Repeat("0", sc-len(s)+1) + s
+		}
+		s = s[:len(s)-sc] + "." + s[len(s)-sc:]
+	}
+	return sign + s
+}

@@ -1,0 +1,176 @@
+package admin
+
+import (
+	"bytes"
+	"embed"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// The HTML page: templates rendered from the same data as the JSON API, with a small script
+// (static/admin.js) that follows the live stream and runs the actions. Everything it loads is
+// embedded here: the page works with no network beyond the service.
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// pages holds the parsed templates: each page with the layout.
+type pages struct {
+	overview, queue, topology, notFound *template.Template
+}
+
+func parsePages() pages {
+	funcs := template.FuncMap{
+		"pathEscape": url.PathEscape,
+		"exchange": func(name string) string {
+			if name == "" {
+				return "(default)"
+			}
+			return name
+		},
+	}
+	parse := func(page string) *template.Template {
+		return template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page))
+	}
+	return pages{overview: parse("overview.html"), queue: parse("queue.html"), topology: parse("topology.html"),
+		notFound: parse("notfound.html")}
+}
+
+// pageData is what every page's layout needs, and the page's own data.
+type pageData struct {
+	Title   string
+	Root    string // the mount point, relative to the page: its <base href>
+	Token   string
+	Actions bool
+	Stream  string // the page's api/stream query: "" for every queue, else "queue=…"
+	Data    any
+}
+
+// render writes page with data under the layout; status 200 unless code says otherwise.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, t *template.Template, code int, d pageData) {
+	d.Root, d.Token, d.Actions = root(r), s.token, s.cfg.actions
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, d); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	// Nothing but the handler's own files, and no framing: a page of another site can neither
+	// load into it nor overlay its buttons.
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'self'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	w.WriteHeader(code)
+	w.Write(buf.Bytes())
+}
+
+// root returns the way from the page r asks for back to the handler's root: "./" for "/" and
+// "/topology", "../" for "/queues/name". The page's links are relative to it, so that the
+// handler works under whatever prefix it is mounted.
+func root(r *http.Request) string {
+	depth := strings.Count(r.URL.EscapedPath(), "/") - 1
+	if depth <= 0 {
+		return "./"
+	}
+	return strings.Repeat("../", depth)
+}
+
+// overviewPage is the data of the overview page.
+type overviewPage struct {
+	Overview overview
+	Queues   []queueInfo
+}
+
+func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
+	s.render(w, r, s.pages.overview, http.StatusOK, pageData{Title: "Overview",
+		Data: overviewPage{Overview: s.overview(), Queues: s.queues()}})
+}
+
+// queuePage is the data of a queue's page.
+type queuePage struct {
+	Queue  queueInfo
+	Page   messagePage
+	After  uint64      // the page's after=
+	Others []queueInfo // the destinations a move offers
+	// Back is the destination a move offers first: the queue the first message was
+	// dead-lettered from, when it was.
+	Back string
+}
+
+func (s *Server) pageQueue(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	after, limit, err := pageQuery(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	info, err := s.queueInfo(name)
+	q, qerr := s.queue(name)
+	if err != nil || qerr != nil {
+		s.render(w, r, s.pages.notFound, http.StatusNotFound, pageData{Title: "Not found", Data: name})
+		return
+	}
+	var others []queueInfo
+	for o := range s.b.Queues() {
+		if o.Name() != name {
+			others = append(others, queueInfo{Name: o.Name()})
+		}
+	}
+	p := queuePage{Queue: info, Page: browse(q, after, limit), After: after, Others: others}
+	if len(p.Page.Messages) > 0 && len(p.Page.Messages[0].Deaths) > 0 {
+		p.Back = p.Page.Messages[0].Deaths[0].Queue
+	}
+	s.render(w, r, s.pages.queue, http.StatusOK, pageData{Title: name, Stream: "queue=" + url.QueryEscape(name), Data: p})
+}
+
+// topologyPage is the data of the topology page: each exchange with the bindings from it.
+type topologyPage struct {
+	Exchanges []exchangeBindings
+	Unbound   []string // queues no binding leads to (the default exchange's aside)
+}
+
+type exchangeBindings struct {
+	Exchange exchangeInfo
+	Bindings []bindingInfo
+}
+
+func (s *Server) pageTopology(w http.ResponseWriter, r *http.Request) {
+	from := make(map[string][]bindingInfo)
+	bound := make(map[string]bool)
+	for _, b := range s.bindings() {
+		from[b.Source] = append(from[b.Source], b)
+		if b.DestinationType == "queue" {
+			bound[b.Destination] = true
+		}
+	}
+	var t topologyPage
+	for _, x := range s.exchanges() {
+		if x.Predeclared && x.Name != "" && len(from[x.Name]) == 0 {
+			continue // an amq. exchange nobody uses
+		}
+		t.Exchanges = append(t.Exchanges, exchangeBindings{Exchange: x, Bindings: from[x.Name]})
+	}
+	for q := range s.b.Queues() {
+		if !bound[q.Name()] {
+			t.Unbound = append(t.Unbound, q.Name())
+		}
+	}
+	s.render(w, r, s.pages.topology, http.StatusOK, pageData{Title: "Topology", Data: t})
+}
+
+// staticHandler serves the embedded static files.
+func staticHandler() http.Handler {
+	sub, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		panic("admin: " + err.Error()) // the embed above guarantees the directory
+	}
+	return http.StripPrefix("/static", http.FileServerFS(sub))
+}
