@@ -93,6 +93,7 @@ func TestStreamSamples(t *testing.T) {
 
 		all, endAll := openStream(t, s, "/api/stream")
 		one, endOne := openStream(t, s, "/api/stream?queue=q")
+		synctest.Wait() // the sampler has taken its first snapshot, which rates are counted from
 		assert.True(t, s.watching())
 		assert.Equal(t, "text/event-stream", all.header.Get("Content-Type"))
 		for range 10 {
