@@ -307,30 +307,39 @@ type ReadyMessage struct {
 // BrowseFrom returns up to n of the queue's ready messages in delivery order, those after the
 // one with ID after (0: from the head), without consuming them: a page of what [Queue.Browse]
 // yields, with IDs, for paging through a long queue. It takes the queue lock once, for
-// O(log(size) + n); messages hidden by a delay and deliveries outstanding are not included.
+// O(log(size) + n) and no allocation up to 64 messages; messages hidden by a delay and
+// deliveries outstanding are not included.
 // After the queue is deleted it returns nothing.
 func (q *Queue) BrowseFrom(after uint64, n int) []ReadyMessage {
 	if n <= 0 {
 		return nil
 	}
-	var out []ReadyMessage
+	// Under the lock only the entries are copied (allocated before it, for a page of up to
+	// 64): the messages are built after it, from their envelopes, which do not change once
+	// published, so that a page holds the lock about as long as Stats does.
+	es := make([]entry, 0, min(n, 64))
+	from := after
+	if after != 0 {
+		from++
+	}
 	q.view(func() {
 		if q.endErr != nil {
 			return
 		}
-		out = make([]ReadyMessage, 0, min(n, q.core.ready.len()))
-		from := after
-		if after != 0 {
-			from++
-		}
 		q.core.ready.ascend(from, func(e entry) bool {
 			if !q.core.expired(e) {
-				out = append(out, ReadyMessage{ID: e.key(), Message: e.env.messagePtr(), Redelivered: e.redelivered,
-					DeliveryCount: int(e.returns)})
+				es = append(es, e)
 			}
-			return len(out) < n
+			return len(es) < n
 		})
 	})
+	if len(es) == 0 {
+		return nil
+	}
+	out := make([]ReadyMessage, len(es))
+	for i, e := range es {
+		out[i] = ReadyMessage{ID: e.key(), Message: e.env.messagePtr(), Redelivered: e.redelivered, DeliveryCount: int(e.returns)}
+	}
 	return out
 }
 
