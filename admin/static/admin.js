@@ -20,15 +20,16 @@
     return v >= 100 ? String(Math.round(v)) : String(Math.round(v * 10) / 10);
   }
 
-  // points maps values to an SVG polyline's points in a w×h box, the largest value at the top.
+  // points maps values to an SVG polyline's points across a w×h box, oldest at the left, the
+  // largest value (or top) at the top, with a pixel's margin so that a line at 0 shows.
   function points(values, w, h, top) {
+    if (values.length === 0) return "";
     if (values.length === 1) values = [values[0], values[0]]; // a level line, not a dot
     const n = values.length;
-    if (n === 0) return "";
     const max = Math.max(top || 0, ...values, 1);
     return values.map((v, i) => {
-      const x = n === 1 ? w : (i * w) / (keep - 1) + (w * (keep - n)) / (keep - 1);
-      return x.toFixed(1) + "," + (h - (v / max) * (h - 1)).toFixed(1);
+      const x = (i * w) / (n - 1);
+      return x.toFixed(1) + "," + (h - 1 - (v / max) * (h - 2)).toFixed(1);
     }).join(" ");
   }
 
@@ -94,14 +95,16 @@
         p.setAttribute("stroke", getComputedStyle(document.documentElement).getPropertyValue("--" + k).trim());
         p.setAttribute("points", points(rateHistory[k], 300, 60, top));
       }
+      const scale = document.getElementById("rate-max");
+      if (scale) scale.textContent = "max " + fmt(top) + "/s";
     }
   }
 
   if (window.EventSource) {
     const live = document.getElementById("live");
     const es = new EventSource("api/stream" + (body.dataset.stream ? "?" + body.dataset.stream : ""));
-    es.addEventListener("open", () => live.classList.add("on"));
-    es.addEventListener("error", () => live.classList.remove("on"));
+    es.addEventListener("open", () => { live.classList.add("on"); live.textContent = "● live"; });
+    es.addEventListener("error", () => { live.classList.remove("on"); live.textContent = "○ live"; });
     es.addEventListener("sample", (e) => onSample(JSON.parse(e.data)));
   }
 

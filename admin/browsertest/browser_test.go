@@ -1,0 +1,313 @@
+package browsertest
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/admin"
+)
+
+// browserEnv, set (CI sets it to 1), makes the tests run, and fail if Chromium cannot start;
+// unset, they skip.
+const browserEnv = "WARREN_BROWSER"
+
+var screenshot = flag.String("screenshot", "", "also save the overview's screenshot to this file (the README's is ../../docs/admin.png)")
+
+// browser starts a headless Chromium for the test, or skips the test when $WARREN_BROWSER is
+// not set. The flags keep it off the network (this machine's is closed, and Chromium stalls on
+// its background fetches without them) and in a profile of its own. The context ends with the
+// test, which stops the browser.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	if os.Getenv(browserEnv) == "" {
+		t.Skipf("$%s is not set: no browser test (CI sets it; needs Debian's chromium)", browserEnv)
+	}
+	exe := os.Getenv("WARREN_CHROMIUM")
+	if exe == "" {
+		exe = "/usr/bin/chromium"
+	}
+	output := &lockedBuffer{}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 860),
+		chromedp.CombinedOutput(output),
+	)
+	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+	})
+	// Start it now, without a deadline (a deadline on the first run would end the browser).
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start %s (set $WARREN_CHROMIUM for another; apt-get install chromium): %v\n%s", exe, err, output)
+	}
+	version, err := chromedp.Run(ctx, chromedp.Evaluate[string]("navigator.userAgent"))
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", exe, err, output)
+	}
+	t.Logf("browser: %s", version)
+
+	// Every uncaught exception and console error of the page fails the test.
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Type == chromedp.ConsoleError {
+				t.Errorf("browser console: %s (%s:%d)", m, m.URL, m.Line)
+			}
+		}
+	}()
+	return ctx
+}
+
+// lockedBuffer collects Chromium's output, written from another goroutine.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+// demo is a broker with the topology the test looks at: orders dead-letters into orders.dlq,
+// where three rejected orders wait; emails has traffic, published and consumed all along, for
+// the live rates.
+func demo(t *testing.T) *warren.Broker {
+	t.Helper()
+	b := warren.New()
+	t.Cleanup(func() { b.Close() })
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := b.DeclareQueue("orders.dlq", warren.Durable())
+	must(err)
+	orders, err := b.DeclareQueue("orders", warren.Durable(), warren.DeadLetter("", "orders.dlq"))
+	must(err)
+	emails, err := b.DeclareQueue("emails", warren.MaxLength(10_000))
+	must(err)
+	_, err = b.DeclareExchange("shop", warren.ExchangeTopic, warren.Durable())
+	must(err)
+	must(b.Bind("orders", "shop", "order.*", nil))
+	must(b.Bind("emails", "shop", "user.#", nil))
+	ctx := t.Context()
+	for i := range 3 {
+		must(b.Publish(ctx, "shop", "order.created", warren.Message{ContentType: "application/json",
+			MessageID: fmt.Sprint("order-", 41+i), Body: fmt.Appendf(nil, `{"order": %d, "total": "%d.90"}`, 41+i, 10*i+9)}))
+		d, err := orders.Get(ctx)
+		must(err)
+		must(d.Reject())
+	}
+	for i := range 120 {
+		must(b.Publish(ctx, "shop", "user.signup", warren.Message{Body: fmt.Appendf(nil, "welcome %d", i)}))
+	}
+
+	// Traffic: about 50 publishes a second into emails, and a consumer that keeps up with
+	// most of it, until the test ends.
+	c, err := emails.Consume(ctx, warren.Prefetch(10))
+	must(err)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	wg.Go(func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			b.Publish(ctx, "shop", "user.signup", warren.Message{Body: fmt.Appendf(nil, "welcome %d", i)})
+		}
+	})
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case d, ok := <-c.Deliveries():
+				if !ok {
+					return
+				}
+				if i%5 != 4 {
+					d.Ack()
+				} else {
+					d.Nack()
+				}
+			}
+		}
+	})
+	return b
+}
+
+// TestAdminPage loads the admin page against a live broker in headless Chromium: the overview
+// lists the queues with their counts and goes live; a queue's page shows its dead letters with
+// their x-death; moving one back to orders by clicking changes the counts, on the page and in
+// the broker.
+func TestAdminPage(t *testing.T) {
+	ctx := browser(t)
+	b := demo(t)
+	a := admin.Handler(b, admin.AllowActions())
+	mux := http.NewServeMux()
+	mux.Handle("/warren/", http.StripPrefix("/warren", a))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		a.Close() // ends the page's event stream, which srv.Close would wait for
+		srv.Close()
+	})
+
+	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Do(sctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+	// waitFor waits until the expression is true: the page updates live, and reloads after an
+	// action (an evaluation that meets the reload fails, and is tried again).
+	waitFor := func(expr string, failure func() string) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+			if err == nil && ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s (%v)", failure(), err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitText := func(sel, want string) {
+		t.Helper()
+		waitFor(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent === %q`, sel, want), func() string {
+			return fmt.Sprintf("%s: want %q, have %q", sel, want, text(sel))
+		})
+	}
+	ready := func(queue string) string { return `tr[data-queue="` + queue + `"] [data-field="ready"]` }
+
+	// The overview: every queue with its counts, then live.
+	step("load the overview", chromedp.Navigate(srv.URL+"/warren/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="orders.dlq"]`)))
+	for _, q := range []string{"emails", "orders", "orders.dlq"} {
+		step("find queue "+q, chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="`+q+`"] a`)))
+	}
+	if got := text(ready("orders.dlq")); got != "3" {
+		t.Errorf("orders.dlq shows %q ready, want 3", got)
+	}
+	if got := text(ready("orders")); got != "0" {
+		t.Errorf("orders shows %q ready, want 0", got)
+	}
+	step("go live", chromedp.WaitVisible(chromedp.CSS(`#live.on`)))
+	// A rate appears once the stream's first sample arrives (the traffic publishes all along).
+	waitFor(`Number(document.querySelector('[data-rate="published"]').textContent) > 0`, func() string {
+		return fmt.Sprintf("no live publish rate: %q", text(`[data-rate="published"]`))
+	})
+
+	// The dead-letter queue's page: its messages with their x-death; move the second back.
+	step("open orders.dlq", chromedp.Click(chromedp.CSS(`tr[data-queue="orders.dlq"] a`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-id]`)))
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("tr[data-id]").length`))
+	if err != nil || rows != 3 {
+		t.Fatalf("orders.dlq lists %d messages (%v), want 3", rows, err)
+	}
+	if got := text(`tr[data-id] td.deaths`); !strings.Contains(got, "rejected ×1 from orders") {
+		t.Errorf("x-death shown as %q, want it to say rejected ×1 from orders", got)
+	}
+	second, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelectorAll("tr[data-id]")[1].dataset.id`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("move-to").value`)); got != "orders" {
+		t.Errorf("a move offers %q first (%v), want orders, where the messages died", got, err)
+	}
+	step("move message "+second+" back to orders",
+		chromedp.Click(chromedp.CSS(`input.select[value="`+second+`"]`)),
+		chromedp.Click(chromedp.CSS(`button[data-action="move-selected"]`)))
+	waitText("#status", "moved 1")
+	waitText("#ready", "2")
+	rows, err = chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("tr[data-id]").length`))
+	if err != nil || rows != 2 {
+		t.Errorf("after the move orders.dlq lists %d messages (%v), want 2", rows, err)
+	}
+
+	// The broker agrees: the message is in orders, with its x-death.
+	var moved *warren.Message
+	for q := range b.Queues() {
+		if q.Name() == "orders" {
+			if page := q.BrowseFrom(0, 10); len(page) == 1 {
+				moved = page[0].Message
+			}
+		}
+	}
+	if moved == nil {
+		t.Fatal("orders does not hold the one moved message")
+	}
+	if moved.MessageID != "order-42" || len(moved.Deaths()) != 1 {
+		t.Errorf("moved %s with deaths %v, want order-42 with its x-death", moved.MessageID, moved.Deaths())
+	}
+
+	// Back on the overview the counts have changed; let the charts fill for the screenshot.
+	step("back to the overview", chromedp.Navigate(srv.URL+"/warren/"), chromedp.WaitVisible(chromedp.CSS(`#live.on`)))
+	waitText(ready("orders"), "1")
+	waitText(ready("orders.dlq"), "2")
+	step("let the charts fill", chromedp.Sleep(6*time.Second))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := *screenshot
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "admin.png")
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+
+	step("topology", chromedp.Navigate(srv.URL+"/warren/topology"), chromedp.WaitVisible(chromedp.CSS(`a.queue[href="queues/orders"]`)))
+}
