@@ -246,6 +246,14 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (_ *Queue, err e
 		// Set under b.mu, before anything can end the queue; the callback takes b.mu.
 		q.ownerStop = context.AfterFunc(cfg.owner, func() { b.deleteOwned(q) })
 	}
+	if cfg.expires > 0 {
+		// Its declaration is its first use: the expiry runs from now, on the queue's timer,
+		// also if nothing else ever happens to it (no commit of the queue's would arm it).
+		q.mu.Lock()
+		q.touchLocked()
+		q.armLocked()
+		q.release()
+	}
 	return q, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -324,6 +325,24 @@ func TestHugeDelayKeepsTTLOnTime(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A queue declared with an expiry and never touched again expires too: its declaration arms
+// the timer (nothing else would).
+func TestQueueExpiresUntouched(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		declare(t, b, "idle", warren.Expires(time.Second))
+		listed := func() bool { // Broker.Queue would be a use
+			return slices.ContainsFunc(slices.Collect(b.Queues()), func(q *warren.Queue) bool { return q.Name() == "idle" })
+		}
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		require.True(t, listed())
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.False(t, listed(), "expired 1 s after its declaration")
+	})
 }
 
 // TestQueueExpires: a queue unused for its expiry is deleted with its messages, which are not
