@@ -322,17 +322,7 @@ func (q *Queue) BrowseFrom(after uint64, n int) []ReadyMessage {
 	if after != 0 {
 		from++
 	}
-	q.view(func() {
-		if q.endErr != nil {
-			return
-		}
-		q.core.ready.ascend(from, func(e entry) bool {
-			if !q.core.expired(e) {
-				es = append(es, e)
-			}
-			return len(es) < n
-		})
-	})
+	q.view(func() { es = q.readyPageLocked(from, n, es) })
 	if len(es) == 0 {
 		return nil
 	}
@@ -341,6 +331,21 @@ func (q *Queue) BrowseFrom(after uint64, n int) []ReadyMessage {
 		out[i] = ReadyMessage{ID: e.key(), Message: e.env.messagePtr(), Redelivered: e.redelivered, DeliveryCount: int(e.returns)}
 	}
 	return out
+}
+
+// readyPageLocked appends to es up to n unexpired ready entries with keys from from on, in
+// delivery order: BrowseFrom's critical section.
+func (q *Queue) readyPageLocked(from uint64, n int, es []entry) []entry {
+	if q.endErr != nil {
+		return es
+	}
+	q.core.ready.ascend(from, func(e entry) bool {
+		if !q.core.expired(e) {
+			es = append(es, e)
+		}
+		return len(es) < n
+	})
+	return es
 }
 
 // Purge removes every ready message and returns how many there were. Deliveries outstanding
