@@ -307,9 +307,9 @@ type ReadyMessage struct {
 // BrowseFrom returns up to n of the queue's ready messages in delivery order, those after the
 // one with ID after (0: from the head), without consuming them: a page of what [Queue.Browse]
 // yields, with IDs, for paging through a long queue. It takes the queue lock once, for
-// O(log(size) + n) and no allocation up to 64 messages; messages hidden by a delay and
-// deliveries outstanding are not included.
-// After the queue is deleted it returns nothing.
+// O(log(size) + n), with no allocation under it for a page of up to 64. Messages hidden by a
+// delay and deliveries outstanding are not included. After the queue is deleted it returns
+// nothing.
 func (q *Queue) BrowseFrom(after uint64, n int) []ReadyMessage {
 	if n <= 0 {
 		return nil
