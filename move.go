@@ -97,6 +97,9 @@ func (q *Queue) Move(ctx context.Context, exchange, key string, opts ...MoveOpti
 		}
 		err = q.b.publish(ctx, nil, exchange, key, &msg, movePublishOptions)
 		if !q.settleMove(r, err == nil) {
+			if err == nil {
+				moved++ // it reached the destination; the source ended meanwhile
+			}
 			return moved, errorf("move from queue %q: %w", q.name, q.endErrOrClosed())
 		}
 		if err != nil {

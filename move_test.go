@@ -233,3 +233,24 @@ func mustQueue(t *testing.T, b *warren.Broker, name string) *warren.Queue {
 	require.NoError(t, err)
 	return q
 }
+
+// A source deleted while its message is on the way: the message reached the destination, so
+// it counts as moved, and Move says why it stopped.
+func TestMoveSourceDeletedMidway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		src := declare(t, b, "src")
+		dst := declare(t, b, "dst")
+		publishN(t, b, src, 3)
+		b.Listen(func(e warren.Event) {
+			if e.Kind == warren.EventEnqueued && e.Queue == "dst" && e.Reason == warren.ReasonMoved {
+				_, err := b.DeleteQueue("src") // on Move's goroutine, between its publish and settle
+				require.NoError(t, err)
+			}
+		})
+		n, err := src.Move(t.Context(), "", "dst")
+		require.ErrorIs(t, err, warren.ErrQueueDeleted)
+		require.Equal(t, 1, n, "the first message reached dst before its source went")
+		require.Equal(t, 1, dst.Len())
+	})
+}
