@@ -569,7 +569,7 @@ func TestHugeAckTimeoutKeepsTimerWorking(t *testing.T) {
 
 // Prefetch(0) is unlimited: the consumer holds any number of deliveries unsettled, and takes
 // messages as fast as the application receives them: its credit is room in its channel, of
-// PumpBuffer slots here. What it has no room for stays in the queue; a timer dispatches once the
+// UnlimitedBuffer slots here. What it has no room for stays in the queue; a timer dispatches once the
 // application made room by receiving, a settlement does at once. Stopped, what its channel
 // buffers goes back unchanged; what it received stays (Cancel) or comes back redelivered (its
 // context ends), each to its place.

@@ -1301,3 +1301,19 @@ func TestBindNaNArgumentUnbind(t *testing.T) {
 	require.ErrorIs(t, err, warren.ErrUnroutable, "publish after the only binding was unbound with its own arguments")
 	require.Zero(t, q.Len())
 }
+
+// A publish's options cost no allocation: they apply by value, since a pointer to the
+// publish's configuration passed through their interface would move it to the heap on every
+// publish (an AMQP server passes options with each one).
+func TestPublishOptionsAllocateNothing(t *testing.T) {
+	b := newBroker(t)
+	declare(t, b, "q", warren.MaxLength(1)) // drop-head: the queue does not grow
+	m := warren.Message{Body: []byte("x")}
+	opts := []warren.PublishOption{warren.Mandatory(), warren.WhileBlocked(func(bool) {})}
+	publish := func(opts ...warren.PublishOption) func() {
+		return func() { require.NoError(t, b.Publish(context.Background(), "", "q", m, opts...)) }
+	}
+	plain := testing.AllocsPerRun(200, publish())
+	with := testing.AllocsPerRun(200, publish(opts...))
+	require.Equal(t, plain, with)
+}
