@@ -640,3 +640,71 @@ func TestUnlimitedPrefetch(t *testing.T) {
 		require.Equal(t, "0* 1* 2 3 4 5 6 7 8 9", picture(getAll(t, q)[:10]))
 	})
 }
+
+// TestConsumers lists a queue's consumers in the order they started, with what each is and
+// holds: active, waiting its turn on a single-active-consumer queue, and stopped while still
+// holding a delivery; gone once it holds nothing; none after the queue is deleted.
+func TestConsumers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		sac := declare(t, b, "sac", warren.SingleActiveConsumer())
+		publishN(t, b, sac, 5)
+		first, err := sac.Consume(t.Context(), warren.ConsumerTag("first"), warren.Prefetch(3),
+			warren.AckTimeout(time.Minute))
+		require.NoError(t, err)
+		_, err = sac.Consume(t.Context(), warren.ConsumerTag("second"), warren.ConsumerPriority(2))
+		require.NoError(t, err)
+		got := receive(t, first, 3)
+
+		cs := sac.Consumers()
+		require.Len(t, cs, 2)
+		require.Equal(t, warren.ConsumerInfo{Tag: "first", Status: "active", Prefetch: 3,
+			AckTimeout: time.Minute, Unacked: 3}, cs[0])
+		require.Equal(t, warren.ConsumerInfo{Tag: "second", Status: "waiting", Prefetch: warren.DefaultPrefetch,
+			Priority: 2}, cs[1])
+
+		// Cancelled with a delivery still received: stopped, holding it; the next is active.
+		require.NoError(t, got[0].Ack())
+		require.NoError(t, first.Cancel())
+		synctest.Wait()
+		cs = sac.Consumers()
+		require.Len(t, cs, 2)
+		require.Equal(t, "first", cs[0].Tag)
+		require.Equal(t, "stopped", cs[0].Status)
+		require.Equal(t, 2, cs[0].Unacked)
+		require.Equal(t, "active", cs[1].Status)
+		require.Equal(t, 2, cs[1].Unacked, "the two messages still ready, buffered for second")
+
+		ackAll(t, got[1:])
+		<-first.Done()
+		cs = sac.Consumers()
+		require.Len(t, cs, 1, "a stopped consumer holding nothing is gone")
+		require.Equal(t, "second", cs[0].Tag)
+
+		other := declare(t, b, "other")
+		_, err = other.Consume(t.Context(), warren.ConsumerTag("auto"), warren.AutoAck(), warren.Exclusive())
+		require.NoError(t, err)
+		served := declare(t, b, "served")
+		ctx, stop := context.WithCancel(t.Context())
+		go func() { _ = served.Serve(ctx, func(context.Context, warren.Delivery) error { return nil }) }()
+		synctest.Wait()
+		cs = served.Consumers()
+		require.Len(t, cs, 1)
+		require.True(t, cs[0].Served)
+		stop()
+		synctest.Wait()
+		sel, err := declare(t, b, "sel").Consume(t.Context(), warren.Prefetch(0),
+			warren.Selector(func(*warren.Message) bool { return true }))
+		require.NoError(t, err)
+		cs = declare(t, b, "sel").Consumers()
+		require.Equal(t, []warren.ConsumerInfo{{Tag: sel.Tag(), Status: "active", Selector: true}}, cs,
+			"unlimited prefetch is 0")
+		cs = other.Consumers()
+		require.Len(t, cs, 1)
+		require.True(t, cs[0].AutoAck)
+		require.True(t, cs[0].Exclusive)
+
+		deleteQueue(t, b, "sac")
+		require.Empty(t, sac.Consumers(), "a deleted queue has no consumers")
+	})
+}

@@ -306,8 +306,10 @@ type ReadyMessage struct {
 
 // BrowseFrom returns up to n of the queue's ready messages in delivery order, those after the
 // one with ID after (0: from the head), without consuming them: a page of what [Queue.Browse]
-// yields, with IDs, for paging through a long queue. It takes the queue lock once, for
-// O(log(size) + n), with no allocation under it for a page of up to 64. Messages hidden by a
+// yields, with IDs, for paging through a long queue. It takes the queue lock once, for a seek
+// and n entries' copy, with no allocation under it for a page of up to 64: the seek reads a few
+// entries in a queue whose messages arrived one after another and came back, if at all, one at
+// a time; O(log(size)) at worst. Messages hidden by a
 // delay and deliveries outstanding are not included. After the queue is deleted it returns
 // nothing.
 func (q *Queue) BrowseFrom(after uint64, n int) []ReadyMessage {

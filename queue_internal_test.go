@@ -359,6 +359,65 @@ func TestReadySetLevelsAgainstSortedSlice(t *testing.T) {
 	}
 }
 
+// TestSearchRing checks the bounded seek into a fresh ring against a plain binary search, for
+// every key from before the front to past the back, over rings without gaps in their sequence
+// ids, with a few, with many, evenly spread and bunched, with tombstones, of a priority rank, and
+// paged.
+func TestSearchRing(t *testing.T) {
+	rng := readySetRNG(t)
+	for _, c := range []struct {
+		name string
+		n    int
+		gap  func() uint64 // how far each sequence id is past the previous one
+	}{
+		{"contiguous", 100, func() uint64 { return 1 }},
+		{"one gap", 100, func() uint64 { return 1 + uint64(rng.IntN(100)/99)*7 }},
+		{"gaps", 100, func() uint64 { return 1 + uint64(rng.IntN(3)) }},
+		{"sparse", 100, func() uint64 { return 1 + uint64(rng.IntN(1000)) }},
+		{"alternating", 100, func() uint64 { return 2 }},
+		{"bunched", 300, func() uint64 { return 1 + uint64(rng.IntN(50)/49)*uint64(rng.IntN(1<<20)) }},
+		{"paged contiguous", 3 * ringPage, func() uint64 { return 1 }},
+		{"paged gaps", 3 * ringPage, func() uint64 { return 1 + uint64(rng.IntN(2)) }},
+		{"one", 1, func() uint64 { return 1 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, rank := range []uint8{0, 3} {
+				var l ring[entry]
+				for range rng.IntN(ringPage) { // start somewhere in the ring's buffer or first page
+					l.push(entry{})
+				}
+				for l.len() > 0 {
+					l.pop()
+				}
+				seq := uint64(rng.IntN(50))
+				for range c.n {
+					seq += c.gap()
+					e := entry{env: &envelope{}, seq: seq, rank: rank}
+					if rng.IntN(10) == 0 {
+						e.env = nil // a tombstone keeps its key
+					}
+					l.push(e)
+				}
+				front, back := l.front().key(), l.at(l.len()-1).key()
+				for k := front - min(front, 3); k <= back+3; k++ {
+					if got, want := searchRing(&l, k), searchKey(l.len(), l.at, k); got != want {
+						t.Fatalf("rank %d, key %x: searchRing = %d, want %d", rank, k, got, want)
+					}
+				}
+				for _, k := range []uint64{0, ^uint64(0)} {
+					if got, want := searchRing(&l, k), searchKey(l.len(), l.at, k); got != want {
+						t.Fatalf("rank %d, key %x: searchRing = %d, want %d", rank, k, got, want)
+					}
+				}
+			}
+		})
+	}
+	var empty ring[entry]
+	if got := searchRing(&empty, 5); got != 0 {
+		t.Fatalf("empty ring: searchRing = %d, want 0", got)
+	}
+}
+
 // TestFeederWaitsWhileAnotherReturns: while a stopped AutoAck consumer's feeder has not yet put
 // back what it held (Queue.leaving), another feeder takes nothing itself, even when woken: the
 // returning messages are older than anything it could take. Once they are back it takes in order.
@@ -880,37 +939,89 @@ func TestQueueIndexMirrorsQueues(t *testing.T) {
 // BenchmarkLockHold times critical sections alone, the lock taken and released around each as
 // its caller does: Stats' (statsLocked) against BrowseFrom's (readyPageLocked) for a page of 1
 // and of 50 from the middle of a queue of 100 000 messages — the admin page's look at a queue
-// must hold the lock no longer than Stats does.
+// must hold the lock no longer than Stats does; and Consumers' (consumersLocked) for 8 consumers,
+// which the admin page's queue view shows too. The queues: fifo, its messages enqueued one
+// after another (the seek finds its place in a few reads: searchRing); priorities, of two
+// priorities alternating (each level's sequence ids have gaps, spread evenly); returned, its
+// first 60% delivered and returned, every tenth message alone (the tree), the rest together
+// (the run).
 //
 //	go test -run '^$' -bench LockHold -benchtime 2000000x .
 func BenchmarkLockHold(b *testing.B) {
 	br := New()
 	defer br.Close()
-	q, err := br.DeclareQueue("q")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for range 100_000 {
-		if err := br.Publish(context.Background(), "", "q", Message{Body: []byte("x")}); err != nil {
+	ctx := context.Background()
+	for _, shape := range []string{"fifo", "priorities", "returned"} {
+		var opts []QueueOption
+		if shape == "priorities" {
+			opts = append(opts, MaxPriority(1))
+		}
+		q, err := br.DeclareQueue(shape, opts...)
+		if err != nil {
 			b.Fatal(err)
 		}
-	}
-	mid := q.BrowseFrom(0, 50_000)[49_999].ID
-	b.Run("stats", func(b *testing.B) {
-		for b.Loop() {
-			q.mu.Lock()
-			_ = q.statsLocked()
-			q.mu.Unlock()
+		for i := range 100_000 {
+			if err := br.Publish(ctx, "", shape, Message{Body: []byte("x"), Priority: uint8(i % 2)}); err != nil {
+				b.Fatal(err)
+			}
 		}
-	})
-	for _, n := range []int{1, 50} {
-		b.Run(fmt.Sprintf("browse-%d", n), func(b *testing.B) {
-			es := make([]entry, 0, n)
+		if shape == "returned" {
+			// 60 000 delivered; every tenth nacked back alone (to the tree), the others by the
+			// consumer's close, together (a run); the last 40 000 still in the ring.
+			c, err := q.Consume(ctx, Prefetch(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ds := make([]Delivery, 0, 60_000)
+			for len(ds) < cap(ds) {
+				ds = append(ds, <-c.Deliveries())
+			}
+			if err := c.Cancel(); err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < len(ds); i += 10 {
+				if err := ds[i].Nack(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := c.Close(); err != nil {
+				b.Fatal(err)
+			}
+			<-c.Done()
+		}
+		b.Logf("%s: %d ready", shape, q.Len())
+		mid := q.BrowseFrom(0, q.Len()/2)[q.Len()/2-1].ID
+		b.Run(shape+"/stats", func(b *testing.B) {
 			for b.Loop() {
 				q.mu.Lock()
-				es = q.readyPageLocked(mid+1, n, es[:0])
+				_ = q.statsLocked()
 				q.mu.Unlock()
 			}
 		})
+		if shape == "fifo" {
+			for range 8 {
+				if _, err := q.Consume(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.Run("fifo/consumers-8", func(b *testing.B) {
+				hs := make([]heldBy, 0, 8)
+				for b.Loop() {
+					q.mu.Lock()
+					hs = q.consumersLocked(hs[:0])
+					q.mu.Unlock()
+				}
+			})
+		}
+		for _, n := range []int{1, 50} {
+			b.Run(fmt.Sprintf("%s/browse-%d", shape, n), func(b *testing.B) {
+				es := make([]entry, 0, n)
+				for b.Loop() {
+					q.mu.Lock()
+					es = q.readyPageLocked(mid+1, n, es[:0])
+					q.mu.Unlock()
+				}
+			})
+		}
 	}
 }

@@ -320,14 +320,7 @@ func (r *readySet) scanRank(rank uint8, from uint64, fn func(entry) bool) bool {
 	run := r.run[r.runAt:]
 	// A selector's scan usually finds nothing new: its cursor is past the tails. Those cases
 	// skip the binary searches.
-	s := rankScan{ring: l, at: l.len(), limit: uint64(rank)<<seqBits | (1<<seqBits - 1)}
-	switch {
-	case l.len() == 0 || l.at(l.len()-1).key() < from:
-	case l.front().key() >= from:
-		s.at = 0
-	default:
-		s.at = searchKey(l.len(), l.at, from)
-	}
+	s := rankScan{ring: l, at: searchRing(l, from), limit: uint64(rank)<<seqBits | (1<<seqBits - 1)}
 	if len(run) > 0 && run[len(run)-1].key() >= from {
 		s.run = run[searchKey(len(run), func(i int) entry { return run[i] }, from):]
 	}
@@ -525,7 +518,7 @@ func (r *readySet) cut(k uint64) (entry, bool) {
 		}
 		return e, true
 	}
-	if i := searchKey(l.len(), l.at, k); i < l.len() && l.at(i).key() == k && l.at(i).env != nil {
+	if i := searchRing(l, k); i < l.len() && l.at(i).key() == k && l.at(i).env != nil {
 		// Not at the front, which was checked first: the ring's head stays live.
 		e := l.at(i)
 		l.set(i, entry{seq: e.seq, rank: e.rank})
@@ -537,6 +530,65 @@ func (r *readySet) cut(k uint64) (entry, bool) {
 
 // keyEntry returns an entry with key k, to search the tree with.
 func keyEntry(k uint64) entry { return entry{seq: k & (1<<seqBits - 1), rank: uint8(k >> seqBits)} }
+
+// searchRing returns the index of the first entry of a fresh ring whose key is at least k, or
+// its length if there is none.
+//
+// A ring's keys are distinct and ascending (one rank; sequence ids only grow; a tombstone keeps
+// its key), so its i-th key is at least the front's plus i and at most the back's minus
+// len−1−i: the answer lies in [len−1−(back−k), k−front]. When the ring's sequence ids have no
+// gaps — its messages were enqueued one after another and left only from the front, the usual
+// case — that is a single index. Otherwise the search starts where k would be if the gaps were
+// spread evenly (as they are when messages of two priorities alternate) and widens its steps
+// from there, so that it reads a few entries unless the gaps are bunched: O(log len) at worst.
+func searchRing(l *ring[entry], k uint64) int {
+	n := l.len()
+	if n == 0 || k <= l.front().key() {
+		return 0
+	}
+	front, back := l.front().key(), l.at(n-1).key()
+	if k > back {
+		return n
+	}
+	// front < k ≤ back: the differences are below 2^64 and capped at n before conversion.
+	// Throughout, key(lo−1) < k ≤ key(hi).
+	lo := n - 1 - int(min(back-k, uint64(n-1)))
+	hi := int(min(k-front, uint64(n-1)))
+	if lo == hi {
+		return lo
+	}
+	g := min(max(int(float64(k-front)/float64(back-front)*float64(n-1)), lo), hi)
+	if l.at(g).key() < k {
+		lo = g + 1
+		for step := 1; lo+step-1 < hi; step *= 2 {
+			p := lo + step - 1
+			if l.at(p).key() >= k {
+				hi = p
+				break
+			}
+			lo = p + 1
+		}
+	} else {
+		hi = g
+		for step := 1; hi-step >= lo; step *= 2 {
+			p := hi - step
+			if l.at(p).key() < k {
+				lo = p + 1
+				break
+			}
+			hi = p
+		}
+	}
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if l.at(m).key() < k {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
 
 // searchKey returns the index of the first of n entries sorted by key whose key is at least k.
 func searchKey(n int, at func(int) entry, k uint64) int {

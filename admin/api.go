@@ -128,9 +128,9 @@ const (
 	defaultLimit = 50  // messages a page, when the request does not say
 	maxLimit     = 500 // messages a page, at most
 	// browseChunk is how many messages one BrowseFrom call reads: a page is read one message
-	// per call, each its own critical section, the shortest BrowseFrom holds a queue's lock
-	// (about 4 times Stats, from the Message copy it makes under the lock; 8 a call would hold
-	// it 20 times as long: see load_bench_test.go).
+	// per call, each its own critical section, the shortest BrowseFrom holds a queue's lock (a
+	// seek and one entry's copy, about half of Stats' hold; a call for 50 would hold it about
+	// 13 times as long as Stats: warren's BenchmarkLockHold).
 	browseChunk = 1
 )
 

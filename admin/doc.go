@@ -26,7 +26,7 @@
 // Looking does not use: the handler finds a queue by listing them ([warren.Broker.Queues]), not
 // with [warren.Broker.Queue], which counts as a use and would keep a queue with
 // [warren.Expires] alive. Messages are read with [warren.Queue.BrowseFrom] one at a time, so
-// that a look at a long queue holds its lock for O(log n) and one entry's copy at a time (the
+// that a look at a long queue holds its lock for a seek and one entry's copy at a time (the
 // message is built after the lock is released), never for a whole page.
 //
 // The page (GET / , /queues/{name}, /topology) shows the same: an overview with live rates,
