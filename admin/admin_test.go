@@ -154,13 +154,33 @@ func TestReads(t *testing.T) {
 	assert.Equal(t, "work.dlq", qs[1].Name)
 	assert.Equal(t, 2, qs[1].Stats.Ready)
 
+	type consumer struct {
+		Tag, Status string
+		Prefetch    int
+		AutoAck     bool   `json:"auto_ack"`
+		AckTimeout  string `json:"ack_timeout"`
+		Unacked     int
+	}
 	var q struct {
-		Name  string
-		Stats warren.QueueStats
+		Name      string
+		Stats     warren.QueueStats
+		Consumers []consumer
 	}
 	e.get(t, "api/queues/work.dlq", &q)
 	assert.Equal(t, "work.dlq", q.Name)
 	assert.Equal(t, 2, q.Stats.Ready)
+	assert.NotNil(t, q.Consumers)
+	assert.Empty(t, q.Consumers)
+	work, err := e.b.Queue("work")
+	require.NoError(t, err)
+	_, err = work.Consume(t.Context(), warren.ConsumerTag("worker"), warren.Prefetch(1), warren.AckTimeout(time.Minute))
+	require.NoError(t, err)
+	_, err = work.Consume(t.Context(), warren.ConsumerTag("auto"), warren.AutoAck(), warren.Prefetch(0))
+	require.NoError(t, err)
+	e.get(t, "api/queues/work", &q)
+	assert.Equal(t, []consumer{{Tag: "worker", Status: "active", Prefetch: 1, AckTimeout: "1m0s"},
+		{Tag: "auto", Status: "active", AutoAck: true, Prefetch: warren.DefaultPrefetch}}, q.Consumers,
+		"an AutoAck consumer's prefetch 0 is DefaultPrefetch")
 
 	var page struct {
 		Queue    string

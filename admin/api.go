@@ -87,11 +87,31 @@ func queueInfoOf(q *warren.Queue, d warren.QueueDecl) queueInfo {
 
 func (s *Server) getQueues(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.queues()) }
 
-// queueInfo returns the named queue's info.
-func (s *Server) queueInfo(name string) (queueInfo, error) {
+// queueDetail is a queue as GET /api/queues/{name} shows it: as listed, with its consumers.
+type queueDetail struct {
+	queueInfo
+	Consumers []consumerInfo `json:"consumers"` // in the order they started
+}
+
+// consumerInfo is one of a queue's consumers ([warren.ConsumerInfo]).
+type consumerInfo struct {
+	Tag        string `json:"tag"`
+	Status     string `json:"status"`   // active, waiting (single active consumer) or stopped (still holding)
+	Prefetch   int    `json:"prefetch"` // 0 for unlimited
+	Priority   int    `json:"priority"`
+	AutoAck    bool   `json:"auto_ack"`
+	Exclusive  bool   `json:"exclusive"`
+	Selector   bool   `json:"selector"`
+	Served     bool   `json:"served"`                // started by Serve
+	AckTimeout string `json:"ack_timeout,omitempty"` // a duration, "30m0s"; none when absent
+	Unacked    int    `json:"unacked"`
+}
+
+// queueDetail returns the named queue's info and consumers.
+func (s *Server) queueDetail(name string) (queueDetail, error) {
 	q, err := s.queue(name)
 	if err != nil {
-		return queueInfo{}, err
+		return queueDetail{}, err
 	}
 	var d warren.QueueDecl
 	for _, qd := range s.b.Topology().Queues {
@@ -99,11 +119,20 @@ func (s *Server) queueInfo(name string) (queueInfo, error) {
 			d = qd
 		}
 	}
-	return queueInfoOf(q, d), nil
+	out := queueDetail{queueInfo: queueInfoOf(q, d), Consumers: []consumerInfo{}}
+	for _, c := range q.Consumers() {
+		ci := consumerInfo{Tag: c.Tag, Status: c.Status, Prefetch: c.Prefetch, Priority: c.Priority,
+			AutoAck: c.AutoAck, Exclusive: c.Exclusive, Selector: c.Selector, Served: c.Served, Unacked: c.Unacked}
+		if c.AckTimeout > 0 {
+			ci.AckTimeout = c.AckTimeout.String()
+		}
+		out.Consumers = append(out.Consumers, ci)
+	}
+	return out, nil
 }
 
 func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
-	info, err := s.queueInfo(r.PathValue("name"))
+	info, err := s.queueDetail(r.PathValue("name"))
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return

@@ -12,7 +12,7 @@
 //
 //	/api/overview                 the broker's totals (queue counters summed), exchange and queue counts
 //	/api/queues                   every queue: its stats, flags and arguments
-//	/api/queues/{name}            one queue
+//	/api/queues/{name}            one queue, and its consumers ([warren.Queue.Consumers])
 //	/api/queues/{name}/messages   its ready messages, a page at a time (?after=ID&limit=N), not consumed
 //	/api/exchanges                exchanges, the predeclared ones included
 //	/api/bindings                 bindings, exchange to queue and exchange to exchange

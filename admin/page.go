@@ -96,7 +96,7 @@ func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
 
 // queuePage is the data of a queue's page.
 type queuePage struct {
-	Queue  queueInfo
+	Queue  queueDetail
 	Page   messagePage
 	After  uint64      // the page's after=
 	Others []queueInfo // the destinations a move offers
@@ -112,7 +112,7 @@ func (s *Server) pageQueue(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	info, err := s.queueInfo(name)
+	info, err := s.queueDetail(name)
 	q, qerr := s.queue(name)
 	if err != nil || qerr != nil {
 		s.render(w, r, s.pages.notFound, http.StatusNotFound, pageData{Title: "Not found", Data: name})

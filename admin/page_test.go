@@ -60,13 +60,23 @@ func TestQueuePage(t *testing.T) {
 	assert.Contains(t, body, `rejected ×1 from <a href="queues/work">work</a>`)
 	assert.Contains(t, body, `<option value="work" selected>work</option>`, "a move offers the queue it died in first")
 	assert.Contains(t, body, `data-action="move-selected"`)
+	assert.Contains(t, body, "no consumers")
+	dlq, err := e.b.Queue("work.dlq")
+	require.NoError(t, err)
+	c, err := dlq.Consume(t.Context(), warren.ConsumerTag("drainer"), warren.Prefetch(5))
+	require.NoError(t, err)
+	<-c.Deliveries()
+	_, _, body = e.page(t, "queues/work.dlq")
+	assert.Regexp(t, `<tr data-consumer="drainer">\s*<td>drainer</td>\s*<td><span class="tag status-active">active</span></td>\s*<td class="n">5</td>`, body)
+	assert.Regexp(t, `<td>manual</td>\s*<td class="n">2</td>`, body, "both messages are with the consumer")
+	require.NoError(t, c.Close())
 
 	code, _, body = e.page(t, "queues/nope")
 	assert.Equal(t, http.StatusNotFound, code)
 	assert.Contains(t, body, "No queue nope")
 
 	// Paging, with the links relative to the base.
-	_, err := e.b.DeclareQueue("long")
+	_, err = e.b.DeclareQueue("long")
 	require.NoError(t, err)
 	for range 60 {
 		publish(t, e.b, "long", warren.Message{Body: []byte("m")})
