@@ -300,6 +300,30 @@ func (c *queueCore) take() (entry, bool) {
 	}
 }
 
+// takeBefore takes the first ready message, in delivery order, of those enqueued before
+// sequence id before, and dead-letters the expired ones it meets: what a move from the head
+// takes, which must not take what it enqueued itself. In a queue without priorities the newer
+// messages are behind the older, so it reads the head; with priorities it passes over the newer
+// ones of higher priority.
+func (c *queueCore) takeBefore(before uint64) (entry, bool) {
+	for {
+		var k uint64
+		found := false
+		c.ready.ascend(0, func(e entry) bool {
+			k, found = e.key(), e.seq < before
+			return !found
+		})
+		if !found {
+			return entry{}, false
+		}
+		e, _ := c.ready.remove(k)
+		if !c.expired(e) {
+			return e, true
+		}
+		c.deadLetter(e, ReasonExpired)
+	}
+}
+
 // deadLetter records that e's message leaves the queue for reason, one of the x-death reasons:
 // with a dead-letter exchange it goes to the shell, to be published once the lock is released
 // (see [Queue.commit]); without one it expires or drops here. A queue that ended dead-letters

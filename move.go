@@ -34,7 +34,11 @@ type MoveOption interface{ applyMove(*moveConfig) }
 type moveConfig struct {
 	limit int      // at most this many; 0: no limit
 	ids   []uint64 // only these, in the queue's order; nil: from the head
-	err   error
+	// before bounds a move from the head to the messages enqueued before it began: sequence ids
+	// below it (set by the first lendNext). Else a destination that routes back to the source
+	// would keep it moving the same messages for ever.
+	before uint64
+	err    error
 }
 
 type moveOption func(*moveConfig)
@@ -66,10 +70,12 @@ func MoveIDs(ids ...uint64) MoveOption {
 // Move moves ready messages from the queue to exchange, routed with key (the default exchange ""
 // and a queue's name move them to that queue): each is published there as it is, its
 // properties and headers (x-death included) unchanged, and leaves this queue once a queue took
-// it; see the top of move.go for how no message is lost or left in both. By default every
-// message ready when Move reaches it, from the head; [MoveLimit] and [MoveIDs] select fewer.
-// Messages that arrive meanwhile are moved too unless a limit or IDs say otherwise. Each
-// message leaves with [EventMoved] and enters with [EventEnqueued], Reason [ReasonMoved].
+// it; see the top of move.go for how no message is lost or left in both. By default the
+// messages enqueued before Move began, from the head, in delivery order — those ready when it
+// reaches them, including any that come back from a consumer meanwhile; messages enqueued after
+// it began (the ones it moves into this queue itself, when the destination routes back here,
+// among them) stay. [MoveLimit] and [MoveIDs] select fewer. Each message leaves with
+// [EventMoved] and enters with [EventEnqueued], Reason [ReasonMoved].
 //
 // It returns how many it moved. It stops at the first message the destination refuses, which
 // stays where it was: [ErrUnroutable] (no queue took it), [ErrQueueFull], [ErrNotFound] (no
@@ -137,8 +143,11 @@ func (q *Queue) lendNext(ctx context.Context, cfg *moveConfig) (*lease, Message,
 		e  entry
 		ok bool
 	)
+	if cfg.before == 0 {
+		cfg.before = q.core.nextSeq
+	}
 	if cfg.ids == nil {
-		e, ok = q.core.take()
+		e, ok = q.core.takeBefore(cfg.before)
 	} else {
 		for !ok && len(cfg.ids) > 0 {
 			e, ok = q.core.ready.remove(cfg.ids[0])

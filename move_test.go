@@ -3,6 +3,7 @@ package warren_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -157,7 +158,8 @@ func TestMoveOwnerAndDeleted(t *testing.T) {
 }
 
 // Under concurrent consumers of both queues and moves back and forth, every message is acked
-// exactly once and none is lost.
+// exactly once and none is lost. A failure anywhere is reported with t.Error (FailNow is for the
+// test's goroutine) and ends the others through ctx.
 func TestMoveUnderLoad(t *testing.T) {
 	b := warren.New()
 	defer b.Close()
@@ -168,46 +170,75 @@ func TestMoveUnderLoad(t *testing.T) {
 	const n = 20000
 	var acks [n]atomic.Int32
 	var acked atomic.Int64
+	all := make(chan struct{}) // closed when the last message is acked
 	ctx, stop := context.WithTimeout(context.Background(), time.Minute)
 	defer stop()
+	ok := func(err error) bool {
+		if err != nil {
+			t.Error(err)
+			stop()
+		}
+		return err == nil
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := range n {
-			require.NoError(t, b.Publish(ctx, "", "a", warren.Message{Body: []byte(strconv.Itoa(i))}))
+			if !ok(b.Publish(ctx, "", "a", warren.Message{Body: []byte(strconv.Itoa(i))})) {
+				return
+			}
 		}
 	})
 	consume := func(q *warren.Queue) {
 		c, err := q.Consume(ctx, warren.Prefetch(8))
-		require.NoError(t, err)
-		for acked.Load() < n {
+		if !ok(err) {
+			return
+		}
+		defer c.Cancel()
+		for {
 			select {
 			case d := <-c.Deliveries():
-				if i, _ := strconv.Atoi(string(d.Message.Body)); i%7 == 0 && !d.Redelivered {
-					require.NoError(t, d.Nack())
+				i, _ := strconv.Atoi(string(d.Message.Body))
+				if i%7 == 0 && !d.Redelivered {
+					if !ok(d.Nack()) {
+						return
+					}
 					continue
 				}
-				require.NoError(t, d.Ack())
-				i, _ := strconv.Atoi(string(d.Message.Body))
+				if !ok(d.Ack()) {
+					return
+				}
 				acks[i].Add(1)
-				acked.Add(1)
+				if acked.Add(1) == n {
+					close(all)
+				}
+			case <-all:
+				return
 			case <-ctx.Done():
 				return
 			}
 		}
-		c.Cancel()
 	}
 	wg.Go(func() { consume(a) })
 	wg.Go(func() { consume(z) })
 	for _, pair := range [][2]*warren.Queue{{a, z}, {z, a}} {
 		wg.Go(func() {
-			for acked.Load() < n && ctx.Err() == nil {
-				_, err := pair[0].Move(ctx, "", pair[1].Name(), warren.MoveLimit(50))
-				require.NoError(t, err)
+			for {
+				select {
+				case <-all:
+					return
+				case <-ctx.Done():
+					return
+				default:
+				}
+				if _, err := pair[0].Move(ctx, "", pair[1].Name(), warren.MoveLimit(50)); !ok(err) {
+					return
+				}
 				time.Sleep(100 * time.Microsecond) // real time: a stress test, not a timing test
 			}
 		})
 	}
 	wg.Wait()
+	require.NoError(t, ctx.Err(), "the messages were all acked before the timeout")
 	require.Equal(t, int64(n), acked.Load(), "every message acked")
 	for i := range n {
 		require.Equal(t, int32(1), acks[i].Load(), "message %d acked once", i)
@@ -252,5 +283,56 @@ func TestMoveSourceDeletedMidway(t *testing.T) {
 		require.ErrorIs(t, err, warren.ErrQueueDeleted)
 		require.Equal(t, 1, n, "the first message reached dst before its source went")
 		require.Equal(t, 1, dst.Len())
+	})
+}
+
+// A move to a destination that routes back to the source moves each message that was there
+// when it began once, and stops: what it moved in, and what is published meanwhile, stays.
+func TestMoveBackIntoItself(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		publishRange(t, b, q, 0, 5)
+		// The limit only keeps a broken move from spinning for ever.
+		n, err := q.Move(t.Context(), "", "q", warren.MoveLimit(100))
+		require.NoError(t, err)
+		require.Equal(t, 5, n)
+		require.Equal(t, "0 1 2 3 4", strings.Join(browse(q), " "), "moved to the tail, in order")
+
+		// Through a fanout to itself and another queue, with a message published during the move.
+		other := declare(t, b, "other")
+		_, err = b.DeclareExchange("both", warren.ExchangeFanout)
+		require.NoError(t, err)
+		require.NoError(t, b.Bind("q", "both", "", nil))
+		require.NoError(t, b.Bind("other", "both", "", nil))
+		var once sync.Once
+		b.Listen(func(e warren.Event) {
+			if e.Kind == warren.EventMoved {
+				once.Do(func() { publish(t, b, "q", "late") }) // on Move's goroutine, mid-move
+			}
+		})
+		n, err = q.Move(t.Context(), "both", "", warren.MoveLimit(100))
+		require.NoError(t, err)
+		require.Equal(t, 5, n)
+		require.Equal(t, "0 late 1 2 3 4", strings.Join(browse(q), " "), "published after the first move, late was not moved")
+		require.Equal(t, "0 1 2 3 4", strings.Join(browse(other), " "))
+		require.Equal(t, uint64(10), q.Stats().Moved)
+	})
+}
+
+// With priorities, a move from the head passes over newer messages of a higher priority, which
+// stay, and moves the older ones behind them.
+func TestMoveBackIntoItselfWithPriorities(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		q := declare(t, b, "q", warren.MaxPriority(5))
+		for i, p := range []uint8{1, 5, 3} {
+			publishMsg(t, b, "q", warren.Message{Body: []byte(strconv.Itoa(i)), Priority: p})
+		}
+		require.Equal(t, "1 2 0", strings.Join(browse(q), " "))
+		n, err := q.Move(t.Context(), "", "q", warren.MoveLimit(100))
+		require.NoError(t, err)
+		require.Equal(t, 3, n)
+		require.Equal(t, "1 2 0", strings.Join(browse(q), " "), "each moved once, back to its priority's tail")
 	})
 }
