@@ -13,8 +13,8 @@ import (
 )
 
 // The JSON API's reads and actions. Each read makes the broker calls it needs and holds no lock
-// of its own; a queue's lock is taken only by those calls (Stats, BrowseFrom), one short
-// critical section each.
+// of its own; a queue's lock is taken only by those calls (Stats, BrowseFrom of one message,
+// Consumers), one short critical section each.
 
 // overview is GET /api/overview.
 type overview struct {

@@ -33,5 +33,7 @@ func ExampleHandler() {
 
 	mux := http.NewServeMux()
 	mux.Handle("/warren/", requireOperator(http.StripPrefix("/warren", a)))
-	log.Fatal(http.ListenAndServe("localhost:8080", mux))
+	if err := http.ListenAndServe("localhost:8080", mux); err != nil {
+		log.Print(err) // and return, which closes the handler and the broker
+	}
 }

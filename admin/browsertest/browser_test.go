@@ -70,10 +70,16 @@ func browser(t *testing.T) context.Context {
 	t.Logf("browser: %s", version)
 
 	// Every uncaught exception and console error of the page fails the test.
+	// The watcher ends with ctx, before the test does.
 	messages := chromedp.Console(ctx)
+	watched := make(chan struct{})
 	go func() {
+		defer close(watched)
 		for m, err := range messages {
 			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("browser console: %v", err)
+				}
 				return
 			}
 			if m.IsException() || m.Type == chromedp.ConsoleError {
@@ -81,6 +87,10 @@ func browser(t *testing.T) context.Context {
 			}
 		}
 	}()
+	t.Cleanup(func() {
+		cancel()
+		<-watched
+	})
 	return ctx
 }
 

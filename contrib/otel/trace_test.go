@@ -17,8 +17,8 @@ import (
 	warrenotel "github.com/warrenmq/warren/contrib/otel"
 )
 
-// The acceptance test of issue 18: one trace from a publish, through a retry and a dead letter,
-// to the dead-letter queue's handler.
+// One trace from a publish, through a retry and a dead letter, to the dead-letter queue's
+// handler.
 
 // handled is what a handler saw of one delivery: the span in its context, and the delivery.
 type handled struct {
