@@ -334,8 +334,9 @@ func (b *Broker) Exchange(name string) (*Exchange, error) {
 // Queues returns the broker's queues, sorted by name, as of the call.
 func (b *Broker) Queues() iter.Seq[*Queue] {
 	b.mu.RLock()
-	qs := slices.SortedFunc(maps.Values(b.queues), func(x, y *Queue) int { return cmp.Compare(x.name, y.name) })
+	qs := slices.Collect(maps.Values(b.queues))
 	b.mu.RUnlock()
+	slices.SortFunc(qs, func(x, y *Queue) int { return cmp.Compare(x.name, y.name) }) // names never change
 	return slices.Values(qs)
 }
 
@@ -343,8 +344,9 @@ func (b *Broker) Queues() iter.Seq[*Queue] {
 // of the call.
 func (b *Broker) Exchanges() iter.Seq[*Exchange] {
 	b.mu.RLock()
-	xs := slices.SortedFunc(maps.Values(b.exchanges), func(x, y *Exchange) int { return cmp.Compare(x.name, y.name) })
+	xs := slices.Collect(maps.Values(b.exchanges))
 	b.mu.RUnlock()
+	slices.SortFunc(xs, func(x, y *Exchange) int { return cmp.Compare(x.name, y.name) })
 	return slices.Values(xs)
 }
 

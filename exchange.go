@@ -252,6 +252,7 @@ func (b *Broker) bind(dst destination, src, key string, args Table, cfg callConf
 	if len(key) > maxNameLen {
 		return errorf("bind: key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
+	args = cloneTable(args) // the binding's own: the caller may reuse the table
 	b.mu.Lock()
 	defer b.unlockTopology()
 	bd, err := b.bindingLocked("bind", dst, src, key, args, cfg)

@@ -41,6 +41,13 @@ type QueueDecl struct {
 	Arguments  Table // RabbitMQ's "x-" arguments; nil when none
 }
 
+// Declaration returns the queue's declaration: its name, flags and arguments (a copy), as
+// [Broker.Topology] lists it — which leaves exclusive queues out. It takes no lock: a queue's
+// declaration never changes.
+func (q *Queue) Declaration() QueueDecl {
+	return QueueDecl{Name: q.name, Durable: q.cfg.durable, AutoDelete: q.cfg.autoDelete, Arguments: cloneTable(q.cfg.args)}
+}
+
 // BindingDecl is a binding: from the exchange Source to the queue Destination, or to the
 // exchange Destination when ToExchange (an exchange-to-exchange binding).
 type BindingDecl struct {
@@ -54,15 +61,48 @@ type BindingDecl struct {
 // Topology returns the broker's topology as of the call: exchanges and queues sorted by name,
 // bindings by source, destination and routing key.
 func (b *Broker) Topology() Topology {
-	var t Topology
 	b.mu.RLock()
-	defer b.mu.RUnlock()
+	t, alternates := b.topologyLocked()
+	b.mu.RUnlock()
+	// The arguments are copied, and everything sorted, after the lock: a declaration's and a
+	// binding's tables never change once made.
+	for i := range t.Exchanges {
+		d := &t.Exchanges[i]
+		d.Arguments = cloneTable(d.Arguments)
+		if alternates[i] != "" {
+			if d.Arguments == nil {
+				d.Arguments = Table{}
+			}
+			d.Arguments["alternate-exchange"] = alternates[i]
+		}
+	}
+	for i := range t.Queues {
+		t.Queues[i].Arguments = cloneTable(t.Queues[i].Arguments)
+	}
+	for i := range t.Bindings {
+		t.Bindings[i].Arguments = cloneTable(t.Bindings[i].Arguments)
+	}
+	t.sort()
+	return t
+}
+
+// topologyLocked returns the topology unsorted, with the declarations' and bindings' own
+// argument tables (not copies), and each exchange's alternate exchange ("" for none), which its
+// ExchangeDecl's Arguments show: Topology's critical section.
+func (b *Broker) topologyLocked() (t Topology, alternates []string) {
+	n := 0
+	for _, x := range b.exchanges {
+		n += len(x.bindings)
+	}
+	t = Topology{Exchanges: make([]ExchangeDecl, 0, len(b.exchanges)), Queues: make([]QueueDecl, 0, len(b.queues)),
+		Bindings: make([]BindingDecl, 0, n)}
+	alternates = make([]string, 0, len(b.exchanges))
 	for _, x := range b.exchanges {
 		for _, bd := range x.bindings {
 			if bd.queue != nil && bd.queue.Exclusive() {
 				continue
 			}
-			d := BindingDecl{Source: x.name, RoutingKey: bd.key, Arguments: cloneTable(bd.args)}
+			d := BindingDecl{Source: x.name, RoutingKey: bd.key, Arguments: bd.args}
 			if bd.queue != nil {
 				d.Destination = bd.queue.name
 			} else {
@@ -73,25 +113,18 @@ func (b *Broker) Topology() Topology {
 		if predeclared(x.name) {
 			continue
 		}
-		args := cloneTable(x.cfg.args)
-		if x.cfg.alternate != "" {
-			if args == nil {
-				args = Table{}
-			}
-			args["alternate-exchange"] = x.cfg.alternate
-		}
 		t.Exchanges = append(t.Exchanges, ExchangeDecl{Name: x.name, Kind: x.kind, Durable: x.cfg.durable,
-			AutoDelete: x.cfg.autoDelete, Internal: x.cfg.internal, Arguments: args})
+			AutoDelete: x.cfg.autoDelete, Internal: x.cfg.internal, Arguments: x.cfg.args})
+		alternates = append(alternates, x.cfg.alternate)
 	}
 	for _, q := range b.queues {
 		if q.Exclusive() {
 			continue
 		}
 		t.Queues = append(t.Queues, QueueDecl{Name: q.name, Durable: q.cfg.durable, AutoDelete: q.cfg.autoDelete,
-			Arguments: cloneTable(q.cfg.args)})
+			Arguments: q.cfg.args})
 	}
-	t.sort()
-	return t
+	return t, alternates
 }
 
 // sort puts the topology in Topology's order. Bindings that differ only in their arguments keep

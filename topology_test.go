@@ -187,3 +187,39 @@ func TestTopologyClassic(t *testing.T) {
 	require.Equal(t, stream, stream.Classic(), "a stream stays a stream")
 	require.ErrorIs(t, b.DeclareTopology(stream.Classic()), warren.ErrPreconditionFailed)
 }
+
+// A binding keeps its own copy of its arguments: a caller that reuses and changes the table
+// after Bind changes neither the binding's match nor what Topology shows.
+func TestBindKeepsItsOwnArguments(t *testing.T) {
+	b := newBroker(t)
+	declare(t, b, "q")
+	_, err := b.DeclareExchange("h", warren.ExchangeHeaders)
+	require.NoError(t, err)
+	args := warren.Table{"x-match": "all", "kind": "a"}
+	require.NoError(t, b.Bind("q", "h", "", args))
+	args["kind"] = "b"
+	args["x-match"] = "any"
+	bs := b.Topology().Bindings
+	require.Len(t, bs, 1)
+	require.Equal(t, warren.Table{"x-match": "all", "kind": "a"}, bs[0].Arguments)
+	require.NoError(t, b.Unbind("q", "h", "", warren.Table{"x-match": "all", "kind": "a"}))
+	require.Empty(t, b.Topology().Bindings, "unbound with the arguments it was bound with")
+}
+
+// A queue's Declaration is its entry in Topology, and a copy: changing it changes nothing.
+func TestQueueDeclaration(t *testing.T) {
+	b := newBroker(t)
+	richTopology(t, b)
+	for _, d := range b.Topology().Queues {
+		q, err := b.Queue(d.Name)
+		require.NoError(t, err)
+		require.Equal(t, d, q.Declaration())
+	}
+	q, err := b.Queue("orders.created")
+	require.NoError(t, err)
+	q.Declaration().Arguments["x-max-length"] = 1
+	require.Equal(t, int64(10000), q.Declaration().Arguments["x-max-length"])
+	ex, err := b.Queue("mine", warren.As(context.Background()))
+	require.NoError(t, err)
+	require.Equal(t, warren.QueueDecl{Name: "mine"}, ex.Declaration(), "an exclusive queue, which Topology leaves out, has one too")
+}

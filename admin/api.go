@@ -69,20 +69,20 @@ type queueInfo struct {
 
 // queues returns every queue's info, sorted by name.
 func (s *Server) queues() []queueInfo {
-	decls := make(map[string]warren.QueueDecl)
-	for _, d := range s.b.Topology().Queues {
-		decls[d.Name] = d
-	}
 	out := []queueInfo{}
 	for q := range s.b.Queues() {
-		out = append(out, queueInfoOf(q, decls[q.Name()]))
+		out = append(out, queueInfoOf(q))
 	}
 	return out
 }
 
-func queueInfoOf(q *warren.Queue, d warren.QueueDecl) queueInfo {
-	return queueInfo{Name: q.Name(), Durable: d.Durable, AutoDelete: d.AutoDelete, Exclusive: q.Exclusive(),
-		Arguments: readableTable(d.Arguments), Stats: q.Stats()}
+func queueInfoOf(q *warren.Queue) queueInfo {
+	d := q.Declaration()
+	info := queueInfo{Name: q.Name(), Durable: d.Durable, AutoDelete: d.AutoDelete, Exclusive: q.Exclusive(), Stats: q.Stats()}
+	if !info.Exclusive { // an exclusive queue's arguments are its owner's business
+		info.Arguments = readableTable(d.Arguments)
+	}
+	return info
 }
 
 func (s *Server) getQueues(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.queues()) }
@@ -113,13 +113,7 @@ func (s *Server) queueDetail(name string) (queueDetail, error) {
 	if err != nil {
 		return queueDetail{}, err
 	}
-	var d warren.QueueDecl
-	for _, qd := range s.b.Topology().Queues {
-		if qd.Name == name {
-			d = qd
-		}
-	}
-	out := queueDetail{queueInfo: queueInfoOf(q, d), Consumers: []consumerInfo{}}
+	out := queueDetail{queueInfo: queueInfoOf(q), Consumers: []consumerInfo{}}
 	for _, c := range q.Consumers() {
 		ci := consumerInfo{Tag: c.Tag, Status: c.Status, Prefetch: c.Prefetch, Priority: c.Priority,
 			AutoAck: c.AutoAck, Exclusive: c.Exclusive, Selector: c.Selector, Served: c.Served, Unacked: c.Unacked}
