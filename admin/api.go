@@ -107,12 +107,8 @@ type consumerInfo struct {
 	Unacked    int    `json:"unacked"`
 }
 
-// queueDetail returns the named queue's info and consumers.
-func (s *Server) queueDetail(name string) (queueDetail, error) {
-	q, err := s.queue(name)
-	if err != nil {
-		return queueDetail{}, err
-	}
+// queueDetailOf returns q's info and consumers.
+func queueDetailOf(q *warren.Queue) queueDetail {
 	out := queueDetail{queueInfo: queueInfoOf(q), Consumers: []consumerInfo{}}
 	for _, c := range q.Consumers() {
 		ci := consumerInfo{Tag: c.Tag, Status: c.Status, Prefetch: c.Prefetch, Priority: c.Priority,
@@ -122,16 +118,16 @@ func (s *Server) queueDetail(name string) (queueDetail, error) {
 		}
 		out.Consumers = append(out.Consumers, ci)
 	}
-	return out, nil
+	return out
 }
 
 func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
-	info, err := s.queueDetail(r.PathValue("name"))
+	q, err := s.queue(r.PathValue("name"))
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	writeJSON(w, info)
+	writeJSON(w, queueDetailOf(q))
 }
 
 // queue finds a queue by listing the broker's: [warren.Broker.Queue] counts as a use of the

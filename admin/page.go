@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/warrenmq/warren"
 )
 
 // The HTML page: templates rendered from the same data as the JSON API, with a small script
@@ -112,19 +114,23 @@ func (s *Server) pageQueue(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	info, err := s.queueDetail(name)
-	q, qerr := s.queue(name)
-	if err != nil || qerr != nil {
-		s.render(w, r, s.pages.notFound, http.StatusNotFound, pageData{Title: "Not found", Data: name})
-		return
-	}
-	var others []queueInfo
+	// One listing finds the queue and the destinations a move offers.
+	var (
+		q      *warren.Queue
+		others []queueInfo
+	)
 	for o := range s.b.Queues() {
-		if o.Name() != name {
+		if o.Name() == name {
+			q = o
+		} else {
 			others = append(others, queueInfo{Name: o.Name()})
 		}
 	}
-	p := queuePage{Queue: info, Page: browse(q, after, limit), After: after, Others: others}
+	if q == nil {
+		s.render(w, r, s.pages.notFound, http.StatusNotFound, pageData{Title: "Not found", Data: name})
+		return
+	}
+	p := queuePage{Queue: queueDetailOf(q), Page: browse(q, after, limit), After: after, Others: others}
 	if len(p.Page.Messages) > 0 && len(p.Page.Messages[0].Deaths) > 0 {
 		p.Back = p.Page.Messages[0].Deaths[0].Queue
 	}
