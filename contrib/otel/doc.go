@@ -1,5 +1,5 @@
 // Package warrenotel traces messages through a [warren.Broker] with OpenTelemetry, and exposes
-// the broker's statistics as OpenTelemetry metrics.
+// the broker's statistics, and the processing of its messages, as OpenTelemetry metrics.
 //
 // The import path is github.com/warrenmq/warren/contrib/otel, but the package is named
 // warrenotel, so that it can be imported next to go.opentelemetry.io/otel without an alias.
@@ -62,4 +62,12 @@
 // each collection: per-queue gauges and counters, labelled by [QueueKey], plus the broker's
 // exchange count and unroutable publishes. It runs no goroutine: the reader's collection calls
 // it. [Metrics.Close] unregisters them.
+//
+// [Metrics.Middleware] measures the handlers of Serve as the messaging conventions ask: each
+// attempt at a message in messaging.process.duration (seconds, with error.type when the handler
+// fails or panics) and in messaging.client.consumed.messages, under the queue's name. It goes
+// with the tracer's, which it belongs inside, so that its measurements are made in the process
+// span:
+//
+//	err = q.Serve(ctx, handle, warren.Middleware(tracer.Middleware("jobs"), metrics.Middleware("jobs")))
 package warrenotel

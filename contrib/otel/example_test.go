@@ -2,12 +2,17 @@ package warrenotel_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/warrenmq/warren"
 	warrenotel "github.com/warrenmq/warren/contrib/otel"
@@ -84,4 +89,69 @@ func ExampleNewMetrics() {
 	}
 	// Output:
 	// warren.queue.messages.ready jobs 3
+}
+
+// Measure each attempt at a message as the messaging conventions ask, beside tracing it: the
+// tracer's middleware outside, so the measurements are made in the process span. Here the first
+// attempt fails and the retry acks; a manual reader collects once.
+func ExampleMetrics_Middleware() {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	tracer := warrenotel.NewTracer() // OpenTelemetry's global tracer provider
+
+	ctx := context.Background()
+	b := warren.New()
+	defer b.Close()
+	metrics, err := warrenotel.NewMetrics(b, warrenotel.WithMeterProvider(mp))
+	if err != nil {
+		panic(err)
+	}
+	defer metrics.Close()
+	q, _ := b.DeclareQueue("jobs")
+	_ = tracer.Publish(ctx, b, "", "jobs", warren.Message{Body: []byte("job")})
+
+	handle := func(ctx context.Context, d warren.Delivery) error {
+		if d.DeliveryCount == 0 {
+			return errors.New("transient")
+		}
+		return nil
+	}
+	serveCtx, stop := context.WithCancel(ctx)
+	served := make(chan error)
+	go func() {
+		served <- q.Serve(serveCtx, handle, warren.Middleware(tracer.Middleware("jobs"), metrics.Middleware("jobs")))
+	}()
+	_ = q.WaitEmpty(ctx) // failed, retried, acked
+	stop()
+	<-served
+
+	var rm metricdata.ResourceMetrics
+	_ = reader.Collect(ctx, &rm)
+	var lines []string
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		switch data := m.Data.(type) {
+		case metricdata.Histogram[float64]:
+			for _, dp := range data.DataPoints {
+				queue, _ := dp.Attributes.Value(semconv.MessagingDestinationNameKey)
+				errorType, failed := dp.Attributes.Value(semconv.ErrorTypeKey)
+				if !failed {
+					errorType = attribute.StringValue("none")
+				}
+				lines = append(lines, fmt.Sprintf("%s %s: %d attempt, error.type %s", m.Name, queue.AsString(), dp.Count, errorType.AsString()))
+			}
+		case metricdata.Sum[int64]:
+			if m.Name == "messaging.client.consumed.messages" {
+				for _, dp := range data.DataPoints {
+					lines = append(lines, fmt.Sprintf("%s: %d", m.Name, dp.Value))
+				}
+			}
+		}
+	}
+	slices.Sort(lines) // a histogram's data points come in no particular order
+	fmt.Println(strings.Join(lines, "\n"))
+	// Output:
+	// messaging.client.consumed.messages: 2
+	// messaging.process.duration jobs: 1 attempt, error.type *errors.errorString
+	// messaging.process.duration jobs: 1 attempt, error.type none
 }

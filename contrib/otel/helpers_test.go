@@ -99,14 +99,15 @@ func declare(t *testing.T, b *warren.Broker, name string, opts ...warren.QueueOp
 	return q
 }
 
-// serve runs q.Serve(ctx, h) on a goroutine of its own until the returned stop is called,
-// which cancels it and returns what Serve returned. Call it, and stop, in a synctest bubble,
-// where synctest.Wait waits for the handlers to be idle.
-func serve(ctx context.Context, q *warren.Queue, h warren.Handler) (stop func() error) {
+// serve runs q.Serve(ctx, h, opts...) on a goroutine of its own until the returned stop is
+// called, which cancels it and returns what Serve returned. Call it, and stop, in a synctest
+// bubble, where synctest.Wait waits for the handlers to be idle.
+func serve(ctx context.Context, q *warren.Queue, h warren.Handler, opts ...warren.ServeOption) (stop func() error) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	started := make(chan struct{})
-	go func() { done <- q.Serve(ctx, h, warren.OnStart(func() { close(started) })) }()
+	opts = append(opts, warren.OnStart(func() { close(started) }))
+	go func() { done <- q.Serve(ctx, h, opts...) }()
 	select {
 	case <-started:
 	case err := <-done: // failed to start: stop says why

@@ -3,21 +3,30 @@ package warrenotel
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 
 	"github.com/warrenmq/warren"
 )
 
-// Metrics observes a broker's statistics ([warren.Broker.Stats]) as OpenTelemetry instruments.
-// Create one with [NewMetrics]; the zero Metrics is not usable. It runs nothing of its own: the
-// meter provider's reader calls its callback at each collection, which takes one snapshot of
-// the broker. [Metrics.Close] unregisters it. A Metrics is safe for concurrent use.
+// Metrics observes a broker's statistics ([warren.Broker.Stats]) as OpenTelemetry instruments,
+// and, through [Metrics.Middleware], the handlers of Serve. Create one with [NewMetrics]; the
+// zero Metrics is not usable. It runs nothing of its own: the meter provider's reader calls its
+// callback at each collection, which takes one snapshot of the broker, and the middleware
+// measures on the handlers' goroutines. [Metrics.Close] unregisters the callback. A Metrics is
+// safe for concurrent use.
 type Metrics struct {
-	reg       metric.Registration
+	// Set once by NewMetrics.
+	reg      metric.Registration
+	duration metric.Float64Histogram // messaging.process.duration, for Middleware
+	consumed metric.Int64Counter     // messaging.client.consumed.messages, for Middleware
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -54,6 +63,12 @@ type queueInstrument struct {
 //
 //	warren.exchanges                     UpDownCounter  {exchange}  Exchanges
 //	warren.messages.unroutable           Counter        {message}   Unroutable
+//
+// It also makes the two synchronous instruments of OpenTelemetry's messaging conventions that
+// [Metrics.Middleware] records for each attempt at a message:
+//
+//	messaging.process.duration           Histogram      s
+//	messaging.client.consumed.messages   Counter        {message}
 //
 // The counters are cumulative from the queue's declaration: a deleted queue's series stop being
 // reported, and a queue declared again under the same name starts from zero (a counter reset).
@@ -118,6 +133,15 @@ func NewMetrics(b *warren.Broker, opts ...MetricsOption) (*Metrics, error) {
 	errs = append(errs, err)
 	exchanges := upDown("warren.exchanges", "{exchange}", "Exchanges declared on the broker, the predeclared ones included.")
 	unroutable := counter("warren.messages.unroutable", "{message}", "Publishes to the broker that reached no queue.")
+	// Names, units and descriptions from the conventions' generated package. The boundaries are
+	// the ones messaging-metrics.md of semconv v1.43.0 asks for messaging.process.duration; the
+	// generated package leaves them out (it gives them to HTTP's and RPC's durations only), and
+	// the SDK's default buckets, made for milliseconds, would put every handler in the first two.
+	duration, err := messagingconv.NewProcessDuration(meter,
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10))
+	errs = append(errs, err)
+	consumed, err := messagingconv.NewClientConsumedMessages(meter)
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -144,13 +168,108 @@ func NewMetrics(b *warren.Broker, opts ...MetricsOption) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Metrics{reg: reg}, nil
+	return &Metrics{reg: reg, duration: duration.Inst(), consumed: consumed.Inst()}, nil
 }
 
 // Close unregisters the instruments' callback: collections no longer read the broker, and no
 // longer report its series. It is idempotent, and returns the provider's error from the first
-// call.
+// call. It does not stop [Metrics.Middleware]: the middleware's instruments are synchronous,
+// with nothing to unregister, and record until the meter provider shuts down.
 func (m *Metrics) Close() error {
 	m.closeOnce.Do(func() { m.closeErr = m.reg.Unregister() })
 	return m.closeErr
+}
+
+// Middleware returns a middleware that measures the handlers of the named queue as
+// OpenTelemetry's messaging conventions ask of a push consumer: wrap the handler given to
+// [warren.Queue.Serve] (or [warren.Broker.Serve], or any backend's Serve) with it, alone or with
+// the tracer's, as in
+//
+//	err := q.Serve(ctx, handle, warren.Middleware(tracer.Middleware("jobs"), metrics.Middleware("jobs")))
+//
+// Each call of the handler, that is each attempt at a message (a retry is another), is measured
+// in two instruments of [NewMetrics]'s meter:
+//
+//   - messaging.process.duration, a histogram of how long the handler took in seconds, from its
+//     call to its return, panic or runtime.Goexit, with the bucket boundaries the conventions
+//     recommend (0.005 to 10). When the handler fails, the measurement carries error.type too,
+//     the same as the process span's: the error's type, or its ErrorType method's result
+//     (semconv.ErrorType); for a panic, the panic value's type when it is an error, else
+//     "*errors.errorString", as for runtime.Goexit.
+//   - messaging.client.consumed.messages, a counter of the deliveries handed to the handler,
+//     added to as the handler is called, so an attempt still running is counted and the
+//     histogram's count catches up when it ends. It never carries error.type: the delivery to
+//     the handler cannot fail, and the handler's failure is the histogram's.
+//
+// Both carry messaging.system "rabbitmq", messaging.operation.name "process", and
+// messaging.destination.name the queue's name. That is RabbitMQ's destination for a message
+// published through the default exchange, where the routing key is the queue. For a message
+// routed by another exchange the process span's destination is "{exchange}:{routing key}:{queue}"
+// ([Tracer.Middleware]), but the metrics keep the queue alone: a routing key may differ per
+// message (a topic exchange's "orders.eu.1234"), each value would be a series of its own, and
+// the conventions ask for the destination name only when it is known to be of low cardinality.
+// For the same reason, queue "" or a server-named queue ("amq.gen-…", a new name at every
+// declaration) leaves the destination name out.
+//
+// A panic goes on to Serve, which recovers it, after it is measured. Put the tracer's middleware
+// outside this one (first in [warren.Middleware]): the handler's ctx then carries the process
+// span when the measurements are made, so exemplars, if the SDK takes them, point at it, and the
+// duration is the span's less the tracer's own work.
+//
+// The returned middleware returns nil for a nil handler, which Serve refuses. The middleware is
+// safe for concurrent use, and so for Serve's workers.
+func (m *Metrics) Middleware(queue string) func(warren.Handler) warren.Handler {
+	attrs := []attribute.KeyValue{semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationName(opProcess)}
+	if queue != "" && !strings.HasPrefix(queue, serverNamed) {
+		attrs = append(attrs, semconv.MessagingDestinationName(queue))
+	}
+	p := &processMeasure{m: m, attrs: attrs, set: metric.WithAttributeSet(attribute.NewSet(attrs...))}
+	return func(h warren.Handler) warren.Handler {
+		if h == nil {
+			return nil
+		}
+		return func(ctx context.Context, d warren.Delivery) error { return p.process(ctx, h, d) }
+	}
+}
+
+// processMeasure measures the attempts of one [Metrics.Middleware]. Immutable once made, so
+// shared by its handlers' workers.
+type processMeasure struct {
+	m     *Metrics
+	attrs []attribute.KeyValue     // of every measurement; error.type is added to a failure's
+	set   metric.MeasurementOption // attrs as a set, made once: the measurement of a success
+}
+
+// process runs h on d, and measures the attempt.
+func (p *processMeasure) process(ctx context.Context, h warren.Handler, d warren.Delivery) (err error) {
+	p.m.consumed.Add(ctx, 1, p.set)
+	start := time.Now()
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		r := recover()
+		p.record(ctx, start, handlerFailure(r))
+		if r != nil {
+			// Re-panicked from this deferred call, above the handler's frames, so that Serve's
+			// recover logs a stack that reaches the handler (see Tracer.process).
+			panic(r)
+		}
+	}()
+	err = h(ctx, d)
+	returned = true
+	p.record(ctx, start, err)
+	return err
+}
+
+// record records the duration of an attempt that started at start and ended with err.
+func (p *processMeasure) record(ctx context.Context, start time.Time, err error) {
+	d := time.Since(start).Seconds()
+	if err == nil {
+		p.m.duration.Record(ctx, d, p.set)
+		return
+	}
+	failed := append(p.attrs[:len(p.attrs):len(p.attrs)], semconv.ErrorType(err))
+	p.m.duration.Record(ctx, d, metric.WithAttributeSet(attribute.NewSet(failed...)))
 }

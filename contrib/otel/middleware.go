@@ -16,6 +16,22 @@ import (
 // returning, which Serve fails the delivery for.
 var errGoexit = errors.New("warrenotel: handler called runtime.Goexit")
 
+// handlerFailure is the failure of a handler that did not return, given what recover returned
+// in a deferred call of a middleware: a panic's value, or nil for runtime.Goexit (since Go 1.21,
+// panic(nil) recovers as a *runtime.PanicNilError). Serve fails the delivery either way, as it
+// fails it for an error, and a panic's value decides as an error would, so the error wraps it
+// when it is one.
+func handlerFailure(p any) error {
+	switch v := p.(type) {
+	case nil:
+		return errGoexit
+	case error:
+		return fmt.Errorf("handler panicked: %w", v)
+	default:
+		return fmt.Errorf("handler panicked: %v", v)
+	}
+}
+
 // Middleware returns a middleware for the handlers of the named queue: wrap the handler given to
 // [warren.Queue.Serve] (or [warren.Broker.Serve], or any backend's Serve) with it, as in
 //
@@ -103,19 +119,8 @@ func (t *Tracer) process(ctx context.Context, queue string, h warren.Handler, d 
 		if returned {
 			return
 		}
-		// A panic, or runtime.Goexit (recover returns nil): Serve fails the delivery either
-		// way, as it fails it for an error, and a panic's value decides as an error would.
 		p := recover()
-		var failed error
-		switch v := p.(type) {
-		case nil:
-			failed = errGoexit
-		case error:
-			failed = fmt.Errorf("handler panicked: %w", v)
-		default:
-			failed = fmt.Errorf("handler panicked: %v", v)
-		}
-		s.finish(ctx, failed)
+		s.finish(ctx, handlerFailure(p))
 		if p != nil {
 			// Re-panicked from this deferred call, above the handler's frames, which are still
 			// on the stack: Serve's recover logs a stack that reaches the handler.
