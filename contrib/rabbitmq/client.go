@@ -281,7 +281,9 @@ func (c *Client) keep(lost <-chan *amqp.Error) {
 				c.cfg.logger.Info("rabbitmq: reconnected")
 				break
 			}
-			if errors.Is(err, warren.ErrClosed) {
+			// Only the client's own Close ends this loop: an attempt's connection lost on the
+			// way is an error wrapping warren.ErrClosed too, and one more failed attempt.
+			if c.isClosed() {
 				return
 			}
 			c.cfg.logger.Warn("rabbitmq: reconnect failed", "err", err, "retry_in", wait)

@@ -243,7 +243,8 @@ func TestClientDeclaresAgain(t *testing.T) {
 	conn := dial(t)
 	top := unique(t, conn, clientTopology())
 	q := top.Queues[0].Name
-	p, c := proxied(t)
+	p, c := proxied(t, WithLogger(testLogger(t))) // its reconnections explain a failure
+	defer c.Close()
 	require.NoError(t, c.DeclareTopology(top))
 
 	p.setDown(true)
@@ -252,15 +253,24 @@ func TestClientDeclaresAgain(t *testing.T) {
 	_, err := ch.QueueDelete(q, false, false, false)
 	require.NoError(t, err)
 	p.setDown(false)
-	require.Eventually(t, func() bool {
+	declared := func() error {
 		probe, err := conn.Channel()
 		if err != nil {
-			return false
+			return err
 		}
 		defer probe.Close()
 		_, err = probe.QueueDeclarePassive(q, false, false, false, false, nil)
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "declared again")
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		err := declared()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not declared again within 10 s: %v", err)
+		}
+	}
 	require.NoError(t, c.Publish(context.Background(), top.Exchanges[0].Name, "k", warren.Message{Body: []byte("again")}))
 	require.Len(t, getAll(t, ch, q), 1, "with its binding")
 }
@@ -487,4 +497,24 @@ func TestClientOutOfOrderConfirms(t *testing.T) {
 		t.Error(err)
 	}
 	require.Zero(t, slow.Load(), "publishes that took more than 4 s")
+}
+
+// A reconnection whose connection is lost in its handshake (a node going down as the client
+// connects) is one more failed attempt: the client goes on reconnecting, and a publish waiting
+// for it goes through.
+func TestClientReconnectsThroughLostHandshakes(t *testing.T) {
+	conn := dial(t)
+	top := unique(t, conn, clientTopology())
+	p, c := proxied(t, WithLogger(testLogger(t)))
+	defer c.Close()
+	require.NoError(t, c.DeclareTopology(top))
+
+	for _, frames := range []int{1, 2, 3, 4} { // lost in the handshake, before a channel, before confirms
+		p.cutEarly(3, frames)
+		p.cut()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		require.NoError(t, c.Publish(ctx, top.Exchanges[0].Name, "k", warren.Message{Body: []byte("after")}), "cut after %d frames", frames)
+		cancel()
+	}
+	require.Len(t, getAll(t, channel(t, conn), top.Queues[0].Name), 4)
 }

@@ -137,6 +137,8 @@ type proxy struct {
 	paused   [2]bool
 	dropAcks bool
 	down     bool
+	brief    int // the next connections to close after the server's first briefAt frames
+	briefAt  int
 	conns    []net.Conn
 	wg       sync.WaitGroup
 }
@@ -173,6 +175,19 @@ func newProxy(t *testing.T, rabbitURL string) (*proxy, string) {
 // quiet is a logger for clients whose reconnections the test causes.
 var quiet = slog.New(slog.DiscardHandler)
 
+// testLogger is a logger that writes to t's log, shown when t fails: for a test whose failure
+// the client's reconnections would explain. Its client must be closed before t ends.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
 // proxied returns a proxy to the test's RabbitMQ and a client dialled through it, reconnecting
 // within 50 ms, quiet, closed when the test ends; opts come after those and can change them.
 func proxied(t *testing.T, opts ...Option) (*proxy, *Client) {
@@ -204,9 +219,20 @@ func (p *proxy) accept() {
 		}
 		p.mu.Lock()
 		p.conns = append(p.conns, in, out)
+		brief := 0
+		if p.brief > 0 {
+			p.brief--
+			brief = p.briefAt
+		}
 		p.mu.Unlock()
 		p.wg.Go(func() { p.forwardBytes(out, in); out.Close() })
-		p.wg.Go(func() { p.forwardFrames(in, out); in.Close() })
+		p.wg.Go(func() {
+			p.forwardFrames(in, out, brief)
+			in.Close()
+			if brief > 0 {
+				out.Close()
+			}
+		})
 	}
 }
 
@@ -228,6 +254,15 @@ func (p *proxy) pause(d direction, paused bool) {
 func (p *proxy) setDropAcks(drop bool) {
 	p.mu.Lock()
 	p.dropAcks = drop
+	p.mu.Unlock()
+}
+
+// cutEarly makes the proxy close each of the next n connections once it has carried the
+// server's first frames: as a node that goes down while a client connects (1: after
+// connection.start; 3: after connection.open-ok, the client connected).
+func (p *proxy) cutEarly(n, frames int) {
+	p.mu.Lock()
+	p.brief, p.briefAt = n, frames
 	p.mu.Unlock()
 }
 
@@ -266,8 +301,8 @@ func (p *proxy) forwardBytes(dst, src net.Conn) {
 }
 
 // forwardFrames copies server → client frame by frame, holding back while paused and dropping
-// basic.ack (class 60, method 80) while dropAcks.
-func (p *proxy) forwardFrames(dst, src net.Conn) {
+// basic.ack (class 60, method 80) while dropAcks; it stops after brief frames if brief > 0.
+func (p *proxy) forwardFrames(dst, src net.Conn, brief int) {
 	r := bufio.NewReader(src)
 	for {
 		h := make([]byte, 7)
@@ -287,6 +322,9 @@ func (p *proxy) forwardFrames(dst, src net.Conn) {
 		}
 		p.wait(fromServer)
 		if _, err := dst.Write(append(h, rest...)); err != nil {
+			return
+		}
+		if brief--; brief == 0 {
 			return
 		}
 	}
