@@ -302,21 +302,30 @@ func (c *queueCore) take() (entry, bool) {
 
 // takeBefore takes the first ready message, in delivery order, of those enqueued before
 // sequence id before, and dead-letters the expired ones it meets: what a move from the head
-// takes, which must not take what it enqueued itself. In a queue without priorities the newer
-// messages are behind the older, so it reads the head; with priorities it passes over the newer
-// ones of higher priority.
+// takes, which must not take what it enqueued itself. Within a priority rank the keys are the
+// sequence ids, so a rank's older messages all come before its newer ones: it reads the first
+// entry of each rank, from the highest priority, until one is older than before — O(ranks)
+// seeks, however many newer messages wait ahead (a move into its own queue puts every message
+// it moved of a higher priority there).
 func (c *queueCore) takeBefore(before uint64) (entry, bool) {
-	for {
-		var k uint64
+	for from := uint64(0); ; {
+		var first entry
 		found := false
-		c.ready.ascend(0, func(e entry) bool {
-			k, found = e.key(), e.seq < before
-			return !found
+		c.ready.ascend(from, func(e entry) bool {
+			first, found = e, true
+			return false
 		})
-		if !found {
+		switch {
+		case !found:
 			return entry{}, false
+		case first.seq >= before: // and so is the rest of its rank
+			if int(first.rank) == len(c.ready.lower) { // the last rank
+				return entry{}, false
+			}
+			from = uint64(first.rank+1) << seqBits
+			continue
 		}
-		e, _ := c.ready.remove(k)
+		e, _ := c.ready.remove(first.key())
 		if !c.expired(e) {
 			return e, true
 		}

@@ -2,6 +2,7 @@ package warren_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/warrenmq/warren"
@@ -62,4 +63,35 @@ func BenchmarkMove(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/message")
 	})
+}
+
+// BenchmarkMoveIntoItself: a priority queue's messages moved back into it (a destination that
+// routes back to the source), half of a high priority and half of a low one, so that the moved
+// high-priority messages wait ahead of the low-priority ones still to move. Per message; it
+// would grow with the queue if each move passed over the messages moved before it.
+//
+//	go test -run '^$' -bench 'BenchmarkMoveIntoItself' .
+func BenchmarkMoveIntoItself(b *testing.B) {
+	for _, n := range []int{2000, 20000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			ctx := context.Background()
+			br := warren.New()
+			defer br.Close()
+			q, err := br.DeclareQueue("q", warren.MaxPriority(5))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				if err := br.Publish(ctx, "", "q", warren.Message{Priority: uint8(5 * (i % 2))}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for b.Loop() {
+				if moved, err := q.Move(ctx, "", "q"); err != nil || moved != n {
+					b.Fatalf("moved %d: %v", moved, err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/message")
+		})
+	}
 }

@@ -2,6 +2,7 @@ package warren_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -334,5 +335,23 @@ func TestMoveBackIntoItselfWithPriorities(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 3, n)
 		require.Equal(t, "1 2 0", strings.Join(browse(q), " "), "each moved once, back to its priority's tail")
+
+		// Many, of every priority, one of them expired first: each of the others moved once, the
+		// queue's order unchanged.
+		many := declare(t, b, "many", warren.MaxPriority(3))
+		for i := range 300 {
+			m := warren.Message{Body: []byte(strconv.Itoa(i)), Priority: uint8(i % 4)}
+			if i == 150 {
+				m.Expiration = "1000"
+			}
+			publishMsg(t, b, "many", m)
+		}
+		time.Sleep(2 * time.Second) // only the bubble's clock: message 150 expires
+		want := slices.DeleteFunc(browse(many), func(s string) bool { return s == "150" })
+		n, err = many.Move(t.Context(), "", "many", warren.MoveLimit(1000))
+		require.NoError(t, err)
+		require.Equal(t, 299, n)
+		require.Equal(t, want, browse(many))
+		require.Equal(t, uint64(299), many.Stats().Moved)
 	})
 }
