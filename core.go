@@ -309,14 +309,13 @@ func (c *queueCore) take() (entry, bool) {
 // it moved of a higher priority there).
 func (c *queueCore) takeBefore(before uint64) (entry, bool) {
 	for from := uint64(0); ; {
-		var first entry
-		found := false
+		var first entry // its env nil: none (ascend yields live entries only)
 		c.ready.ascend(from, func(e entry) bool {
-			first, found = e, true
+			first = e
 			return false
 		})
 		switch {
-		case !found:
+		case first.env == nil:
 			return entry{}, false
 		case first.seq >= before: // and so is the rest of its rank
 			if int(first.rank) == len(c.ready.lower) { // the last rank
@@ -566,10 +565,9 @@ const leaseSlabSize = 16
 // due is when an ack timeout ends it (0 for never). Queue.deliverLocked also sets the delivery's
 // queue.
 func (c *queueCore) deliver(d *Delivery, h *holder, e entry, autoAck bool, due int64) {
-	h.nextTag++
 	d.Exchange, d.RoutingKey = e.env.exchange.name, e.env.routingKey
 	d.Redelivered, d.DeliveryCount = e.redelivered, int(e.returns)
-	d.DeliveryTag, d.ConsumerTag = h.nextTag, h.tag
+	d.ConsumerTag = h.tag
 	d.e = e
 	if m := e.env.ownMessage(); m != nil {
 		d.Message = *m
@@ -578,19 +576,19 @@ func (c *queueCore) deliver(d *Delivery, h *holder, e entry, autoAck bool, due i
 	}
 	c.recordDelivered(e, h.tag)
 	if autoAck {
+		h.nextTag++
+		d.DeliveryTag = h.nextTag
 		c.recordAcked(e, h.tag)
 		return
 	}
-	r := c.newLease()
-	r.h, r.e, r.tag, r.due, r.state = h, e, h.nextTag, due, deliveryOutstanding
-	d.lease, d.gen = r, r.gen
-	h.unacked.push(r)
-	h.live++
-	c.unacked++
+	r := c.lend(h, e)
+	r.due = due
+	d.DeliveryTag, d.lease, d.gen = r.tag, r, r.gen
 }
 
-// lend takes e out as outstanding, held by h, without delivering it: a message on its way
-// elsewhere (Queue.Move). Nothing is recorded: how it ends is.
+// lend takes e out as outstanding, held by h, under the next delivery tag: deliver's, and, with
+// nothing delivered, a message's on its way elsewhere (Queue.Move). Nothing is recorded: how it
+// ends is.
 func (c *queueCore) lend(h *holder, e entry) *lease {
 	h.nextTag++
 	r := c.newLease()

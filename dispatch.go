@@ -190,7 +190,7 @@ func (s *consumerSet) credited() *Consumer {
 		}
 		c := s.push[s.rr]
 		s.rr++
-		if c.live < c.prefetch && (!c.unlimited || c.unlimitedCreditLocked()) {
+		if c.hasCreditLocked() {
 			return c
 		}
 	}
