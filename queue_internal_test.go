@@ -1051,7 +1051,7 @@ func BenchmarkBrokerLockHold(b *testing.B) {
 	b.Run("topology-locked", func(b *testing.B) {
 		for b.Loop() {
 			br.mu.RLock()
-			_, _ = br.topologyLocked()
+			_, _, _ = br.topologyLocked()
 			br.mu.RUnlock()
 		}
 	})

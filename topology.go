@@ -48,6 +48,22 @@ func (q *Queue) Declaration() QueueDecl {
 	return QueueDecl{Name: q.name, Durable: q.cfg.durable, AutoDelete: q.cfg.autoDelete, Arguments: cloneTable(q.cfg.args)}
 }
 
+// Declaration returns the exchange's declaration: its name, kind, flags and arguments (a copy,
+// with its alternate exchange, if any, as "alternate-exchange"), as [Broker.Topology] lists it
+// — which leaves the predeclared exchanges out. It takes no lock: an exchange's declaration
+// never changes.
+func (x *Exchange) Declaration() ExchangeDecl {
+	args := cloneTable(x.cfg.args)
+	if x.cfg.alternate != "" {
+		if args == nil {
+			args = Table{}
+		}
+		args["alternate-exchange"] = x.cfg.alternate
+	}
+	return ExchangeDecl{Name: x.name, Kind: x.kind, Durable: x.cfg.durable, AutoDelete: x.cfg.autoDelete,
+		Internal: x.cfg.internal, Arguments: args}
+}
+
 // BindingDecl is a binding: from the exchange Source to the queue Destination, or to the
 // exchange Destination when ToExchange (an exchange-to-exchange binding).
 type BindingDecl struct {
@@ -62,22 +78,20 @@ type BindingDecl struct {
 // bindings by source, destination and routing key.
 func (b *Broker) Topology() Topology {
 	b.mu.RLock()
-	t, alternates := b.topologyLocked()
+	xs, qs, bs := b.topologyLocked()
 	b.mu.RUnlock()
-	// The arguments are copied, and everything sorted, after the lock: a declaration's and a
-	// binding's tables never change once made.
-	for i := range t.Exchanges {
-		d := &t.Exchanges[i]
-		d.Arguments = cloneTable(d.Arguments)
-		if alternates[i] != "" {
-			if d.Arguments == nil {
-				d.Arguments = Table{}
-			}
-			d.Arguments["alternate-exchange"] = alternates[i]
+	// The declarations are read, the arguments copied and everything sorted after the lock: a
+	// declaration and a binding's table never change once made.
+	t := Topology{Exchanges: make([]ExchangeDecl, 0, len(xs)), Queues: make([]QueueDecl, 0, len(qs)), Bindings: bs}
+	for _, x := range xs {
+		if !predeclared(x.name) {
+			t.Exchanges = append(t.Exchanges, x.Declaration())
 		}
 	}
-	for i := range t.Queues {
-		t.Queues[i].Arguments = cloneTable(t.Queues[i].Arguments)
+	for _, q := range qs {
+		if !q.Exclusive() {
+			t.Queues = append(t.Queues, q.Declaration())
+		}
 	}
 	for i := range t.Bindings {
 		t.Bindings[i].Arguments = cloneTable(t.Bindings[i].Arguments)
@@ -86,17 +100,14 @@ func (b *Broker) Topology() Topology {
 	return t
 }
 
-// topologyLocked returns the topology unsorted, with the declarations' and bindings' own
-// argument tables (not copies), and each exchange's alternate exchange ("" for none), which its
-// ExchangeDecl's Arguments show: Topology's critical section.
-func (b *Broker) topologyLocked() (t Topology, alternates []string) {
+// topologyLocked returns the broker's exchanges and queues, and its bindings but those of
+// exclusive queues, with their own argument tables (not copies): Topology's critical section.
+func (b *Broker) topologyLocked() ([]*Exchange, []*Queue, []BindingDecl) {
 	n := 0
 	for _, x := range b.exchanges {
 		n += len(x.bindings)
 	}
-	t = Topology{Exchanges: make([]ExchangeDecl, 0, len(b.exchanges)), Queues: make([]QueueDecl, 0, len(b.queues)),
-		Bindings: make([]BindingDecl, 0, n)}
-	alternates = make([]string, 0, len(b.exchanges))
+	bs := make([]BindingDecl, 0, n)
 	for _, x := range b.exchanges {
 		for _, bd := range x.bindings {
 			if bd.queue != nil && bd.queue.Exclusive() {
@@ -108,23 +119,10 @@ func (b *Broker) topologyLocked() (t Topology, alternates []string) {
 			} else {
 				d.Destination, d.ToExchange = bd.exchange.name, true
 			}
-			t.Bindings = append(t.Bindings, d)
+			bs = append(bs, d)
 		}
-		if predeclared(x.name) {
-			continue
-		}
-		t.Exchanges = append(t.Exchanges, ExchangeDecl{Name: x.name, Kind: x.kind, Durable: x.cfg.durable,
-			AutoDelete: x.cfg.autoDelete, Internal: x.cfg.internal, Arguments: x.cfg.args})
-		alternates = append(alternates, x.cfg.alternate)
 	}
-	for _, q := range b.queues {
-		if q.Exclusive() {
-			continue
-		}
-		t.Queues = append(t.Queues, QueueDecl{Name: q.name, Durable: q.cfg.durable, AutoDelete: q.cfg.autoDelete,
-			Arguments: q.cfg.args})
-	}
-	return t, alternates
+	return slices.Collect(maps.Values(b.exchanges)), slices.Collect(maps.Values(b.queues)), bs
 }
 
 // sort puts the topology in Topology's order. Bindings that differ only in their arguments keep

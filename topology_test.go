@@ -206,15 +206,27 @@ func TestBindKeepsItsOwnArguments(t *testing.T) {
 	require.Empty(t, b.Topology().Bindings, "unbound with the arguments it was bound with")
 }
 
-// A queue's Declaration is its entry in Topology, and a copy: changing it changes nothing.
-func TestQueueDeclaration(t *testing.T) {
+// A queue's and an exchange's Declaration is its entry in Topology, and a copy: changing it
+// changes nothing.
+func TestDeclaration(t *testing.T) {
 	b := newBroker(t)
 	richTopology(t, b)
-	for _, d := range b.Topology().Queues {
+	top := b.Topology()
+	for _, d := range top.Queues {
 		q, err := b.Queue(d.Name)
 		require.NoError(t, err)
 		require.Equal(t, d, q.Declaration())
 	}
+	for _, d := range top.Exchanges {
+		x, err := b.Exchange(d.Name)
+		require.NoError(t, err)
+		require.Equal(t, d, x.Declaration())
+	}
+	billing, err := b.Exchange("billing")
+	require.NoError(t, err)
+	require.Equal(t, warren.Table{"alternate-exchange": "unrouted"}, billing.Declaration().Arguments)
+	billing.Declaration().Arguments["alternate-exchange"] = "elsewhere"
+	require.Equal(t, "unrouted", billing.Declaration().Arguments["alternate-exchange"])
 	q, err := b.Queue("orders.created")
 	require.NoError(t, err)
 	q.Declaration().Arguments["x-max-length"] = 1
