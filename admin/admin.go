@@ -102,20 +102,21 @@ func (s *Server) action(h http.HandlerFunc) http.Handler {
 const maxBody = 1 << 20
 
 // writeJSON writes v as the response, with status 200.
-func writeJSON(w http.ResponseWriter, v any) {
+func writeJSON(w http.ResponseWriter, v any) { writeJSONStatus(w, http.StatusOK, v) }
+
+// writeJSONStatus writes v as JSON with status code.
+func writeJSONStatus(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v) // an error is the client's going away: nothing to do
 }
 
-// writeError writes {"error": err} with status code, and what extra adds.
+// writeError writes {"error": err} with status code.
 func writeError(w http.ResponseWriter, code int, err error) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+	writeJSONStatus(w, code, map[string]string{"error": err.Error()})
 }
 
 // statusOf is the HTTP status for a broker's error.

@@ -319,6 +319,13 @@ func TestPaging(t *testing.T) {
 	var p page
 	e.get(t, "api/queues/long/messages", &p)
 	assert.Len(t, p.Messages, 50, "the default limit")
+	next := p.Next
+	p = page{}
+	e.get(t, fmt.Sprintf("api/queues/long/messages?after=%d&limit=20", next), &p) // 20 of 70
+	next, p = p.Next, page{}
+	e.get(t, fmt.Sprintf("api/queues/long/messages?after=%d&limit=50", next), &p)
+	assert.Len(t, p.Messages, 50)
+	assert.Zero(t, p.Next, "a full page with nothing after it is the last")
 	for _, q := range []string{"limit=0", "limit=501", "limit=x", "after=-1"} {
 		res, err := http.Get(e.url("api/queues/long/messages?" + q))
 		require.NoError(t, err)
@@ -567,7 +574,8 @@ func TestLookingIsNotUsing(t *testing.T) {
 			if len(slices.Collect(b.Queues())) == 0 {
 				break
 			}
-			for _, path := range []string{"/api/queues/idle", "/api/queues/idle/messages", "/api/queues", "/api/overview"} {
+			for _, path := range []string{"/api/queues/idle", "/api/queues/idle/messages", "/api/queues", "/api/overview",
+				"/queues/idle", "/", "/topology"} {
 				rec := httptest.NewRecorder()
 				a.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodGet, path, nil))
 				require.Equal(t, http.StatusOK, rec.Code, "%s: %s", path, rec.Body)

@@ -25,8 +25,9 @@ type overview struct {
 	Actions    bool              `json:"actions"`    // whether AllowActions was given
 }
 
-func (s *Server) overview() overview {
-	st := s.b.Stats()
+func (s *Server) overview() overview { return s.overviewOf(s.b.Stats()) }
+
+func (s *Server) overviewOf(st warren.BrokerStats) overview {
 	return overview{Exchanges: st.Exchanges, Queues: len(st.Queues), Unroutable: st.Unroutable,
 		Totals: sum(st.Queues), Actions: s.cfg.actions}
 }
@@ -67,25 +68,34 @@ type queueInfo struct {
 	Stats      warren.QueueStats `json:"stats"`
 }
 
-// queues returns every queue's info, sorted by name.
-func (s *Server) queues() []queueInfo {
+// queues returns every queue's info, sorted by name, with its stats from known (a snapshot
+// the caller took already), or read now for a queue known lacks.
+func (s *Server) queues(known []warren.QueueStats) []queueInfo {
+	byName := make(map[string]warren.QueueStats, len(known))
+	for _, st := range known {
+		byName[st.Queue] = st
+	}
 	out := []queueInfo{}
 	for q := range s.b.Queues() {
-		out = append(out, queueInfoOf(q))
+		st, ok := byName[q.Name()]
+		if !ok {
+			st = q.Stats()
+		}
+		out = append(out, queueInfoOf(q, st))
 	}
 	return out
 }
 
-func queueInfoOf(q *warren.Queue) queueInfo {
+func queueInfoOf(q *warren.Queue, st warren.QueueStats) queueInfo {
 	d := q.Declaration()
-	info := queueInfo{Name: q.Name(), Durable: d.Durable, AutoDelete: d.AutoDelete, Exclusive: q.Exclusive(), Stats: q.Stats()}
+	info := queueInfo{Name: q.Name(), Durable: d.Durable, AutoDelete: d.AutoDelete, Exclusive: q.Exclusive(), Stats: st}
 	if !info.Exclusive { // an exclusive queue's arguments are its owner's business
 		info.Arguments = readableTable(d.Arguments)
 	}
 	return info
 }
 
-func (s *Server) getQueues(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.queues()) }
+func (s *Server) getQueues(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.queues(nil)) }
 
 // queueDetail is a queue as GET /api/queues/{name} shows it: as listed, with its consumers.
 type queueDetail struct {
@@ -109,7 +119,7 @@ type consumerInfo struct {
 
 // queueDetailOf returns q's info and consumers.
 func queueDetailOf(q *warren.Queue) queueDetail {
-	out := queueDetail{queueInfo: queueInfoOf(q), Consumers: []consumerInfo{}}
+	out := queueDetail{queueInfo: queueInfoOf(q, q.Stats()), Consumers: []consumerInfo{}}
 	for _, c := range q.Consumers() {
 		ci := consumerInfo{Tag: c.Tag, Status: c.Status, Prefetch: c.Prefetch, Priority: c.Priority,
 			AutoAck: c.AutoAck, Exclusive: c.Exclusive, Selector: c.Selector, Served: c.Served, Unacked: c.Unacked}
@@ -175,7 +185,9 @@ func browse(q *warren.Queue, after uint64, limit int) messagePage {
 			return p
 		}
 	}
-	p.Next = after
+	if len(q.BrowseFrom(after, 1)) > 0 { // a full page is the last one when nothing follows
+		p.Next = after
+	}
 	return p
 }
 
@@ -223,22 +235,11 @@ type exchangeInfo struct {
 
 // exchanges returns every exchange, sorted by name.
 func (s *Server) exchanges() []exchangeInfo {
-	decls := make(map[string]warren.ExchangeDecl)
-	for _, d := range s.b.Topology().Exchanges {
-		decls[d.Name] = d
-	}
 	out := []exchangeInfo{}
 	for x := range s.b.Exchanges() {
-		if predeclared(x.Name()) {
-			out = append(out, exchangeInfo{Name: x.Name(), Kind: x.Kind(), Durable: true, Predeclared: true})
-			continue
-		}
-		d, ok := decls[x.Name()]
-		if !ok {
-			continue // declared since Topology was read
-		}
+		d := x.Declaration()
 		out = append(out, exchangeInfo{Name: d.Name, Kind: d.Kind, Durable: d.Durable, AutoDelete: d.AutoDelete,
-			Internal: d.Internal, Arguments: readableTable(d.Arguments)})
+			Internal: d.Internal, Predeclared: predeclared(d.Name), Arguments: readableTable(d.Arguments)})
 	}
 	return out
 }
@@ -378,9 +379,7 @@ func (s *Server) postMove(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := q.Move(r.Context(), exchange, key, opt)
 	if err != nil {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(statusOf(err))
-		json.NewEncoder(w).Encode(moveResult{Moved: n, Error: err.Error()})
+		writeJSONStatus(w, statusOf(err), moveResult{Moved: n, Error: err.Error()})
 		return
 	}
 	writeJSON(w, moveResult{Moved: n})

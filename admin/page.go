@@ -50,7 +50,7 @@ type pageData struct {
 	Root    string // the mount point, relative to the page: its <base href>
 	Token   string
 	Actions bool
-	Stream  string // the page's api/stream query: "" for every queue, else "queue=…"
+	Stream  string // the page's live stream, "api/stream" or "api/stream?queue=…"; "" for none
 	Data    any
 }
 
@@ -92,16 +92,17 @@ type overviewPage struct {
 }
 
 func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
-	s.render(w, r, s.pages.overview, http.StatusOK, pageData{Title: "Overview",
-		Data: overviewPage{Overview: s.overview(), Queues: s.queues()}})
+	st := s.b.Stats()
+	s.render(w, r, s.pages.overview, http.StatusOK, pageData{Title: "Overview", Stream: "api/stream",
+		Data: overviewPage{Overview: s.overviewOf(st), Queues: s.queues(st.Queues)}})
 }
 
 // queuePage is the data of a queue's page.
 type queuePage struct {
 	Queue  queueDetail
 	Page   messagePage
-	After  uint64      // the page's after=
-	Others []queueInfo // the destinations a move offers
+	After  uint64   // the page's after=
+	Others []string // the destinations a move offers
 	// Back is the destination a move offers first: the queue the first message was
 	// dead-lettered from, when it was.
 	Back string
@@ -117,13 +118,13 @@ func (s *Server) pageQueue(w http.ResponseWriter, r *http.Request) {
 	// One listing finds the queue and the destinations a move offers.
 	var (
 		q      *warren.Queue
-		others []queueInfo
+		others []string
 	)
 	for o := range s.b.Queues() {
 		if o.Name() == name {
 			q = o
 		} else {
-			others = append(others, queueInfo{Name: o.Name()})
+			others = append(others, o.Name())
 		}
 	}
 	if q == nil {
@@ -134,7 +135,7 @@ func (s *Server) pageQueue(w http.ResponseWriter, r *http.Request) {
 	if len(p.Page.Messages) > 0 && len(p.Page.Messages[0].Deaths) > 0 {
 		p.Back = p.Page.Messages[0].Deaths[0].Queue
 	}
-	s.render(w, r, s.pages.queue, http.StatusOK, pageData{Title: name, Stream: "queue=" + url.QueryEscape(name), Data: p})
+	s.render(w, r, s.pages.queue, http.StatusOK, pageData{Title: name, Stream: "api/stream?queue=" + url.QueryEscape(name), Data: p})
 }
 
 // topologyPage is the data of the topology page: each exchange with the bindings from it.
@@ -165,7 +166,7 @@ func (s *Server) pageTopology(w http.ResponseWriter, r *http.Request) {
 		t.Exchanges = append(t.Exchanges, exchangeBindings{Exchange: x, Bindings: from[x.Name]})
 	}
 	for q := range s.b.Queues() {
-		if !bound[q.Name()] {
+		if !bound[q.Name()] && !q.Exclusive() { // an exclusive queue's bindings are not listed
 			t.Unbound = append(t.Unbound, q.Name())
 		}
 	}

@@ -42,6 +42,9 @@ func TestOverviewPage(t *testing.T) {
 	assert.Regexp(t, `data-total="ready">3<`, body)
 	assert.Contains(t, body, "read-only")
 	assert.NotContains(t, body, `id="publish"`, "a read-only page offers no actions")
+	assert.Contains(t, body, `data-stream="api/stream"`)
+	_, _, body = e.page(t, "queues/work.dlq")
+	assert.NotContains(t, body, `id="actions"`, "nor does a read-only queue page")
 	assert.NotContains(t, body, "http://", "the page loads nothing from elsewhere")
 	assert.NotContains(t, body, "https://")
 }
@@ -52,7 +55,7 @@ func TestQueuePage(t *testing.T) {
 	code, _, body := e.page(t, "queues/work.dlq")
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, `<base href="../">`)
-	assert.Contains(t, body, `data-stream="queue=work.dlq"`)
+	assert.Contains(t, body, `data-stream="api/stream?queue=work.dlq"`)
 	assert.Contains(t, body, `<meta name="csrf-token" content="`+e.token+`">`)
 	assert.Contains(t, body, `id="ready">2<`)
 	assert.Contains(t, body, "job 0")
@@ -67,7 +70,7 @@ func TestQueuePage(t *testing.T) {
 	require.NoError(t, err)
 	<-c.Deliveries()
 	_, _, body = e.page(t, "queues/work.dlq")
-	assert.Regexp(t, `<tr data-consumer="drainer">\s*<td>drainer</td>\s*<td><span class="tag status-active">active</span></td>\s*<td class="n">5</td>`, body)
+	assert.Regexp(t, `<tr data-consumer="drainer">\s*<td>drainer</td>\s*<td><span class="tag">active</span></td>\s*<td class="n">5</td>`, body)
 	assert.Regexp(t, `<td>manual</td>\s*<td class="n">2</td>`, body, "both messages are with the consumer")
 	require.NoError(t, c.Close())
 
@@ -117,6 +120,14 @@ func TestTopologyPage(t *testing.T) {
 	assert.Contains(t, body, "(default)")
 	assert.Contains(t, body, `<a class="queue" href="queues/work.dlq">work.dlq</a>`, "reached only by its name")
 	assert.NotContains(t, body, "amq.fanout", "predeclared exchanges nobody binds are left out")
+	assert.NotContains(t, body, "data-stream", "nothing live here: no stream")
+
+	// An exclusive queue's bindings are not listed: nor is it as reached only by its name.
+	_, err = e.b.DeclareQueue("mine", warren.ExclusiveTo(t.Context()))
+	require.NoError(t, err)
+	require.NoError(t, e.b.Bind("mine", "events", "#", nil, warren.As(t.Context())))
+	_, _, body = e.page(t, "topology")
+	assert.NotContains(t, body, "mine")
 }
 
 func TestStatic(t *testing.T) {

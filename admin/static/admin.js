@@ -77,7 +77,6 @@
     const totals = { queues: (s.queues || []).length, ready: t.ready, unacked: t.unacked, consumers: t.consumers, unroutable: s.unroutable };
     document.querySelectorAll("[data-total]").forEach((el) => {
       const k = el.dataset.total;
-      if (k === "queues" && body.dataset.stream) return; // a queue's stream carries one queue
       if (totals[k] !== undefined) el.textContent = totals[k];
     });
     document.querySelectorAll("[data-rate]").forEach((el) => {
@@ -100,9 +99,9 @@
     }
   }
 
-  if (window.EventSource) {
+  if (window.EventSource && body.dataset.stream) { // pages with nothing live open no stream
     const live = document.getElementById("live");
-    const es = new EventSource("api/stream" + (body.dataset.stream ? "?" + body.dataset.stream : ""));
+    const es = new EventSource(body.dataset.stream);
     es.addEventListener("open", () => { live.classList.add("on"); live.textContent = "● live"; });
     es.addEventListener("error", () => { live.classList.remove("on"); live.textContent = "○ live"; });
     es.addEventListener("sample", (e) => onSample(JSON.parse(e.data)));
