@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,17 +15,6 @@ import (
 
 // The HTML pages, as text: what they show and how they are served. The browser test
 // (browsertest/) runs them in Chromium.
-
-// page GETs path and returns the status, the headers and the body.
-func (e *env) page(t *testing.T, path string) (int, http.Header, string) {
-	t.Helper()
-	res, err := http.Get(e.url(path))
-	require.NoError(t, err)
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	return res.StatusCode, res.Header, string(body)
-}
 
 func TestOverviewPage(t *testing.T) {
 	e := newEnv(t)

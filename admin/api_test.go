@@ -1,0 +1,398 @@
+package admin_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/admin"
+)
+
+// The JSON API (api.go), against a live broker behind an httptest server, mounted under a prefix
+// as the package doc shows.
+
+func TestReads(t *testing.T) {
+	e := newEnv(t)
+	deadLetter(t, e.b, 2)
+	_, err := e.b.DeclareExchange("events", warren.ExchangeTopic, warren.Durable())
+	require.NoError(t, err)
+	require.NoError(t, e.b.Bind("work", "events", "job.*", nil))
+
+	var ov struct {
+		Exchanges, Queues int
+		Totals            warren.QueueStats
+		Actions           bool
+	}
+	e.get(t, "api/overview", &ov)
+	assert.Equal(t, 2, ov.Queues)
+	assert.Greater(t, ov.Exchanges, 1) // the predeclared ones and "events"
+	assert.Equal(t, 2, ov.Totals.Ready)
+	assert.Equal(t, uint64(4), ov.Totals.Enqueued) // 2 into work, 2 into work.dlq
+	assert.Equal(t, uint64(2), ov.Totals.DeadLettered)
+	assert.False(t, ov.Actions)
+
+	var qs []struct {
+		Name      string
+		Arguments map[string]any
+		Stats     warren.QueueStats
+	}
+	e.get(t, "api/queues", &qs)
+	require.Len(t, qs, 2)
+	assert.Equal(t, "work", qs[0].Name)
+	assert.Equal(t, map[string]any{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work.dlq",
+		"x-max-length": float64(1000)}, qs[0].Arguments)
+	assert.Equal(t, "work.dlq", qs[1].Name)
+	assert.Equal(t, 2, qs[1].Stats.Ready)
+
+	type consumer struct {
+		Tag, Status string
+		Prefetch    int
+		AutoAck     bool   `json:"auto_ack"`
+		AckTimeout  string `json:"ack_timeout"`
+		Unacked     int
+	}
+	var q struct {
+		Name      string
+		Stats     warren.QueueStats
+		Consumers []consumer
+	}
+	e.get(t, "api/queues/work.dlq", &q)
+	assert.Equal(t, "work.dlq", q.Name)
+	assert.Equal(t, 2, q.Stats.Ready)
+	assert.NotNil(t, q.Consumers)
+	assert.Empty(t, q.Consumers)
+	work, err := e.b.Queue("work")
+	require.NoError(t, err)
+	_, err = work.Consume(t.Context(), warren.ConsumerTag("worker"), warren.Prefetch(1), warren.AckTimeout(time.Minute))
+	require.NoError(t, err)
+	_, err = work.Consume(t.Context(), warren.ConsumerTag("auto"), warren.AutoAck(), warren.Prefetch(0))
+	require.NoError(t, err)
+	e.get(t, "api/queues/work", &q)
+	assert.Equal(t, []consumer{{Tag: "worker", Status: "active", Prefetch: 1, AckTimeout: "1m0s"},
+		{Tag: "auto", Status: "active", AutoAck: true, Prefetch: warren.DefaultPrefetch}}, q.Consumers,
+		"an AutoAck consumer's prefetch 0 is DefaultPrefetch")
+
+	var page struct {
+		Queue    string
+		Messages []struct {
+			ID           uint64
+			Body         string
+			BodyEncoding string `json:"body_encoding"`
+			Properties   struct {
+				MessageID string `json:"message_id"`
+			}
+			Headers map[string]any
+			Deaths  []struct {
+				Queue, Reason, Exchange string
+				Count                   int64
+				Time                    time.Time
+				RoutingKeys             []string `json:"routing_keys"`
+			}
+		}
+		Next uint64
+	}
+	e.get(t, "api/queues/work.dlq/messages", &page)
+	require.Len(t, page.Messages, 2)
+	m := page.Messages[0]
+	assert.Equal(t, "job 0", m.Body)
+	assert.Equal(t, "text", m.BodyEncoding)
+	assert.Equal(t, "0", m.Properties.MessageID)
+	assert.Equal(t, map[string]any{"x-first-death-exchange": "", "x-first-death-queue": "work", "x-first-death-reason": "rejected",
+		"x-last-death-exchange": "", "x-last-death-queue": "work", "x-last-death-reason": "rejected"}, m.Headers,
+		"x-death is shown as deaths, not as a header")
+	require.Len(t, m.Deaths, 1)
+	assert.Equal(t, "work", m.Deaths[0].Queue)
+	assert.Equal(t, "rejected", m.Deaths[0].Reason)
+	assert.Equal(t, int64(1), m.Deaths[0].Count)
+	assert.Equal(t, []string{"work"}, m.Deaths[0].RoutingKeys)
+	assert.False(t, m.Deaths[0].Time.IsZero())
+	assert.Less(t, page.Messages[0].ID, page.Messages[1].ID)
+	assert.Zero(t, page.Next)
+	assert.Equal(t, 2, queueStats(t, e.b, "work.dlq").Ready, "browsing consumes nothing")
+
+	var xs []struct {
+		Name, Kind  string
+		Durable     bool
+		Predeclared bool
+	}
+	e.get(t, "api/exchanges", &xs)
+	assert.Equal(t, "", xs[0].Name)
+	assert.True(t, xs[0].Predeclared)
+	var events *struct {
+		Name, Kind  string
+		Durable     bool
+		Predeclared bool
+	}
+	for i := range xs {
+		if xs[i].Name == "events" {
+			events = &xs[i]
+		}
+	}
+	require.NotNil(t, events)
+	assert.Equal(t, "topic", events.Kind)
+	assert.True(t, events.Durable)
+	assert.False(t, events.Predeclared)
+
+	var bs []struct {
+		Source, Destination string
+		DestinationType     string `json:"destination_type"`
+		RoutingKey          string `json:"routing_key"`
+	}
+	e.get(t, "api/bindings", &bs)
+	assert.Contains(t, bs, struct {
+		Source, Destination string
+		DestinationType     string `json:"destination_type"`
+		RoutingKey          string `json:"routing_key"`
+	}{"events", "work", "queue", "job.*"})
+}
+
+func TestPaging(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.b.DeclareQueue("long")
+	require.NoError(t, err)
+	for i := range 120 {
+		publish(t, e.b, "long", warren.Message{Body: fmt.Append(nil, i)})
+	}
+	type page struct {
+		Messages []struct {
+			ID   uint64
+			Body string
+		}
+		Next uint64
+	}
+	var bodies []string
+	after := uint64(0)
+	for i, want := range []int{50, 50, 20} {
+		var p page
+		e.get(t, fmt.Sprintf("api/queues/long/messages?after=%d&limit=50", after), &p)
+		require.Len(t, p.Messages, want, "page %d", i)
+		for _, m := range p.Messages {
+			assert.Greater(t, m.ID, after)
+			after = m.ID
+			bodies = append(bodies, m.Body)
+		}
+		if i < 2 {
+			assert.Equal(t, after, p.Next, "page %d", i)
+		} else {
+			assert.Zero(t, p.Next)
+		}
+	}
+	for i, b := range bodies {
+		require.Equal(t, fmt.Sprint(i), b)
+	}
+
+	var p page
+	e.get(t, "api/queues/long/messages", &p)
+	assert.Len(t, p.Messages, 50, "the default limit")
+	next := p.Next
+	p = page{}
+	e.get(t, fmt.Sprintf("api/queues/long/messages?after=%d&limit=20", next), &p) // 20 of 70
+	next, p = p.Next, page{}
+	e.get(t, fmt.Sprintf("api/queues/long/messages?after=%d&limit=50", next), &p)
+	assert.Len(t, p.Messages, 50)
+	assert.Zero(t, p.Next, "a full page with nothing after it is the last")
+	for _, q := range []string{"limit=0", "limit=501", "limit=x", "after=-1"} {
+		res, err := http.Get(e.url("api/queues/long/messages?" + q))
+		require.NoError(t, err)
+		res.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, res.StatusCode, q)
+	}
+}
+
+func TestNotFound(t *testing.T) {
+	e := newEnv(t, admin.AllowActions())
+	for _, path := range []string{"api/queues/nope", "api/queues/nope/messages"} {
+		res, err := http.Get(e.url(path))
+		require.NoError(t, err)
+		res.Body.Close()
+		assert.Equal(t, http.StatusNotFound, res.StatusCode, path)
+	}
+	for _, c := range []struct {
+		path string
+		body any
+	}{
+		{"api/queues/nope/purge", nil},
+		{"api/queues/nope/delete", nil},
+		{"api/queues/nope/move", map[string]any{"queue": "x"}},
+	} {
+		code, out := e.post(t, c.path, c.body, nil)
+		assert.Equal(t, http.StatusNotFound, code, "%s: %v", c.path, out)
+	}
+}
+
+// TestQueueNames: a name with a slash, a space and a percent sign, escaped as a path segment.
+func TestQueueNames(t *testing.T) {
+	e := newEnv(t, admin.AllowActions())
+	const name = "a/b c%d"
+	_, err := e.b.DeclareQueue(name)
+	require.NoError(t, err)
+	publish(t, e.b, name, warren.Message{Body: []byte("x")})
+	var q struct {
+		Name  string
+		Stats warren.QueueStats
+	}
+	e.get(t, "api/queues/"+url.PathEscape(name), &q)
+	assert.Equal(t, name, q.Name)
+	assert.Equal(t, 1, q.Stats.Ready)
+	code, out := e.post(t, "api/queues/"+url.PathEscape(name)+"/purge", nil, nil)
+	assert.Equal(t, http.StatusOK, code, out)
+	assert.Equal(t, float64(1), out["purged"])
+}
+
+func TestMove(t *testing.T) {
+	e := newEnv(t, admin.AllowActions())
+	deadLetter(t, e.b, 5)
+	var page struct{ Messages []struct{ ID uint64 } }
+	e.get(t, "api/queues/work.dlq/messages", &page)
+	require.Len(t, page.Messages, 5)
+
+	code, out := e.post(t, "api/queues/work.dlq/move",
+		map[string]any{"queue": "work", "ids": []uint64{page.Messages[1].ID, page.Messages[3].ID}}, nil)
+	require.Equal(t, http.StatusOK, code, out)
+	assert.Equal(t, map[string]any{"moved": float64(2)}, out)
+	assert.Equal(t, 3, queueStats(t, e.b, "work.dlq").Ready)
+	assert.Equal(t, 2, queueStats(t, e.b, "work").Ready)
+	var moved struct {
+		Messages []struct {
+			Body   string
+			Deaths []struct{ Reason string }
+		}
+	}
+	e.get(t, "api/queues/work/messages", &moved)
+	require.Len(t, moved.Messages, 2)
+	assert.Equal(t, "job 1", moved.Messages[0].Body)
+	assert.Equal(t, "job 3", moved.Messages[1].Body)
+	assert.Len(t, moved.Messages[0].Deaths, 1, "x-death moves with the message")
+
+	code, out = e.post(t, "api/queues/work.dlq/move", map[string]any{"exchange": "", "routing_key": "work", "limit": 1}, nil)
+	require.Equal(t, http.StatusOK, code, out)
+	assert.Equal(t, float64(1), out["moved"])
+	assert.Equal(t, 2, queueStats(t, e.b, "work.dlq").Ready)
+
+	code, out = e.post(t, "api/queues/work.dlq/move", map[string]any{"queue": "nowhere"}, nil)
+	assert.Equal(t, http.StatusConflict, code, "unroutable: %v", out)
+	assert.Equal(t, float64(0), out["moved"])
+	assert.Contains(t, out["error"], "unroutable")
+	assert.Equal(t, 2, queueStats(t, e.b, "work.dlq").Ready, "a refused move leaves the message")
+
+	code, out = e.post(t, "api/queues/work.dlq/move", map[string]any{"queue": "work"}, nil)
+	require.Equal(t, http.StatusOK, code, out)
+	assert.Equal(t, float64(2), out["moved"])
+	assert.Equal(t, 0, queueStats(t, e.b, "work.dlq").Ready)
+	assert.Equal(t, 5, queueStats(t, e.b, "work").Ready)
+
+	for _, body := range []map[string]any{
+		{},
+		{"queue": "work", "exchange": "x"},
+		{"queue": "work", "limit": -1},
+		{"queue": "work", "limit": 1, "ids": []uint64{1}},
+		{"queue": "work", "ids": []uint64{}},
+		{"queue": "work", "unknown": true},
+	} {
+		code, out := e.post(t, "api/queues/work/move", body, nil)
+		assert.Equal(t, http.StatusBadRequest, code, "%v: %v", body, out)
+	}
+	assert.Equal(t, 5, queueStats(t, e.b, "work").Ready)
+}
+
+func TestPurgeDeletePublish(t *testing.T) {
+	e := newEnv(t, admin.AllowActions())
+	_, err := e.b.DeclareQueue("q")
+	require.NoError(t, err)
+
+	code, out := e.post(t, "api/publish", map[string]any{"routing_key": "q", "body": "hello", "content_type": "text/plain",
+		"headers": map[string]string{"k": "v"}, "mandatory": true}, nil)
+	require.Equal(t, http.StatusOK, code, out)
+	var page struct {
+		Messages []struct {
+			Body       string
+			Headers    map[string]any
+			Properties struct {
+				ContentType string `json:"content_type"`
+			}
+		}
+	}
+	e.get(t, "api/queues/q/messages", &page)
+	require.Len(t, page.Messages, 1)
+	assert.Equal(t, "hello", page.Messages[0].Body)
+	assert.Equal(t, map[string]any{"k": "v"}, page.Messages[0].Headers)
+	assert.Equal(t, "text/plain", page.Messages[0].Properties.ContentType)
+
+	code, out = e.post(t, "api/publish", map[string]any{"routing_key": "nowhere", "mandatory": true}, nil)
+	assert.Equal(t, http.StatusConflict, code, out)
+	code, out = e.post(t, "api/publish", map[string]any{"exchange": "nope", "routing_key": "q"}, nil)
+	assert.Equal(t, http.StatusNotFound, code, out)
+
+	code, out = e.post(t, "api/queues/q/delete", map[string]any{"if_empty": true}, nil)
+	assert.Equal(t, http.StatusConflict, code, out)
+	code, out = e.post(t, "api/queues/q/purge", nil, nil)
+	require.Equal(t, http.StatusOK, code, out)
+	assert.Equal(t, float64(1), out["purged"])
+	code, out = e.post(t, "api/queues/q/delete", map[string]any{"if_empty": true}, nil)
+	require.Equal(t, http.StatusOK, code, out)
+	assert.Equal(t, float64(0), out["deleted"])
+	var qs []any
+	e.get(t, "api/queues", &qs)
+	assert.Empty(t, qs)
+}
+
+// TestExclusive: an exclusive queue is shown, and actions on it are refused as the broker
+// refuses another connection's (423).
+func TestExclusive(t *testing.T) {
+	e := newEnv(t, admin.AllowActions())
+	_, err := e.b.DeclareQueue("mine", warren.ExclusiveTo(t.Context()))
+	require.NoError(t, err)
+	publish(t, e.b, "mine", warren.Message{Body: []byte("x")})
+	var qs []struct {
+		Name      string
+		Exclusive bool
+		Stats     warren.QueueStats
+	}
+	e.get(t, "api/queues", &qs)
+	require.Len(t, qs, 1)
+	assert.True(t, qs[0].Exclusive)
+	assert.Equal(t, 1, qs[0].Stats.Ready)
+	code, out := e.post(t, "api/queues/mine/purge", nil, nil)
+	assert.Equal(t, http.StatusLocked, code, out)
+	code, out = e.post(t, "api/queues/mine/move", map[string]any{"queue": "x"}, nil)
+	assert.Equal(t, http.StatusLocked, code, out)
+}
+
+// TestLookingIsNotUsing: reading a queue through the handler does not reset its x-expires, as
+// a passive declaration would.
+func TestLookingIsNotUsing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := warren.New()
+		defer b.Close()
+		a := admin.Handler(b, admin.AllowActions())
+		defer a.Close()
+		_, err := b.DeclareQueue("idle", warren.Expires(10*time.Second))
+		require.NoError(t, err)
+		// Publishing is not a use either: the queue still expires 10 s after its declaration.
+		require.NoError(t, b.Publish(t.Context(), "", "idle", warren.Message{}))
+		for range 3 {
+			time.Sleep(4 * time.Second)
+			if len(slices.Collect(b.Queues())) == 0 {
+				break
+			}
+			for _, path := range []string{"/api/queues/idle", "/api/queues/idle/messages", "/api/queues", "/api/overview",
+				"/queues/idle", "/", "/topology"} {
+				rec := httptest.NewRecorder()
+				a.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodGet, path, nil))
+				require.Equal(t, http.StatusOK, rec.Code, "%s: %s", path, rec.Body)
+			}
+		}
+		synctest.Wait()
+		assert.Empty(t, slices.Collect(b.Queues()), "the queue expired after 10 s though it was looked at every 4 s")
+	})
+}
