@@ -9,6 +9,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -262,15 +263,8 @@ func TestClientDeclaresAgain(t *testing.T) {
 		_, err = probe.QueueDeclarePassive(q, false, false, false, false, nil)
 		return err
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		err := declared()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not declared again within 10 s: %v", err)
-		}
-	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) { require.NoError(c, declared()) },
+		10*time.Second, 10*time.Millisecond, "declared again")
 	require.NoError(t, c.Publish(context.Background(), top.Exchanges[0].Name, "k", warren.Message{Body: []byte("again")}))
 	require.Len(t, getAll(t, ch, q), 1, "with its binding")
 }
