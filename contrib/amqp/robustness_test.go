@@ -390,48 +390,84 @@ func TestGoneWhileBlocked(t *testing.T) {
 // what it sends meanwhile (heartbeats, methods on another channel, more than the server's read
 // buffer holds) is not run while the publish waits, and runs once it got room, in order.
 func TestTalkingWhileBlocked(t *testing.T) {
-	blockable := warren.Table{"capabilities": warren.Table{"connection.blocked": true}}
+	for _, heartbeat := range []uint16{0, 1} { // without heartbeats nothing re-arms the read deadline
+		t.Run(fmt.Sprintf("heartbeat %d", heartbeat), func(t *testing.T) {
+			blockable := warren.Table{"capabilities": warren.Table{"connection.blocked": true}}
+			b := warren.New()
+			defer b.Close()
+			q, err := b.DeclareQueue("bounded", warren.MaxLength(1), warren.Overflow(warren.Block))
+			require.NoError(t, err)
+			r := dialRawAs(t, NewTestServer(t, b), heartbeat, blockable)
+			r.send(1, &wire.ConfirmSelect{})
+			r.expect(1, &wire.ConfirmSelectOk{})
+			r.send(2, &wire.ChannelOpen{})
+			r.expect(2, &wire.ChannelOpenOk{})
+			r.write(appendPublish(nil, 1, "bounded", []byte("1")))
+			r.expect(1, &wire.BasicAck{})
+			r.write(appendPublish(nil, 1, "bounded", []byte("2")))
+			r.expect(0, &wire.ConnectionBlocked{})
+
+			large := bytes.Repeat([]byte("x"), 100<<10) // more than the server's 64 KiB read buffer
+			stream := wire.AppendHeartbeat(nil)
+			stream = wire.AppendMethod(stream, 2, &wire.QueueDeclare{Queue: "side"})
+			stream = appendPublish(stream, 2, "side", large)
+			stream = wire.AppendHeartbeat(stream)
+			stream = appendPublish(stream, 1, "side", []byte("3")) // confirmed on channel 1
+			stream = wire.AppendMethod(stream, 2, &wire.BasicGet{Queue: "side", NoAck: true})
+			r.write(stream)
+			require.Never(t, func() bool {
+				_, err := b.Queue("side")
+				return err == nil
+			}, 200*time.Millisecond, 10*time.Millisecond, "nothing the client sent runs while its publish waits")
+
+			d, err := q.Get(context.Background(), warren.AutoAck())
+			require.NoError(t, err)
+			require.Equal(t, "1", string(d.Message.Body))
+			r.expect(0, &wire.ConnectionUnblocked{})
+			require.Equal(t, uint64(2), r.expect(1, &wire.BasicAck{}).(*wire.BasicAck).DeliveryTag, "the publish that waited")
+			r.expect(2, &wire.QueueDeclareOk{})
+			require.Equal(t, uint64(3), r.expect(1, &wire.BasicAck{}).(*wire.BasicAck).DeliveryTag, "the publish sent while it waited")
+			got := r.expect(2, &wire.BasicGetOk{}).(*wire.BasicGetOk)
+			require.Equal(t, uint32(1), got.MessageCount, "the get ran after both publishes to side")
+			r.next() // the content header
+			require.Equal(t, large, r.next().Payload, "the large message, first in side")
+
+			require.Equal(t, 1, q.Len(), "the publish that waited is in")
+			side, err := b.Queue("side")
+			require.NoError(t, err)
+			require.Equal(t, 1, side.Len())
+		})
+	}
+}
+
+// A client blocked for less than half a heartbeat interval, and silent once unblocked, is
+// dropped after two intervals as any silent client is: the heartbeat deadline, lifted while it
+// was blocked, is set again.
+func TestSilentAfterBlocked(t *testing.T) {
 	b := warren.New()
 	defer b.Close()
 	q, err := b.DeclareQueue("bounded", warren.MaxLength(1), warren.Overflow(warren.Block))
 	require.NoError(t, err)
-	r := dialRawAs(t, NewTestServer(t, b), 1, blockable)
+	r := dialRawAs(t, NewTestServer(t, b), 1, warren.Table{"capabilities": warren.Table{"connection.blocked": true}})
 	r.send(1, &wire.ConfirmSelect{})
 	r.expect(1, &wire.ConfirmSelectOk{})
-	r.send(2, &wire.ChannelOpen{})
-	r.expect(2, &wire.ChannelOpenOk{})
 	r.write(appendPublish(nil, 1, "bounded", []byte("1")))
 	r.expect(1, &wire.BasicAck{})
 	r.write(appendPublish(nil, 1, "bounded", []byte("2")))
 	r.expect(0, &wire.ConnectionBlocked{})
-
-	large := bytes.Repeat([]byte("x"), 100<<10) // more than the server's 64 KiB read buffer
-	stream := wire.AppendHeartbeat(nil)
-	stream = wire.AppendMethod(stream, 2, &wire.QueueDeclare{Queue: "side"})
-	stream = appendPublish(stream, 2, "side", large)
-	stream = wire.AppendHeartbeat(stream)
-	stream = appendPublish(stream, 1, "side", []byte("3")) // confirmed on channel 1
-	stream = wire.AppendMethod(stream, 2, &wire.BasicGet{Queue: "side", NoAck: true})
-	r.write(stream)
-	require.Never(t, func() bool {
-		_, err := b.Queue("side")
-		return err == nil
-	}, 200*time.Millisecond, 10*time.Millisecond, "nothing the client sent runs while its publish waits")
-
-	d, err := q.Get(context.Background(), warren.AutoAck())
+	_, err = q.Get(context.Background(), warren.AutoAck())
 	require.NoError(t, err)
-	require.Equal(t, "1", string(d.Message.Body))
 	r.expect(0, &wire.ConnectionUnblocked{})
-	require.Equal(t, uint64(2), r.expect(1, &wire.BasicAck{}).(*wire.BasicAck).DeliveryTag, "the publish that waited")
-	r.expect(2, &wire.QueueDeclareOk{})
-	require.Equal(t, uint64(3), r.expect(1, &wire.BasicAck{}).(*wire.BasicAck).DeliveryTag, "the publish sent while it waited")
-	got := r.expect(2, &wire.BasicGetOk{}).(*wire.BasicGetOk)
-	require.Equal(t, uint32(1), got.MessageCount, "the get ran after both publishes to side")
-	r.next() // the content header
-	require.Equal(t, large, r.next().Payload, "the large message, first in side")
+	r.expect(1, &wire.BasicAck{})
 
-	require.Equal(t, 1, q.Len(), "the publish that waited is in")
-	side, err := b.Queue("side")
-	require.NoError(t, err)
-	require.Equal(t, 1, side.Len())
+	r.nc.SetReadDeadline(time.Now().Add(4 * time.Second)) // the server's two intervals, and some
+	for {
+		f, err := r.fr.Read()
+		if err != nil {
+			var ne net.Error
+			require.False(t, errors.As(err, &ne) && ne.Timeout(), "the silent client was not dropped: %v", err)
+			return // dropped
+		}
+		require.Contains(t, []uint8{wire.FrameHeartbeat, wire.FrameMethod}, f.Type, "heartbeats, then connection.close")
+	}
 }
