@@ -453,6 +453,65 @@ func TestChannelPrefetch(t *testing.T) {
 	require.Eventually(t, func() bool { return held() == 0 && qs[0].Len()+qs[1].Len() == 9 }, 5*time.Second, time.Millisecond)
 }
 
+// basic.qos with global=true caps a consumer whose own prefetch is unlimited (0) or above the
+// channel's: it holds no more unacked deliveries than the channel lets it send, so the messages
+// it cannot be sent stay in the queue, within other consumers' reach (TestChannelPrefetch has
+// a consumer's prefetch below the channel's).
+func TestChannelPrefetchCapsConsumer(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		prefetch int // the consumer's; the channel's is 3
+	}{
+		{"unlimited", 0},
+		{"above the channel's", 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := warren.New()
+			defer b.Close()
+			conn := dial(t, b)
+			ch, err := conn.Channel()
+			require.NoError(t, err)
+			q, err := b.DeclareQueue("q")
+			require.NoError(t, err)
+			for i := range 5 {
+				require.NoError(t, ch.Publish("", "q", false, false, amqp091.Publishing{Body: fmt.Appendf(nil, "%d", i)}))
+			}
+			require.Eventually(t, func() bool { return q.Len() == 5 }, 5*time.Second, time.Millisecond)
+
+			require.NoError(t, ch.Qos(3, 0, true))
+			require.NoError(t, ch.Qos(tc.prefetch, 0, false))
+			c, err := ch.Consume("q", "c", false, false, false, false, nil)
+			require.NoError(t, err)
+			receive := func() amqp091.Delivery {
+				t.Helper()
+				select {
+				case d := <-c:
+					return d
+				case <-time.After(5 * time.Second):
+					t.Fatal("no delivery")
+					return amqp091.Delivery{}
+				}
+			}
+			holdsThree := func() {
+				t.Helper()
+				time.Sleep(100 * time.Millisecond) // a negative: what would come comes within this on loopback
+				require.Empty(t, c, "a delivery beyond the channel's prefetch")
+				require.Equal(t, 3, q.Unacked(), "the consumer holds the channel's 3, no more")
+			}
+			var got []amqp091.Delivery
+			for range 3 {
+				got = append(got, receive())
+			}
+			holdsThree()
+			require.Equal(t, 2, q.Len(), "the rest stays in the queue")
+			require.NoError(t, got[0].Ack(false))
+			receive()
+			holdsThree()
+			require.Equal(t, 1, q.Len())
+		})
+	}
+}
+
 // A consumer with no prefetch (basic.qos 0, or none) is sent every message, however many it
 // has not acked: here more than warren's default buffer holds many times over.
 func TestUnlimitedPrefetchOnTheWire(t *testing.T) {

@@ -23,11 +23,12 @@ const (
 	// first attempt, 1 on the first retry.
 	DeliveryCountKey = attribute.Key("warren.message.delivery_count")
 	// DeadLetterReasonKey is the attribute of a process span of a dead letter that says why it
-	// was last dead-lettered: "rejected", "expired", "maxlen" or "delivery_limit" (its
-	// x-last-death-reason header).
+	// was last dead-lettered: "rejected", "expired", "maxlen" or "delivery_limit" (the reason
+	// of the newest entry of its x-death header, [warren.Message.Deaths]).
 	DeadLetterReasonKey = attribute.Key("warren.dead_letter.reason")
 	// DeadLetterQueueKey is the attribute of a process span of a dead letter that names the
-	// queue it was last dead-lettered from (its x-last-death-queue header).
+	// queue it was last dead-lettered from (the queue of the newest entry of its x-death
+	// header, [warren.Message.Deaths]).
 	DeadLetterQueueKey = attribute.Key("warren.dead_letter.queue")
 	// QueueKey is the attribute of every per-queue instrument of [Metrics] that names the queue.
 	QueueKey = attribute.Key("warren.queue.name")

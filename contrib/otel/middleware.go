@@ -91,11 +91,15 @@ func (t *Tracer) process(ctx context.Context, queue string, h warren.Handler, d 
 	attrs = append(attrs, semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)))
 	attrs = messageAttrs(attrs, &d.Message)
 	attrs = append(attrs, DeliveryCountKey.Int(d.DeliveryCount))
-	if reason, ok := d.Message.Headers["x-last-death-reason"].(string); ok {
-		attrs = append(attrs, DeadLetterReasonKey.String(reason))
-	}
-	if from, ok := d.Message.Headers["x-last-death-queue"].(string); ok {
-		attrs = append(attrs, DeadLetterQueueKey.String(from))
+	// x-death, not x-last-death-*: RabbitMQ before 3.13 writes only x-death.
+	if deaths := d.Message.Deaths(); len(deaths) > 0 {
+		last := deaths[0] // newest first
+		if last.Reason != "" {
+			attrs = append(attrs, DeadLetterReasonKey.String(string(last.Reason)))
+		}
+		if last.Queue != "" {
+			attrs = append(attrs, DeadLetterQueueKey.String(last.Queue))
+		}
 	}
 	start := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
 

@@ -17,11 +17,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
+	warrenotel "github.com/warrenmq/warren/contrib/otel"
 )
 
 // Tests of Tracer.Middleware beyond the acceptance trace (trace_test.go): handlers that settle
 // their deliveries themselves, panics, the scope of another span, messages without a span
-// context, anonymous queues.
+// context, dead letters without x-last-death-* headers, anonymous queues.
 
 // TestMiddlewareHandlerSettles: a handler that settles its delivery itself gets one settle span,
 // for its own settlement, around the call, and none for Serve's (which Serve does not make);
@@ -209,6 +210,30 @@ func TestMiddlewareUntracedMessage(t *testing.T) {
 		process := one(t, tr.spans(), "process q")
 		require.False(t, process.Parent.IsValid(), "a root span")
 		require.Empty(t, process.Links)
+	})
+}
+
+// TestMiddlewareDeadLetterWithoutLastDeath: a dead letter from RabbitMQ before 3.13 carries its
+// history in x-death alone, without the x-last-death-* headers; its process span still says
+// why and where from it was last dead-lettered, from the newest x-death entry (the first).
+func TestMiddlewareDeadLetterWithoutLastDeath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTracing(t)
+		b := newBroker(t)
+		q := declare(t, b, "q")
+		headers := warren.Table{"x-death": []any{
+			warren.Table{"queue": "orders", "reason": "expired", "count": int64(1), "exchange": "", "routing-keys": []any{"orders"}},
+			warren.Table{"queue": "jobs", "reason": "rejected", "count": int64(2), "exchange": "", "routing-keys": []any{"jobs"}},
+		}}
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("m"), Headers: headers}))
+		handleAll(t, t.Context(), q, tr.tracer.Middleware("q")(func(_ context.Context, d warren.Delivery) error {
+			require.NotContains(t, d.Message.Headers, "x-last-death-reason")
+			require.NotContains(t, d.Message.Headers, "x-last-death-queue")
+			return nil
+		}))
+		a := attrs(one(t, tr.spans(), "process q"))
+		require.Equal(t, "expired", a[warrenotel.DeadLetterReasonKey])
+		require.Equal(t, "orders", a[warrenotel.DeadLetterQueueKey])
 	})
 }
 

@@ -11,14 +11,9 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// Publisher is what [Tracer.Publish] publishes through: a [*warren.Broker], any
-// [warren.Backend] (contrib/rabbitmq's Client is one).
-type Publisher interface {
-	Publish(ctx context.Context, exchange, key string, msg warren.Message, opts ...warren.PublishOption) error
-}
-
-// Publish publishes msg through p, as p.Publish(ctx, exchange, key, msg, opts...) does, inside
-// a "send" span, and returns what p.Publish returns.
+// Publish publishes msg through p (a [*warren.Broker], any [warren.Backend]: contrib/rabbitmq's
+// Client is one), as p.Publish(ctx, exchange, key, msg, opts...) does, inside a "send" span, and
+// returns what p.Publish returns.
 //
 // The span is a PRODUCER span named "publish {destination}" ("publish orders:created",
 // "publish jobs"), a child of ctx's span, with the conventions' attributes: messaging.system
@@ -36,7 +31,7 @@ type Publisher interface {
 // handler that forwards the message it received keeps that message's trace).
 //
 // Publish blocks as p.Publish does; ctx's cancellation is p.Publish's business.
-func (t *Tracer) Publish(ctx context.Context, p Publisher, exchange, key string, msg warren.Message, opts ...warren.PublishOption) error {
+func (t *Tracer) Publish(ctx context.Context, p warren.Publisher, exchange, key string, msg warren.Message, opts ...warren.PublishOption) error {
 	dest := publishDestination(exchange, key)
 	anon := anonymous(exchange, key, "")
 	attrs := make([]attribute.KeyValue, 0, 8)
