@@ -241,26 +241,10 @@ type processMeasure struct {
 }
 
 // process runs h on d, and measures the attempt.
-func (p *processMeasure) process(ctx context.Context, h warren.Handler, d warren.Delivery) (err error) {
+func (p *processMeasure) process(ctx context.Context, h warren.Handler, d warren.Delivery) error {
 	p.m.consumed.Add(ctx, 1, p.set)
 	start := time.Now()
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		r := recover()
-		p.record(ctx, start, handlerFailure(r))
-		if r != nil {
-			// Re-panicked from this deferred call, above the handler's frames, so that Serve's
-			// recover logs a stack that reaches the handler (see Tracer.process).
-			panic(r)
-		}
-	}()
-	err = h(ctx, d)
-	returned = true
-	p.record(ctx, start, err)
-	return err
+	return callHandler(ctx, h, d, func(err error) { p.record(ctx, start, err) })
 }
 
 // record records the duration of an attempt that started at start and ended with err.

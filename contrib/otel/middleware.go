@@ -82,7 +82,7 @@ func (t *Tracer) Middleware(queue string) func(warren.Handler) warren.Handler {
 }
 
 // process runs h on d inside a process span, and records d's settlement.
-func (t *Tracer) process(ctx context.Context, queue string, h warren.Handler, d warren.Delivery) (err error) {
+func (t *Tracer) process(ctx context.Context, queue string, h warren.Handler, d warren.Delivery) error {
 	dest := consumeDestination(d.Exchange, d.RoutingKey, queue)
 	anon := anonymous(d.Exchange, d.RoutingKey, queue)
 	attrs := make([]attribute.KeyValue, 0, 12)
@@ -118,21 +118,27 @@ func (t *Tracer) process(ctx context.Context, queue string, h warren.Handler, d 
 	ctx, span := t.tracer.Start(ctx, spanName(opProcess, dest, anon), start...)
 
 	s := &settler{t: t, d: d, process: span, dest: dest, anon: anon}
+	return callHandler(ctx, h, warren.NewDelivery(d, s), func(err error) { s.finish(ctx, err) })
+}
+
+// callHandler calls h(ctx, d), then done with how the call ended: h's error, or, when h did not
+// return (a panic, runtime.Goexit), handlerFailure's. A panic goes on to Serve, re-panicked from
+// the deferred call, above the handler's frames, which are still on the stack: Serve's recover
+// logs a stack that reaches the handler.
+func callHandler(ctx context.Context, h warren.Handler, d warren.Delivery, done func(error)) (err error) {
 	returned := false
 	defer func() {
 		if returned {
 			return
 		}
 		p := recover()
-		s.finish(ctx, handlerFailure(p))
+		done(handlerFailure(p))
 		if p != nil {
-			// Re-panicked from this deferred call, above the handler's frames, which are still
-			// on the stack: Serve's recover logs a stack that reaches the handler.
 			panic(p)
 		}
 	}()
-	err = h(ctx, warren.NewDelivery(d, s))
+	err = h(ctx, d)
 	returned = true
-	s.finish(ctx, err)
+	done(err)
 	return err
 }
