@@ -2,6 +2,8 @@ package warren
 
 import (
 	"math"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -22,6 +24,23 @@ func (t Table) Int(key string) (int64, bool) { return intArg(t[key]) }
 type Decimal struct {
 	Scale uint8
 	Value int32
+}
+
+// String returns d in decimal notation, exactly: Value with Scale digits after the point
+// ({Scale: 2, Value: -5} is "-0.05").
+func (d Decimal) String() string {
+	s := strconv.FormatInt(int64(d.Value), 10)
+	sign := ""
+	if s[0] == '-' {
+		sign, s = "-", s[1:]
+	}
+	if sc := int(d.Scale); sc > 0 {
+		if len(s) <= sc {
+			s = strings.Repeat("0", sc-len(s)+1) + s
+		}
+		s = s[:len(s)-sc] + "." + s[len(s)-sc:]
+	}
+	return sign + s
 }
 
 // Message is what a publisher sends: a body and AMQP's basic properties. Every property survives

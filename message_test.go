@@ -26,3 +26,19 @@ func TestTableInt(t *testing.T) {
 	_, ok := none.Int("x")
 	require.False(t, ok, "a nil table has nothing")
 }
+
+func TestDecimalString(t *testing.T) {
+	for _, c := range []struct {
+		d    warren.Decimal
+		want string
+	}{
+		{warren.Decimal{}, "0"},
+		{warren.Decimal{Value: 42}, "42"},
+		{warren.Decimal{Scale: 2, Value: 12345}, "123.45"},
+		{warren.Decimal{Scale: 2, Value: -5}, "-0.05"},
+		{warren.Decimal{Scale: 3, Value: 5}, "0.005"},
+		{warren.Decimal{Scale: 1, Value: -2147483648}, "-214748364.8"},
+	} {
+		require.Equal(t, c.want, c.d.String(), "%+v", c.d)
+	}
+}

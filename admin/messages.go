@@ -3,8 +3,6 @@ package admin
 import (
 	"encoding/base64"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -127,25 +125,9 @@ func readable(v any) any {
 	case time.Time:
 		return v.UTC().Format(time.RFC3339)
 	case warren.Decimal:
-		return decimalString(v)
+		return v.String()
 	case nil, bool, string, int8, int16, int32, int64, int, uint8, uint16, uint32, float32, float64:
 		return v
 	}
 	return fmt.Sprint(v) // not an AMQP field type: shown as Go prints it
-}
-
-// decimalString writes d as a decimal number: Value with Scale digits after the point.
-func decimalString(d warren.Decimal) string {
-	s := strconv.FormatInt(int64(d.Value), 10)
-	sign := ""
-	if s[0] == '-' {
-		sign, s = "-", s[1:]
-	}
-	if sc := int(d.Scale); sc > 0 {
-		if len(s) <= sc {
-			s = strings.Repeat("0", sc-len(s)+1) + s
-		}
-		s = s[:len(s)-sc] + "." + s[len(s)-sc:]
-	}
-	return sign + s
 }
