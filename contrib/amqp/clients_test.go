@@ -28,6 +28,13 @@ var amqp091Differences = map[string]string{
 	"TestIntegrationTxRollback": "transactions are not implemented: tx.select is refused with NOT_IMPLEMENTED (540)",
 }
 
+// amqp091Racy are amqp091-go's integration tests whose own timing races: run again, alone, when
+// they fail, and counted as passed if they then pass. Each races on RabbitMQ as on warren.
+var amqp091Racy = map[string]string{
+	"TestDeclareArgsRejectToDeadLetterQueue": "a consumer goroutine rejects the message while the test " +
+		"gets from the dead-letter queue ten times at once, on the same channel, without waiting",
+}
+
 // amqp091-go's integration tests (integration_test.go, driven by AMQP_URL) against a server
 // of a fresh broker: every one passes but the listed differences, which fail.
 func TestAMQP091IntegrationSuite(t *testing.T) {
@@ -52,27 +59,38 @@ func TestAMQP091IntegrationSuite(t *testing.T) {
 	b := warren.New()
 	defer b.Close()
 	url := NewTestServer(t, b)
-	cmd := exec.Command("go", "test", "-tags", "integration", "-count=1", "-json", "-timeout", "5m",
-		"-run", "^("+strings.Join(tests, "|")+")$", ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "AMQP_URL="+url)
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	cmd.Run() // failures are in the JSON
-
-	var passed, failed []string
-	sc := bufio.NewScanner(&stdout)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var ev struct{ Action, Test, Output string }
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Test == "" || strings.Contains(ev.Test, "/") {
-			continue
+	run := func(names []string) (passed, failed []string) {
+		cmd := exec.Command("go", "test", "-tags", "integration", "-count=1", "-json", "-timeout", "5m",
+			"-run", "^("+strings.Join(names, "|")+")$", ".")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "AMQP_URL="+url)
+		var stdout bytes.Buffer
+		cmd.Stdout = &stdout
+		cmd.Run() // failures are in the JSON
+		sc := bufio.NewScanner(&stdout)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var ev struct{ Action, Test, Output string }
+			if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Test == "" || strings.Contains(ev.Test, "/") {
+				continue
+			}
+			switch ev.Action {
+			case "pass":
+				passed = append(passed, ev.Test)
+			case "fail":
+				failed = append(failed, ev.Test)
+			}
 		}
-		switch ev.Action {
-		case "pass":
-			passed = append(passed, ev.Test)
-		case "fail":
-			failed = append(failed, ev.Test)
+		return passed, failed
+	}
+	passed, failed := run(tests)
+	for _, name := range slices.Clone(failed) {
+		if why, ok := amqp091Racy[name]; ok {
+			if again, _ := run([]string{name}); len(again) == 1 {
+				t.Logf("%s failed, then passed alone (its timing races: %s)", name, why)
+				failed = slices.DeleteFunc(failed, func(n string) bool { return n == name })
+				passed = append(passed, name)
+			}
 		}
 	}
 	t.Logf("amqp091-go v1.16.0 integration tests against warren: %d of %d pass, %d fail (%s)", len(passed), len(tests),
