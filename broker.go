@@ -230,16 +230,20 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (_ *Queue, err e
 		q.touch() // a declaration is a use
 		return q, nil
 	}
+	// The queue becomes reachable only once it is whole: by its name in the index that the
+	// default exchange's publish reads without mu (publishDefault) last of all, after its id in
+	// the log and its creation event. A publish that found it earlier was logged under no queue
+	// (lost at the next Open), and wrote the queue's effects beside its creation event.
 	q := newQueue(b, name, cfg)
-	b.queues[name] = q
-	b.byName.Store(name, q)
 	if q.log != nil {
 		logged = b.store.declareQueue(q)
 	}
 	if b.listening() {
 		// Among the queue's effects, so that every listener hears of the queue before any of
 		// its messages, also one a listener publishes on hearing of it.
+		q.mu.Lock()
 		q.eventLocked(Event{Kind: EventQueueCreated})
+		q.release()
 		created = q
 	}
 	if cfg.owner != nil {
@@ -254,6 +258,8 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (_ *Queue, err e
 		q.armLocked()
 		q.release()
 	}
+	b.queues[name] = q
+	b.byName.Store(name, q)
 	return q, nil
 }
 

@@ -945,3 +945,42 @@ func TestDurableMove(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, held(t, b, "dst"))
 	require.Equal(t, []string{"c"}, held(t, b, "src"))
 }
+
+// TestDurableDeclareRacingPublish: a persistent message published to a durable queue while the
+// queue is being declared is either refused (no such queue yet: ErrUnroutable) or confirmed and
+// then in the queue after a restart. The queue used to become reachable by name before it had
+// its id in the log, so a publish confirmed in between was logged under no queue and lost.
+func TestDurableDeclareRacingPublish(t *testing.T) {
+	fs := wal.NewMemFS()
+	opts := logOptions(wal.Options{Sync: wal.SyncNever})
+	b := openTest(t, fs, opts)
+	const rounds = 200
+	confirmed := make([]int, rounds) // per queue, how many publishes were confirmed
+	for i := range rounds {
+		name := fmt.Sprint("q", i)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			close(start)
+			for range 50 {
+				err := b.Publish(context.Background(), "", name, Message{Body: []byte("m"), Persistent: true}, Mandatory())
+				switch {
+				case err == nil:
+					confirmed[i]++
+				case !errors.Is(err, ErrUnroutable):
+					t.Error(err)
+					return
+				}
+			}
+		})
+		<-start
+		durableQueue(t, b, name)
+		wg.Wait()
+	}
+	require.NoError(t, b.Close())
+	b = openTest(t, fs, opts)
+	defer b.Close()
+	for i, n := range confirmed {
+		require.Len(t, held(t, b, fmt.Sprint("q", i)), n, "q%d: every confirmed publish is there", i)
+	}
+}
