@@ -135,12 +135,15 @@ func (b *Broker) flush(src *Queue, batch []effect) (dead, lost uint64) {
 			if now.IsZero() {
 				now = time.Now()
 			}
-			if b.publishDeadLetter(src, ef.e.env, ef.reason, now) {
+			outcome := b.publishDeadLetter(src, ef.e.env, ef.reason, now)
+			if outcome == deadTaken {
 				dead++
 			} else {
 				lost++
 			}
-			if src.log != nil {
+			// It leaves its durable queue in the log only once its copy is in its targets or
+			// dropped by a rule; refused by a closing broker, it stays there (at least once).
+			if src.log != nil && outcome != deadRefused {
 				b.store.settleDeadLetter(src, ef)
 			}
 		case ef.kind == eventDelayed, !listening:

@@ -108,9 +108,9 @@ func (q *Queue) endReasonLocked() Reason {
 // without the expiration, under the dead-letter routing key if src has one (dropping CC) or else
 // under its own routing keys; routed like any publish, except that it may reach an internal
 // exchange, and that a queue the death history says it would cycle back into is skipped. It
-// reports whether a queue took the copy, and events the outcome for src: dead-lettered, or
-// dropped because the exchange is missing, nothing took it, or it would cycle.
-func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now time.Time) bool {
+// reports what became of the copy, and events it for src: dead-lettered, or dropped because the
+// exchange is missing, nothing took it, it would cycle, or the broker is closing.
+func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now time.Time) deadOutcome {
 	keys := []string{env.routingKey}
 	msg := env.message()
 	headerKeys(msg.Headers["CC"], func(k string) { keys = append(keys, k) }) // x-death: no BCC
@@ -144,7 +144,7 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 	if b.closed.Load() {
 		b.mu.RUnlock()
 		outcome(EventDropped, ReasonClosed)
-		return false
+		return deadRefused
 	}
 	// Drops are logged at debug level: one per message would flood a warning log (a TTL queue
 	// dead-lettering into itself drops every message). Events report each of them.
@@ -153,7 +153,7 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 		b.cfg.logger.Debug("warren: dead letter dropped: dead-letter exchange not found",
 			"queue", src.name, "reason", reason, "exchange", src.cfg.dlx)
 		outcome(EventDropped, ReasonDLXNotFound)
-		return false
+		return deadDropped
 	}
 	r.routeLocked(b, x, key, msg.Headers, bcc)
 	b.mu.RUnlock()
@@ -174,6 +174,11 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 	switch {
 	case took:
 		outcome(EventDeadLettered, reason)
+		return deadTaken
+	case b.closed.Load():
+		// Its targets refused it because the broker closes (ErrClosed), not by a rule.
+		outcome(EventDropped, ReasonClosed)
+		return deadRefused
 	case cycled:
 		outcome(EventDropped, ReasonDeadLetterCycle)
 	default:
@@ -183,8 +188,22 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 		}
 		outcome(EventDropped, ReasonDLXNoRoute)
 	}
-	return took
+	return deadDropped
 }
+
+// deadOutcome is what became of a dead letter (publishDeadLetter).
+type deadOutcome uint8
+
+const (
+	// deadTaken: a queue took it.
+	deadTaken deadOutcome = iota
+	// deadDropped: it is dropped by a rule, as RabbitMQ drops it: the dead-letter exchange is
+	// missing, it routes to no queue, it would cycle, or its targets refused it (full, deleted).
+	deadDropped
+	// deadRefused: the broker is closing. A durable queue keeps it in its log (it was refused,
+	// not dropped), so that it expires or dead-letters again at the next Open.
+	deadRefused
+)
 
 // Death is one entry of a message's dead-lettering history, its "x-death" header: the
 // message was dead-lettered Count times from Queue for Reason ("rejected", "expired", "maxlen"

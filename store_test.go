@@ -984,3 +984,30 @@ func TestDurableDeclareRacingPublish(t *testing.T) {
 		require.Len(t, held(t, b, fmt.Sprint("q", i)), n, "q%d: every confirmed publish is there", i)
 	}
 }
+
+// TestDurableCloseKeepsRefusedDeadLetters: a persistent message whose TTL passes while the
+// broker closes is dead-lettered into a durable queue that refuses it (closing); it must stay in
+// its own queue in the log, to expire again at the next Open. Its settle used to be logged all
+// the same, and after reopen it was in neither queue.
+func TestDurableCloseKeepsRefusedDeadLetters(t *testing.T) {
+	fs := wal.NewMemFS()
+	opts := logOptions(wal.Options{Sync: wal.SyncNever})
+	const rounds, each = 10, 2000
+	var lost int
+	for round := range rounds {
+		b := openTest(t, fs, opts)
+		durableQueue(t, b, "dlq")
+		durableQueue(t, b, "src", MessageTTL(time.Millisecond), DeadLetter("", "dlq"))
+		for i := range each {
+			require.NoError(t, b.Publish(context.Background(), "", "src",
+				Message{Body: fmt.Appendf(nil, "%d-%d", round, i), Persistent: true}))
+		}
+		require.NoError(t, b.Close())
+
+		b = openTest(t, fs, opts) // what expired while closed is dead-lettered here
+		n := len(held(t, b, "src")) + len(held(t, b, "dlq"))
+		require.NoError(t, b.Close())
+		lost += each - n
+	}
+	require.Zero(t, lost, "confirmed messages lost over %d rounds", rounds)
+}
