@@ -8,11 +8,13 @@
 //	go run ./examples/durable                # publishes 10 e-mail jobs, sends them slowly
 //	go run ./examples/durable                # after a kill: finishes what was left
 //	go run ./examples/durable -kill-after 3  # kills itself (SIGKILL) after the third e-mail
-//	go run ./examples/durable -reset         # starts from an empty directory
+//	go run ./examples/durable -reset         # starts again: removes the directory first
 //
-// The e-mails "sent" are appended to sent.log in the directory: after any number of kills,
-// every job is sent, and only a job whose sending was interrupted by a kill can be sent twice
-// (at least once delivery, as with RabbitMQ).
+// The directory (-dir, by default warren-durable-example in the system's temporary directory)
+// holds the broker's own directory, broker/, which nothing else writes to, and sent.log, where
+// the e-mails "sent" are appended: after any number of kills, every job is sent, and only a job
+// whose sending was interrupted by a kill can be sent twice (at least once delivery, as with
+// RabbitMQ). Once every job is sent, a run says so and does nothing: -reset starts again.
 package main
 
 import (
@@ -34,8 +36,8 @@ import (
 const jobs = 10
 
 func main() {
-	dir := flag.String("dir", filepath.Join(os.TempDir(), "warren-durable-example"), "the broker's directory")
-	reset := flag.Bool("reset", false, "remove the directory first")
+	dir := flag.String("dir", filepath.Join(os.TempDir(), "warren-durable-example"), "the example's directory: the broker's (broker/) and sent.log")
+	reset := flag.Bool("reset", false, "remove the directory first, to start again")
 	killAfter := flag.Int("kill-after", 0, "kill this process with SIGKILL after sending this many e-mails (0: never)")
 	pace := flag.Duration("pace", 300*time.Millisecond, "how long sending one e-mail takes")
 	flag.Parse()
@@ -55,11 +57,12 @@ func main() {
 	}
 }
 
-// run opens the broker in dir, publishes the jobs if this is the first run, and sends e-mails
-// until the queue is empty or ctx ends. After killAfter e-mails (if not 0) it calls kill while
-// holding the next job.
+// run opens the broker in dir/broker, publishes the jobs if this is the first run, and sends
+// e-mails, appending them to dir/sent.log, until the queue is empty or ctx ends. After killAfter
+// e-mails (if not 0) it calls kill while holding the next job.
 func run(ctx context.Context, w io.Writer, dir string, pace time.Duration, killAfter int, kill func()) error {
-	b, err := warren.Open(dir) // SyncAlways: a job, once published, survives even a power loss
+	// The broker's directory is its own: warren.Open locks it, and its log is all it holds.
+	b, err := warren.Open(filepath.Join(dir, "broker")) // SyncAlways: a job, once published, survives even a power loss
 	if err != nil {
 		return err
 	}
@@ -88,6 +91,9 @@ func run(ctx context.Context, w io.Writer, dir string, pace time.Duration, killA
 			return err
 		}
 		fmt.Fprintf(w, "published %d jobs\n", jobs)
+	} else if q.Len() == 0 {
+		fmt.Fprintf(w, "every job was sent in an earlier run (see %s); run with -reset to start again\n", sentLog)
+		return nil
 	} else {
 		fmt.Fprintf(w, "reopened %s: %d jobs left\n", dir, q.Len())
 	}

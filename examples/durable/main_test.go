@@ -59,6 +59,16 @@ func TestKilledAndRestarted(t *testing.T) {
 	require.Contains(t, text, "sent welcome e-mail to user 4 (again: delivered 1 time(s) before, when the process stopped)")
 	require.Contains(t, text, "7 e-mails sent in this run; 0 jobs left")
 
+	var third bytes.Buffer
+	require.NoError(t, run(context.Background(), &third, dir, time.Millisecond, 0, nil))
+	require.Contains(t, third.String(), "every job was sent in an earlier run", "a run after the last says so")
+	require.Contains(t, third.String(), "-reset")
+	entries, err := os.ReadDir(filepath.Join(dir, "broker"))
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.NotEqual(t, "sent.log", e.Name(), "the broker's directory is the broker's alone")
+	}
+
 	data, err := os.ReadFile(filepath.Join(dir, "sent.log"))
 	require.NoError(t, err)
 	sent := strings.Fields(strings.ReplaceAll(string(data), "welcome e-mail to user ", ""))
