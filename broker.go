@@ -532,8 +532,9 @@ func (b *Broker) Purge(name string, opts ...CallOption) (int, error) {
 // The return value is the publisher confirm: nil means the message is in every queue it routed
 // to, or, without [Mandatory], that it routed nowhere and was dropped. Errors: ctx already done
 // (ctx.Err()), a missing exchange ([ErrNotFound]), an internal exchange ([ErrAccessRefused]), a
-// routing key over 255 bytes ([ErrInvalidArgument]), an invalid [Message.Expiration]
-// ([ErrPreconditionFailed]), [ErrUnroutable] with Mandatory, [ErrQueueFull] when a queue with a
+// routing key over 255 bytes ([ErrInvalidArgument]), an invalid [Message.Expiration] or headers
+// that hold a table or array containing itself or nest deeper than 32 levels (see [Table];
+// [ErrPreconditionFailed]), [ErrUnroutable] with Mandatory, [ErrQueueFull] when a queue with a
 // reject-publish policy refused it (the other queues took it), [ErrClosed].
 //
 // Publish blocks only on a queue with the [Block] overflow policy that is full: it waits for room

@@ -54,8 +54,9 @@ var (
 	ErrNotFound = newError("not found")
 
 	// ErrPreconditionFailed is returned when a redeclaration is not equivalent to the existing
-	// entity, when a delete's if-unused / if-empty condition does not hold, or when a binding
-	// argument is invalid (AMQP 406).
+	// entity, when a delete's if-unused / if-empty condition does not hold, when a binding
+	// argument is invalid (AMQP 406), and when a published message's headers are not a valid
+	// [Table]: cyclic, or nested deeper than 32 levels.
 	ErrPreconditionFailed = newError("precondition failed")
 
 	// ErrAccessRefused is returned when declaring a name with the reserved "amq." prefix, when
