@@ -220,7 +220,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (_ *Queue, err e
 	} else if q := b.queues[name]; q != nil {
 		switch {
 		case q.cfg.owner != nil && !q.usableBy(cfg.owner):
-			return nil, errorf("declare queue %q: exclusive to another context: %w", name, ErrResourceLocked)
+			return nil, lockedError("declare queue", name, byDeclare)
 		case q.cfg.owner == nil && cfg.owner != nil:
 			return nil, errorf("declare queue %q exclusive: it exists and is not: %w", name, ErrResourceLocked)
 		}
@@ -311,7 +311,7 @@ func (b *Broker) Queue(name string, opts ...CallOption) (*Queue, error) {
 	if q == nil {
 		return nil, errorf("queue %q: %w", name, ErrNotFound)
 	}
-	if err := q.checkUse("look up queue", cfg.owner); err != nil {
+	if err := q.checkUse("look up queue", cfg.owner, byAs); err != nil {
 		return nil, err
 	}
 	q.touch() // a passive declaration is a use
@@ -379,7 +379,7 @@ func (b *Broker) DeleteQueue(name string, opts ...CallOption) (int, error) {
 		unless: func() error {
 			switch {
 			case !q.usableBy(cfg.owner):
-				return q.checkUse("delete queue", cfg.owner)
+				return q.checkUse("delete queue", cfg.owner, byAs)
 			case cfg.ifUnused && q.consumers.count() > 0:
 				return errorf("delete queue %q: in use: %w", name, ErrPreconditionFailed)
 			case cfg.ifEmpty && q.core.ready.len() > 0:

@@ -65,7 +65,8 @@ var (
 	ErrAccessRefused = newError("access refused")
 
 	// ErrResourceLocked is returned when an exclusive queue is used from a context that does not
-	// own it (AMQP 405).
+	// own it (AMQP 405). The error's text says how to make the call on the owner's behalf: with
+	// [As] for calls that take call options, with the owner's context for those that take one.
 	ErrResourceLocked = newError("resource locked")
 
 	// ErrInvalidArgument is returned for malformed input that no AMQP reply code covers: a name

@@ -330,7 +330,7 @@ func (b *Broker) bindingLocked(op string, dst destination, src, key string, args
 		if bd.queue = b.queues[dst.name]; bd.queue == nil {
 			return nil, errorf("%s: queue %q: %w", op, dst.name, ErrNotFound)
 		}
-		if err := bd.queue.checkUse(op, cfg.owner); err != nil {
+		if err := bd.queue.checkUse(op, cfg.owner, byAs); err != nil {
 			return nil, err
 		}
 	}
