@@ -49,7 +49,9 @@ func TestOpaqueHeaders(t *testing.T) {
 	loop := warren.Table{"wait": 1500 * time.Millisecond, "CC": []string{"a", "b"}, "big": uint64(1 << 40)}
 	loop["loop"] = []warren.Table{loop}
 	publish(t, e.b, "h", warren.Message{Body: []byte("x"), Headers: loop})
-	var page struct{ Messages []struct{ Headers map[string]any } }
+	var page struct {
+		Messages []struct{ Headers map[string]any }
+	}
 	e.get(t, "api/queues/h/messages", &page)
 	require.Len(t, page.Messages, 1)
 	assert.Equal(t, map[string]any{"wait": "1.5s", "CC": []any{"a", "b"}, "big": "1099511627776", "loop": "([]warren.Table)"},
