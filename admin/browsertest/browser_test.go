@@ -186,13 +186,9 @@ func demo(t *testing.T) *warren.Broker {
 	return b
 }
 
-// TestAdminPage loads the admin page against a live broker in headless Chromium: the overview
-// lists the queues with their counts and goes live; a queue's page shows its dead letters with
-// their x-death; moving one back to orders by clicking changes the counts, on the page and in
-// the broker.
-func TestAdminPage(t *testing.T) {
-	ctx := browser(t)
-	b := demo(t)
+// serveAdmin serves b's admin handler, with actions, under /warren/ on a test server that the
+// test closes.
+func serveAdmin(t *testing.T, b *warren.Broker) *httptest.Server {
 	a := admin.Handler(b, admin.AllowActions())
 	mux := http.NewServeMux()
 	mux.Handle("/warren/", http.StripPrefix("/warren", a))
@@ -201,8 +197,13 @@ func TestAdminPage(t *testing.T) {
 		a.Close() // ends the page's event stream, which srv.Close would wait for
 		srv.Close()
 	})
+	return srv
+}
 
-	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+// stepper returns a function that runs browser steps in ctx, within 30 s, and fails the test
+// with what when they fail.
+func stepper(t *testing.T, ctx context.Context) func(what string, steps ...chromedp.Action[chromedp.Void]) {
+	return func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -210,6 +211,17 @@ func TestAdminPage(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
+}
+
+// TestAdminPage loads the admin page against a live broker in headless Chromium: the overview
+// lists the queues with their counts and goes live; a queue's page shows its dead letters with
+// their x-death; moving one back to orders by clicking changes the counts, on the page and in
+// the broker.
+func TestAdminPage(t *testing.T) {
+	ctx := browser(t)
+	b := demo(t)
+	srv := serveAdmin(t, b)
+	step := stepper(t, ctx)
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
@@ -339,22 +351,8 @@ func TestQueuesNamedAsPaths(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a := admin.Handler(b, admin.AllowActions())
-	mux := http.NewServeMux()
-	mux.Handle("/warren/", http.StripPrefix("/warren", a))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(func() {
-		a.Close()
-		srv.Close()
-	})
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	srv := serveAdmin(t, b)
+	run := stepper(t, ctx)
 	heading := func() string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("h1")))
