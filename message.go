@@ -3,6 +3,7 @@ package warren
 import (
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -175,10 +176,8 @@ func (c *fieldCheck) value(v any, depth int) error {
 	if len(table) == 0 && len(array) == 0 {
 		return nil // holds nothing, itself included
 	}
-	for _, outer := range c.path[:depth+1] {
-		if outer == id {
-			return errCyclic
-		}
+	if slices.Contains(c.path[:depth+1], id) {
+		return errCyclic
 	}
 	c.path[depth+1] = id
 	if table != nil {
