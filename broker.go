@@ -220,7 +220,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (_ *Queue, err e
 	} else if q := b.queues[name]; q != nil {
 		switch {
 		case q.cfg.owner != nil && !q.usableBy(cfg.owner):
-			return nil, errorf("declare queue %q: exclusive to another context: %w", name, ErrResourceLocked)
+			return nil, lockedError("declare queue", name, byDeclare)
 		case q.cfg.owner == nil && cfg.owner != nil:
 			return nil, errorf("declare queue %q exclusive: it exists and is not: %w", name, ErrResourceLocked)
 		}
@@ -317,7 +317,7 @@ func (b *Broker) Queue(name string, opts ...CallOption) (*Queue, error) {
 	if q == nil {
 		return nil, errorf("queue %q: %w", name, ErrNotFound)
 	}
-	if err := q.checkUse("look up queue", cfg.owner); err != nil {
+	if err := q.checkUse("look up queue", cfg.owner, byAs); err != nil {
 		return nil, err
 	}
 	q.touch() // a passive declaration is a use
@@ -385,7 +385,7 @@ func (b *Broker) DeleteQueue(name string, opts ...CallOption) (int, error) {
 		unless: func() error {
 			switch {
 			case !q.usableBy(cfg.owner):
-				return q.checkUse("delete queue", cfg.owner)
+				return q.checkUse("delete queue", cfg.owner, byAs)
 			case cfg.ifUnused && q.consumers.count() > 0:
 				return errorf("delete queue %q: in use: %w", name, ErrPreconditionFailed)
 			case cfg.ifEmpty && q.core.ready.len() > 0:
@@ -538,8 +538,9 @@ func (b *Broker) Purge(name string, opts ...CallOption) (int, error) {
 // The return value is the publisher confirm: nil means the message is in every queue it routed
 // to, or, without [Mandatory], that it routed nowhere and was dropped. Errors: ctx already done
 // (ctx.Err()), a missing exchange ([ErrNotFound]), an internal exchange ([ErrAccessRefused]), a
-// routing key over 255 bytes ([ErrInvalidArgument]), an invalid [Message.Expiration]
-// ([ErrPreconditionFailed]), [ErrUnroutable] with Mandatory, [ErrQueueFull] when a queue with a
+// routing key over 255 bytes ([ErrInvalidArgument]), an invalid [Message.Expiration] or headers
+// that hold a table or array containing itself or nest deeper than 32 levels (see [Table];
+// [ErrPreconditionFailed]), [ErrUnroutable] with Mandatory, [ErrQueueFull] when a queue with a
 // reject-publish policy refused it (the other queues took it), [ErrClosed].
 //
 // Publish blocks only on a queue with the [Block] overflow policy that is full: it waits for room

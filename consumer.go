@@ -136,7 +136,7 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 	if q.endErr != nil {
 		return nil, errorf("consume from queue %q: %w", q.name, q.endErrLocked())
 	}
-	if err := q.checkUse("consume", cmp.Or(cfg.owner, ctx)); err != nil {
+	if err := q.checkUse("consume", cmp.Or(cfg.owner, ctx), byContext); err != nil {
 		return nil, err
 	}
 	if c.tag == "" {

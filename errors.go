@@ -54,8 +54,9 @@ var (
 	ErrNotFound = newError("not found")
 
 	// ErrPreconditionFailed is returned when a redeclaration is not equivalent to the existing
-	// entity, when a delete's if-unused / if-empty condition does not hold, or when a binding
-	// argument is invalid (AMQP 406).
+	// entity, when a delete's if-unused / if-empty condition does not hold, when a binding
+	// argument is invalid (AMQP 406), and when a published message's headers are not a valid
+	// [Table]: cyclic, or nested deeper than 32 levels.
 	ErrPreconditionFailed = newError("precondition failed")
 
 	// ErrAccessRefused is returned when declaring a name with the reserved "amq." prefix, when
@@ -64,7 +65,8 @@ var (
 	ErrAccessRefused = newError("access refused")
 
 	// ErrResourceLocked is returned when an exclusive queue is used from a context that does not
-	// own it (AMQP 405).
+	// own it (AMQP 405). The error's text says how to make the call on the owner's behalf: with
+	// [As] for calls that take call options, with the owner's context for those that take one.
 	ErrResourceLocked = newError("resource locked")
 
 	// ErrInvalidArgument is returned for malformed input that no AMQP reply code covers: a name

@@ -330,7 +330,7 @@ func (b *Broker) bindingLocked(op string, dst destination, src, key string, args
 		if bd.queue = b.queues[dst.name]; bd.queue == nil {
 			return nil, errorf("%s: queue %q: %w", op, dst.name, ErrNotFound)
 		}
-		if err := bd.queue.checkUse(op, cfg.owner); err != nil {
+		if err := bd.queue.checkUse(op, cfg.owner, byAs); err != nil {
 			return nil, err
 		}
 	}
@@ -566,11 +566,11 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 	if err != nil {
 		return 0, err
 	}
-	if b.store != nil && msg.Persistent && msg.Headers != nil {
-		// The log encodes AMQP field values only (codec.go): a durable broker checks them
+	if msg.Headers != nil {
+		// The log encodes AMQP field values only (codec.go): a durable broker checks their types
 		// before a persistent message can reach a durable queue.
-		if err := checkTable(msg.Headers); err != nil {
-			return 0, errorf("publish: headers: %w", err)
+		if err := checkHeaders(msg.Headers, b.store != nil && msg.Persistent); err != nil {
+			return 0, errorf("publish: %w", err)
 		}
 	}
 	if name == "" && x == nil && msg.Headers == nil {

@@ -2,6 +2,8 @@ package warren
 
 import (
 	"math"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,13 @@ import (
 // int32, int64, int, uint8, uint16, uint32, float32, float64, string, []byte, time.Time,
 // [Decimal], nested Table, []any and nil, so headers pass between warren and a RabbitMQ client
 // unchanged. A Table reachable from a published [Message] must not be modified afterwards.
+//
+// Tables and arrays nest at most 32 levels below the top-level table, and none may contain
+// itself: every broker refuses to publish such headers, and to declare or bind with such
+// arguments, with an error wrapping [ErrPreconditionFailed] that says "cyclic" or "nested
+// deeper than 32". Arguments, and a persistent message's headers on a durable broker ([Open]),
+// must also hold only the types above; an in-memory broker passes other header values along
+// untouched.
 type Table map[string]any
 
 // Int returns t's value for key as an integer, and true, when it is one of AMQP's integer field
@@ -69,51 +78,121 @@ type Message struct {
 }
 
 // checkTable reports, wrapping [ErrPreconditionFailed] as RabbitMQ's 406 would, a value in t
-// (or nested in it) that is not one of the AMQP field types listed for [Table].
+// (or nested in it) that is not one of the AMQP field types listed for [Table], a table or
+// array that contains itself, and nesting deeper than maxFieldDepth: for arguments, and the
+// headers of a persistent message on a durable broker, which the log encodes.
 func checkTable(t Table) error {
 	for _, v := range t {
 		if o, ok := v.(invalidOption); ok {
 			return o.err // a typed option's own error
 		}
 	}
-	return checkNested(t, 0)
+	c := fieldCheck{label: "argument", types: true}
+	return c.table(t)
 }
 
-// maxFieldDepth bounds how deeply tables and arrays nest, which also stops a table that
-// contains itself.
+// checkHeaders reports, wrapping [ErrPreconditionFailed], headers that hold a table or array
+// that contains itself, or that nest deeper than maxFieldDepth, which every broker refuses to
+// publish: whatever walks a message's tables (the admin's message view, the AMQP listener's
+// encoder, headers matching) would recurse without end. Values of other types are not looked
+// into; with types, they are refused as checkTable refuses them. It allocates nothing, and is
+// linear in the size of the tables and arrays, O(depth) more for each of them.
+func checkHeaders(h Table, types bool) error {
+	c := fieldCheck{label: "header", types: types}
+	return c.table(h)
+}
+
+// maxFieldDepth bounds how deeply tables and arrays nest: a top-level table's values are at
+// depth 0, and a value deeper than maxFieldDepth is refused. The durable log's codec
+// (codec.go) and contrib/amqp's wire decoder hold to the same bound (the decoder, which counts
+// the top-level table as a level, to one less), so what one broker takes another can log and a
+// wire client cannot send what the broker refuses. Real headers nest two or three deep (x-death
+// is an array of tables of arrays).
 const maxFieldDepth = 32
 
-func checkNested(t Table, depth int) error {
+// fieldCheck walks a table's values and those nested in them, for checkTable and checkHeaders.
+type fieldCheck struct {
+	label string // what a table's keys are called in errors: "argument", "header"
+	types bool   // refuse values that are not AMQP field types; else only tables and arrays are looked into
+	// path holds the tables and arrays from the top-level table (path[0]) to the one whose values
+	// are being checked: a value that is one of them is a cycle.
+	path [maxFieldDepth + 2]container
+}
+
+// container identifies a table (by its map) or an array (by its elements and length).
+type container struct {
+	p unsafe.Pointer
+	n int
+}
+
+var errCyclic = errorf("cyclic: a table or array contains itself: %w", ErrPreconditionFailed)
+
+// table checks t, the top-level table.
+func (c *fieldCheck) table(t map[string]any) error {
+	if len(t) == 0 {
+		return nil
+	}
+	c.path[0] = container{p: mapPointer(t)}
+	return c.values(t, 0)
+}
+
+// values checks t's values, at depth.
+func (c *fieldCheck) values(t map[string]any, depth int) error {
 	for k, v := range t {
-		if err := checkField(v, depth); err != nil {
-			return errorf("argument %q: %w", k, err)
+		if err := c.value(v, depth); err != nil {
+			return errorf("%s %q: %w", c.label, k, err)
 		}
 	}
 	return nil
 }
 
-func checkField(v any, depth int) error {
+// value checks v, at depth: its type, and, for a table or an array, that it is none of the
+// tables and arrays it is nested in, and its values one level deeper.
+func (c *fieldCheck) value(v any, depth int) error {
 	if depth > maxFieldDepth {
 		return errorf("tables nested deeper than %d: %w", maxFieldDepth, ErrPreconditionFailed)
 	}
+	var (
+		id    container
+		table map[string]any
+		array []any
+	)
 	switch v := v.(type) {
 	case nil, bool, int8, int16, int32, int64, int, uint8, uint16, uint32, float32, float64,
 		string, []byte, time.Time, Decimal:
 		return nil
 	case Table:
-		return checkNested(v, depth+1)
+		table, id = v, container{p: mapPointer(v)}
 	case map[string]any:
-		return checkNested(v, depth+1)
+		table, id = v, container{p: mapPointer(v)}
 	case []any:
-		for _, e := range v {
-			if err := checkField(e, depth+1); err != nil {
-				return err
-			}
+		array, id = v, container{p: unsafe.Pointer(unsafe.SliceData(v)), n: len(v)}
+	default:
+		if c.types {
+			return errorf("value of type %T is not an AMQP field type: %w", v, ErrPreconditionFailed)
 		}
 		return nil
 	}
-	return errorf("value of type %T is not an AMQP field type: %w", v, ErrPreconditionFailed)
+	if len(table) == 0 && len(array) == 0 {
+		return nil // holds nothing, itself included
+	}
+	if slices.Contains(c.path[:depth+1], id) {
+		return errCyclic
+	}
+	c.path[depth+1] = id
+	if table != nil {
+		return c.values(table, depth+1)
+	}
+	for _, e := range array {
+		if err := c.value(e, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// mapPointer returns the pointer a map value is.
+func mapPointer(m map[string]any) unsafe.Pointer { return reflect.ValueOf(m).UnsafePointer() }
 
 // envelope is one published message, shared by reference by every queue it was routed to and by
 // every delivery of it. It is immutable once routed (but for a durable broker's log state, in

@@ -136,7 +136,7 @@ func (q *Queue) lendNext(ctx context.Context, cfg *moveConfig) (*lease, Message,
 	if q.endErr != nil {
 		return nil, Message{}, errorf("move from queue %q: %w", q.name, q.endErrLocked())
 	}
-	if err := q.checkUse("move", ctx); err != nil {
+	if err := q.checkUse("move", ctx, byContext); err != nil {
 		return nil, Message{}, err
 	}
 	var (

@@ -93,12 +93,32 @@ func (q *Queue) usableBy(ctx context.Context) bool {
 }
 
 // checkUse returns the error for a call on the queue, described by what, on behalf of ctx:
-// ErrResourceLocked if ctx may not use it.
-func (q *Queue) checkUse(what string, ctx context.Context) error {
+// lockedError's if ctx may not use it. how says how the call is made on the owner's behalf.
+func (q *Queue) checkUse(what string, ctx context.Context, how ownerHint) error {
 	if q.usableBy(ctx) {
 		return nil
 	}
-	return errorf("%s: exclusive queue %q: owned by another context: %w", what, q.name, ErrResourceLocked)
+	return lockedError(what, q.name, how)
+}
+
+// ownerHint says how a call is made on behalf of an exclusive queue's owner, in the error that
+// refuses it to another context.
+type ownerHint string
+
+const (
+	// byAs: a call that takes CallOptions ([Broker.Queue], [Broker.Bind], [Queue.Purge], …).
+	byAs ownerHint = "call it on behalf of its owner: warren.As(ownerCtx)"
+	// byContext: a call that takes a context and runs on its behalf ([Queue.Consume], …).
+	byContext ownerHint = "pass its owner's context, or one derived from it"
+	// byDeclare: a redeclaration.
+	byDeclare ownerHint = "declare it with warren.ExclusiveTo(ownerCtx)"
+)
+
+// lockedError is the error wrapping [ErrResourceLocked] that refuses the use of the exclusive
+// queue name, described by what, to a context that does not own it: every such refusal is
+// made here, and says how to make the call on the owner's behalf.
+func lockedError(what, name string, how ownerHint) error {
+	return errorf("%s: exclusive queue %q: owned by another context (%s): %w", what, name, how, ErrResourceLocked)
 }
 
 // holdsFor reports whether the queue still holds something of owner's: a consumer started with

@@ -44,22 +44,33 @@ func TestExclusiveQueueRefusesOthers(t *testing.T) {
 			{"another owner", []warren.CallOption{warren.As(other)}, other},
 			{"a plain context", []warren.CallOption{warren.As(t.Context())}, t.Context()},
 		} {
+			const (
+				byAs      = "(call it on behalf of its owner: warren.As(ownerCtx))"
+				byContext = "(pass its owner's context, or one derived from it)"
+				byDeclare = "(declare it with warren.ExclusiveTo(ownerCtx))"
+			)
 			calls := []struct {
 				name string
 				call func() error
+				hint string // how to call it on the owner's behalf, as the error says
 			}{
-				{"Queue", func() error { _, err := b.Queue("ex", by.as...); return err }},
-				{"Bind", func() error { return b.Bind("ex", "amq.fanout", "", nil, by.as...) }},
-				{"Unbind", func() error { return b.Unbind("ex", "x", "", nil, by.as...) }},
-				{"Broker.Purge", func() error { _, err := b.Purge("ex", by.as...); return err }},
-				{"Queue.Purge", func() error { _, err := q.Purge(by.as...); return err }},
-				{"DeleteQueue", func() error { _, err := b.DeleteQueue("ex", by.as...); return err }},
-				{"Consume", func() error { _, err := q.Consume(by.ctx); return err }},
-				{"Get", func() error { _, err := q.Get(by.ctx); return err }},
-				{"DeclareQueue", func() error { _, err := b.DeclareQueue("ex", warren.ExclusiveTo(by.ctx)); return err }},
+				{"Queue", func() error { _, err := b.Queue("ex", by.as...); return err }, byAs},
+				{"Bind", func() error { return b.Bind("ex", "amq.fanout", "", nil, by.as...) }, byAs},
+				{"Unbind", func() error { return b.Unbind("ex", "x", "", nil, by.as...) }, byAs},
+				{"Broker.Purge", func() error { _, err := b.Purge("ex", by.as...); return err }, byAs},
+				{"Queue.Purge", func() error { _, err := q.Purge(by.as...); return err }, byAs},
+				{"DeleteQueue", func() error { _, err := b.DeleteQueue("ex", by.as...); return err }, byAs},
+				{"Consume", func() error { _, err := q.Consume(by.ctx); return err }, byContext},
+				{"Get", func() error { _, err := q.Get(by.ctx); return err }, byContext},
+				{"Move", func() error { _, err := q.Move(by.ctx, "", "plain"); return err }, byContext},
+				{"Serve", func() error { return q.Serve(by.ctx, func(context.Context, warren.Delivery) error { return nil }) }, byContext},
+				{"DeclareQueue", func() error { _, err := b.DeclareQueue("ex", warren.ExclusiveTo(by.ctx)); return err }, byDeclare},
 			}
 			for _, c := range calls {
-				require.ErrorIs(t, c.call(), warren.ErrResourceLocked, "%s on behalf of %s", c.name, by.name)
+				err := c.call()
+				require.ErrorIs(t, err, warren.ErrResourceLocked, "%s on behalf of %s", c.name, by.name)
+				require.ErrorContains(t, err, `exclusive queue "ex": owned by another context `+c.hint+": resource locked",
+					"%s on behalf of %s says how to call it on behalf of the owner", c.name, by.name)
 			}
 		}
 		st := q.Stats()

@@ -238,7 +238,7 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (Delivery, error
 		q.commit()
 		return Delivery{}, errorf("get from queue %q: %w", q.name, err)
 	}
-	if err := q.checkUse("get", ctx); err != nil {
+	if err := q.checkUse("get", ctx, byContext); err != nil {
 		q.commit()
 		return Delivery{}, err
 	}
@@ -363,7 +363,7 @@ func (q *Queue) Purge(opts ...CallOption) (int, error) {
 	if q.endErr != nil {
 		return 0, errorf("purge queue %q: %w", q.name, q.endErrLocked())
 	}
-	if err := q.checkUse("purge", cfg.owner); err != nil {
+	if err := q.checkUse("purge", cfg.owner, byAs); err != nil {
 		return 0, err
 	}
 	return q.core.purge(ReasonPurged), nil

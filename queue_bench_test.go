@@ -34,29 +34,42 @@ import (
 // loop, so the queue depth saw-tooths between 0 and 65536 and the purge (clearing a ring of
 // 65536 entries) is included, amortised: about 1–2 ns/op.
 //
+// warren-headers and warren-x-death: the same, with four flat headers, and with those and an
+// x-death entry (an array of a table holding an array). Every publish walks its headers for
+// cycles and depth: measured alone on the 2-core machine, about 70 ns for the four flat headers
+// and 175 ns with the x-death entry, with no allocation.
+//
 // chan: one op is one send of a freshly allocated *Message into a buffered channel (capacity
 // 1024) that one goroutine drains; the sender blocks when the receiver falls behind.
 func BenchmarkPublish(b *testing.B) {
-	b.Run("warren", func(b *testing.B) {
-		before := runtime.NumGoroutine()
-		br := newBroker(b)
-		q := declare(b, br, "bench")
-		ctx := context.Background()
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if err := br.Publish(ctx, "", "bench", warren.Message{Body: benchBody}); err != nil {
-				b.Fatal(err)
-			}
-			if i++; i%publishEvery == 0 {
-				if _, err := q.Purge(); err != nil {
+	flat := warren.Table{"trace-id": "abc", "attempt": int32(1), "tenant": "t1", "n": int64(3)}
+	dead := warren.Table{"trace-id": "abc", "attempt": int32(1), "tenant": "t1", "x-death": []any{warren.Table{
+		"count": int64(1), "reason": "rejected", "queue": "q", "routing-keys": []any{"q"}, "time": time.Unix(1, 0)}}}
+	for _, tc := range []struct {
+		name    string
+		headers warren.Table
+	}{{"warren", nil}, {"warren-headers", flat}, {"warren-x-death", dead}} {
+		b.Run(tc.name, func(b *testing.B) {
+			before := runtime.NumGoroutine()
+			br := newBroker(b)
+			q := declare(b, br, "bench")
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := br.Publish(ctx, "", "bench", warren.Message{Body: benchBody, Headers: tc.headers}); err != nil {
 					b.Fatal(err)
 				}
+				if i++; i%publishEvery == 0 {
+					if _, err := q.Purge(); err != nil {
+						b.Fatal(err)
+					}
+				}
 			}
-		}
-		br.Close()
-		checkNoGoroutines(b, before)
-	})
+			br.Close()
+			checkNoGoroutines(b, before)
+		})
+	}
 	b.Run("chan", func(b *testing.B) {
 		before := runtime.NumGoroutine()
 		ch := make(chan *warren.Message, 1024)

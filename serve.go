@@ -3,7 +3,9 @@ package warren
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -96,6 +98,11 @@ func (o serveOption) applyServe(c *serveConfig) { o(c) }
 //     an error), and treated as that error.
 //   - a handler that ends its goroutine (runtime.Goexit, as t.FailNow does): logged, treated as
 //     an error, and its worker replaced.
+//   - a typed nil error (`var e *MyErr; return e`: a nil pointer, map, slice, func or chan in a
+//     non-nil error): an error like any other, never permanent, and logged at error level with
+//     its type named ("handler returned a nil *main.MyErr"); its methods, which may dereference
+//     the nil receiver, are never called. An error whose Is or Unwrap method panics when Serve
+//     looks for ErrPermanent in it is logged and treated as an error that is not permanent.
 //
 // A handler may settle its delivery itself; Serve then leaves it alone.
 //
@@ -321,7 +328,7 @@ func (s *server) settle(d Delivery, err error) {
 	switch {
 	case err == nil:
 		settled = d.Ack()
-	case errors.Is(err, ErrPermanent):
+	case s.permanent(d, err):
 		if settled = d.Reject(); settled == nil {
 			s.log.Warn("warren: handler failed permanently; delivery rejected", "consumer", d.ConsumerTag,
 				"tag", d.DeliveryTag, "err", err)
@@ -334,6 +341,38 @@ func (s *server) settle(d Delivery, err error) {
 	if settled != nil && !errors.Is(settled, ErrAlreadySettled) {
 		s.log.Debug("warren: serve: settlement failed", "tag", d.DeliveryTag, "err", settled)
 	}
+}
+
+// permanent reports whether the handler's error err wraps [ErrPermanent]. Its Is and Unwrap
+// methods are the handler's code, run here outside runHandler's recovery: one that panics (on a
+// nil pointer wrapped inside err, say) would end the process. Such an error is logged and is
+// not permanent: a failure like any other.
+func (s *server) permanent(d Delivery, err error) (permanent bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("warren: handler's error panicked when inspected; delivery failed", "consumer", d.ConsumerTag,
+				"tag", d.DeliveryTag, "type", fmt.Sprintf("%T", err), "panic", p)
+			permanent = false
+		}
+	}()
+	return errors.Is(err, ErrPermanent)
+}
+
+// nilError returns the failure of a handler that returned err, an error holding a nil pointer
+// (map, slice, func, chan): `var e *MyErr; return e`. Such an interface is not nil, so the
+// handler failed; but its methods may dereference their nil receiver, so the error itself is
+// never looked at again, only its type named. It returns nil for any other err.
+func nilError(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch v := reflect.ValueOf(err); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.UnsafePointer:
+		if v.IsNil() {
+			return errorf("handler returned a nil %T", err)
+		}
+	}
+	return nil
 }
 
 // errHandlerExited is the failure of a handler that ended its goroutine with runtime.Goexit (as
@@ -367,5 +406,10 @@ func (s *server) runHandler(d Delivery) (err error) {
 	}()
 	err = s.h(s.hctx, d)
 	returned = true
+	if nerr := nilError(err); nerr != nil {
+		s.log.Error("warren: handler returned a typed nil error; delivery failed", "consumer", d.ConsumerTag,
+			"tag", d.DeliveryTag, "err", nerr)
+		return nerr
+	}
 	return err
 }

@@ -214,6 +214,64 @@ func TestServePanicWithErrorValue(t *testing.T) {
 	})
 }
 
+// opError is an error type as os.PathError is: pointer methods that read its fields, so that a
+// nil *opError panics in each of them.
+type opError struct {
+	op  string
+	err error
+}
+
+func (e *opError) Error() string { return e.op + ": " + e.err.Error() }
+func (e *opError) Unwrap() error { return e.err }
+
+// TestServeTypedNilError: a handler that returns a nil *opError in a non-nil error (the typed
+// nil mistake), bare or wrapped, fails its delivery like any error: the message is retried up to
+// the delivery limit and dead-lettered, the log names the type, and the process lives on,
+// though looking for ErrPermanent in such an error calls its Unwrap on the nil pointer.
+func TestServeTypedNilError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs logBuffer
+		b := newBroker(t, warren.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+		main, dlq := dlqTopology(t, b, warren.DeliveryLimit(1))
+		publishN(t, b, main, 3)
+		var seen handlerTrace
+		h := func(ctx context.Context, d warren.Delivery) error {
+			seen.add(d)
+			var nilErr *opError
+			switch string(d.Message.Body) {
+			case "0":
+				return nilErr
+			case "1":
+				return errors.Join(nilErr)
+			}
+			return nil
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		run := startServe(ctx, main, h, warren.ConsumerTag("svc"))
+		synctest.Wait()
+		require.False(t, run.returned(), "Serve goes on: %v", run.err)
+		require.Equal(t, []string{"0/0", "0/1", "1/0", "1/1", "2/0"}, seen.get(), "each failure retried once")
+		require.Equal(t, "0 1", bodies(getAll(t, dlq)), "dead-lettered past the delivery limit")
+		require.Equal(t, 0, main.Len()+main.Unacked())
+
+		bare := logs.records(t, "warren: handler returned a typed nil error; delivery failed")
+		require.Len(t, bare, 2, "one record per attempt")
+		for _, r := range bare {
+			require.Equal(t, "ERROR", r["level"])
+			require.Equal(t, "svc", r["consumer"])
+			require.Equal(t, "warren: handler returned a nil *warren_test.opError", r["err"])
+		}
+		wrapped := logs.records(t, "warren: handler's error panicked when inspected; delivery failed")
+		require.Len(t, wrapped, 2, "one record per attempt")
+		for _, r := range wrapped {
+			require.Equal(t, "*errors.joinError", r["type"])
+			require.Contains(t, fmt.Sprint(r["panic"]), "nil pointer dereference")
+		}
+		cancel()
+		require.NoError(t, run.wait())
+	})
+}
+
 // TestServeGracefulDrain: several workers hold deliveries and more are buffered when ctx ends.
 // The buffered ones go back unchanged at once; Serve waits for the running handlers, which see
 // ctx done, applies their results, and returns nil with nothing outstanding.

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/warrenmq/warren"
 )
@@ -52,21 +54,63 @@ func newToken() string {
 // routes registers every path with s.mux.
 func (s *Server) routes() {
 	s.mux.HandleFunc("GET /{$}", s.pageOverview)
-	s.mux.HandleFunc("GET /queues/{name}", s.pageQueue)
 	s.mux.HandleFunc("GET /topology", s.pageTopology)
 	s.mux.Handle("GET /static/", staticHandler())
 	s.mux.HandleFunc("GET /api/stream", s.getStream)
 	s.mux.HandleFunc("GET /api/overview", s.getOverview)
 	s.mux.HandleFunc("GET /api/queues", s.getQueues)
-	s.mux.HandleFunc("GET /api/queues/{name}", s.getQueue)
-	s.mux.HandleFunc("GET /api/queues/{name}/messages", s.getMessages)
 	s.mux.HandleFunc("GET /api/exchanges", s.getExchanges)
 	s.mux.HandleFunc("GET /api/bindings", s.getBindings)
 	s.mux.HandleFunc("GET /api/token", s.getToken)
-	s.mux.Handle("POST /api/queues/{name}/purge", s.action(s.postPurge))
-	s.mux.Handle("POST /api/queues/{name}/delete", s.action(s.postDelete))
-	s.mux.Handle("POST /api/queues/{name}/move", s.action(s.postMove))
 	s.mux.Handle("POST /api/publish", s.action(s.postPublish))
+	// A queue's routes, each twice (see queueURL): with the name as a path segment, and with it
+	// in the query, for the names no path can carry.
+	for _, r := range []struct {
+		method, prefix, suffix string
+		h                      http.Handler
+	}{
+		{"GET", "/queue", "", http.HandlerFunc(s.pageQueue)},
+		{"GET", "/api/queue", "", http.HandlerFunc(s.getQueue)},
+		{"GET", "/api/queue", "/messages", http.HandlerFunc(s.getMessages)},
+		{"POST", "/api/queue", "/purge", s.action(s.postPurge)},
+		{"POST", "/api/queue", "/delete", s.action(s.postDelete)},
+		{"POST", "/api/queue", "/move", s.action(s.postMove)},
+	} {
+		s.mux.Handle(r.method+" "+r.prefix+"s/{name}"+r.suffix, r.h)
+		s.mux.Handle(r.method+" "+r.prefix+r.suffix, r.h)
+	}
+}
+
+// queueURL returns the URL, relative to the handler's root, of a route of the named queue: the
+// name as a path segment, escaped, between prefix+"s/" and suffix ("queues/a%2Fb",
+// "api/queues/a%2Fb/messages"); or, for the names no path segment carries, in the query of the
+// same route without the segment ("queue?name=..", "api/queue/messages?name=.."). Those are
+// "." and "..", which browsers and most HTTP clients remove from a path as dot segments (escaped
+// too: "%2E%2E" is ".." to a browser), and "/", whose escaped segment "%2F" http.ServeMux takes
+// for a trailing slash, which no wildcard matches (Go 1.26's routing_tree.go). Either form
+// reaches every other queue.
+func queueURL(prefix, name, suffix string) string {
+	if name == "." || name == ".." || name == "/" {
+		return prefix + suffix + "?name=" + url.QueryEscape(name)
+	}
+	return prefix + "s/" + url.PathEscape(name) + suffix
+}
+
+// withQuery returns u with the query parameters q added to any it has.
+func withQuery(u, q string) string {
+	if strings.Contains(u, "?") {
+		return u + "&" + q
+	}
+	return u + "?" + q
+}
+
+// queueName returns the name of the queue r is about: its path segment, or its name= in the
+// query (see queueURL).
+func queueName(r *http.Request) string {
+	if name := r.PathValue("name"); name != "" {
+		return name
+	}
+	return r.URL.Query().Get("name")
 }
 
 // ServeHTTP serves the API and the page.

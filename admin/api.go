@@ -132,7 +132,7 @@ func queueDetailOf(q *warren.Queue) queueDetail {
 }
 
 func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) {
-	q, err := s.queue(r.PathValue("name"))
+	q, err := s.queue(queueName(r))
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -197,7 +197,12 @@ func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	q, err := s.queue(r.PathValue("name"))
+	q, err := s.queue(queueName(r))
+	if err == nil && q.Exclusive() {
+		// RabbitMQ's management refuses it too: its get fails with the channel's 405
+		// RESOURCE_LOCKED (answered as a 400 that says so).
+		err = fmt.Errorf("admin: queue %q is exclusive: its messages are its owner's: %w", q.Name(), warren.ErrResourceLocked)
+	}
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -281,7 +286,7 @@ func (s *Server) getToken(w http.ResponseWriter, r *http.Request) {
 // Actions: each runs behind Server.action's checks.
 
 func (s *Server) postPurge(w http.ResponseWriter, r *http.Request) {
-	q, err := s.queue(r.PathValue("name"))
+	q, err := s.queue(queueName(r))
 	if err == nil {
 		var n int
 		if n, err = q.Purge(); err == nil {
@@ -313,7 +318,7 @@ func (s *Server) postDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	// Looked up first: deleting a queue that does not exist succeeds, as in AMQP, but a page
 	// that asks has a stale view, which a 404 tells it.
-	q, err := s.queue(r.PathValue("name"))
+	q, err := s.queue(queueName(r))
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -361,7 +366,7 @@ func (s *Server) postMove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	q, err := s.queue(r.PathValue("name"))
+	q, err := s.queue(queueName(r))
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return

@@ -42,3 +42,33 @@ func TestSumAddsEveryCounter(t *testing.T) {
 		}
 	}
 }
+
+// TestReadableDepth: readable follows tables and arrays down to maxShownDepth and shows what is
+// deeper as tooDeep, whatever it is given (a broker refuses deeper tables, so only a table made
+// elsewhere gets there).
+func TestReadableDepth(t *testing.T) {
+	var v any = "bottom"
+	for i := range 2 * maxShownDepth {
+		if i%2 == 0 {
+			v = warren.Table{"t": v}
+		} else {
+			v = []any{v}
+		}
+	}
+	got := readable(v, 0)
+	for depth := 0; ; depth++ {
+		switch x := got.(type) {
+		case map[string]any:
+			got = x["t"]
+			continue
+		case []any:
+			got = x[0]
+			continue
+		}
+		if got != tooDeep || depth != maxShownDepth+1 {
+			t.Fatalf("readable(%d nested tables and arrays) ends in %v at depth %d, want %q at %d",
+				2*maxShownDepth, got, depth, tooDeep, maxShownDepth+1)
+		}
+		return
+	}
+}

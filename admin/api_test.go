@@ -3,10 +3,13 @@ package admin_test
 import (
 	"context"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -230,23 +233,59 @@ func TestNotFound(t *testing.T) {
 	}
 }
 
-// TestQueueNames: a name with a slash, a space and a percent sign, escaped as a path segment.
+// TestQueueNames: every queue is reached from the pages and through the API, whatever its name:
+// "." and "..", which browsers and most clients take out of a path as dot segments, and "/",
+// which http.ServeMux does not route as a segment, in the query; a slash among other
+// characters, a percent sign, a question mark or a space escaped in a path segment. The pages'
+// links are followed as a browser resolves them.
 func TestQueueNames(t *testing.T) {
 	e := newEnv(t, admin.AllowActions())
-	const name = "a/b c%d"
-	_, err := e.b.DeclareQueue(name)
-	require.NoError(t, err)
-	publish(t, e.b, name, warren.Message{Body: []byte("x")})
-	var q struct {
-		Name  string
-		Stats warren.QueueStats
+	names := []string{".", "..", "/", "a/b", "%2F", "?x", " ", "a/b c%d"}
+	for _, name := range names {
+		_, err := e.b.DeclareQueue(name)
+		require.NoError(t, err)
+		publish(t, e.b, name, warren.Message{Body: []byte("in " + name)})
 	}
-	e.get(t, "api/queues/"+url.PathEscape(name), &q)
-	assert.Equal(t, name, q.Name)
-	assert.Equal(t, 1, q.Stats.Ready)
-	code, out := e.post(t, "api/queues/"+url.PathEscape(name)+"/purge", nil, nil)
-	assert.Equal(t, http.StatusOK, code, out)
-	assert.Equal(t, float64(1), out["purged"])
+	_, _, overview := e.page(t, "")
+	root, err := url.Parse(e.url(""))
+	require.NoError(t, err)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			link := regexp.MustCompile(`<a href="([^"]*)">` + regexp.QuoteMeta(html.EscapeString(name)) + `</a>`).FindStringSubmatch(overview)
+			require.NotNil(t, link, "the overview links to %q", name)
+			page, err := root.Parse(html.UnescapeString(link[1]))
+			require.NoError(t, err)
+			res, err := http.Get(page.String())
+			require.NoError(t, err)
+			body := readAll(t, res)
+			require.Equal(t, http.StatusOK, res.StatusCode, "GET %s: %s", page, body)
+			assert.Contains(t, body, "<h1>Queue "+html.EscapeString(name), "GET %s", page)
+			assert.Contains(t, body, "<pre>"+html.EscapeString("in "+name)+"</pre>", "GET %s", page)
+
+			apis := []string{"api/queue?name=" + url.QueryEscape(name)}
+			if name != "." && name != ".." && name != "/" {
+				apis = append(apis, "api/queues/"+url.PathEscape(name))
+			}
+			for _, api := range apis {
+				var q struct{ Name string }
+				e.get(t, api, &q)
+				assert.Equal(t, name, q.Name, "GET %s", api)
+				var m struct{ Queue string }
+				messages := strings.Replace(api, "?", "/messages?", 1)
+				if !strings.Contains(api, "?") {
+					messages = api + "/messages"
+				}
+				e.get(t, messages, &m)
+				assert.Equal(t, name, m.Queue, "GET %s", messages)
+			}
+
+			purge := regexp.MustCompile(`data-purge="([^"]*)"`).FindStringSubmatch(body)
+			require.NotNil(t, purge, "the page's purge action")
+			code, out := e.post(t, html.UnescapeString(purge[1]), nil, nil)
+			require.Equal(t, http.StatusOK, code, "POST %s: %v", purge[1], out)
+			assert.Equal(t, float64(1), out["purged"], "POST %s", purge[1])
+		})
+	}
 }
 
 func TestMove(t *testing.T) {
@@ -346,13 +385,31 @@ func TestPurgeDeletePublish(t *testing.T) {
 	assert.Empty(t, qs)
 }
 
-// TestExclusive: an exclusive queue is shown, and actions on it are refused as the broker
-// refuses another connection's (423).
+// TestExclusive: an exclusive queue is shown with its stats, but its messages are not, and
+// actions on it are refused, as the broker refuses another connection's (423): RabbitMQ's
+// management refuses a get from it too.
 func TestExclusive(t *testing.T) {
 	e := newEnv(t, admin.AllowActions())
 	_, err := e.b.DeclareQueue("mine", warren.ExclusiveTo(t.Context()))
 	require.NoError(t, err)
-	publish(t, e.b, "mine", warren.Message{Body: []byte("x")})
+	publish(t, e.b, "mine", warren.Message{Body: []byte("the owner's secret")})
+
+	res, err := http.Get(e.url("api/queues/mine/messages"))
+	require.NoError(t, err)
+	body := readAll(t, res)
+	assert.Equal(t, http.StatusLocked, res.StatusCode, body)
+	assert.Equal(t, "application/json", res.Header.Get("Content-Type"))
+	assert.JSONEq(t, `{"error": "admin: queue \"mine\" is exclusive: its messages are its owner's: warren: resource locked"}`, body)
+	var detail struct{ Stats warren.QueueStats }
+	e.get(t, "api/queues/mine", &detail)
+	assert.Equal(t, 1, detail.Stats.Ready, "its stats are shown")
+	code, _, page := e.page(t, "queues/mine")
+	require.Equal(t, http.StatusOK, code, page)
+	assert.Contains(t, page, `id="ready">1<`)
+	assert.Contains(t, page, `id="exclusive"`, "the page says why it shows no messages")
+	assert.NotContains(t, page, "secret", "nor its messages")
+	assert.NotContains(t, page, `id="actions"`, "nor actions, which would be refused")
+
 	var qs []struct {
 		Name      string
 		Exclusive bool

@@ -13,15 +13,22 @@
 //	/api/overview                 the broker's totals (queue counters summed), exchange and queue counts
 //	/api/queues                   every queue: its stats, flags and arguments
 //	/api/queues/{name}            one queue, and its consumers ([warren.Queue.Consumers])
-//	/api/queues/{name}/messages   its ready messages, a page at a time (?after=ID&limit=N), not consumed
+//	/api/queues/{name}/messages   its ready messages, a page at a time (?after=ID&limit=N), not consumed;
+//	                              refused for an exclusive queue (423), whose messages are its owner's
 //	/api/exchanges                exchanges, the predeclared ones included
 //	/api/bindings                 bindings, exchange to queue and exchange to exchange
 //	/api/token                    the token that actions need (see Safety)
 //	/api/stream                   server-sent events: a "sample" a second (?queue=name: of that queue only)
 //
-// A name in a path is escaped as a path segment (url.PathEscape: "a/b" is "a%2Fb"). Errors
-// come as {"error": "…"} with a status from the broker's error: 404 for [warren.ErrNotFound],
-// 409 for a precondition or a refused move, 423 for an exclusive queue, 400 for a bad request.
+// A name in a path is escaped as a path segment (url.PathEscape: "a/b" is "a%2Fb"). Every route
+// with a queue's {name} has a twin that takes the name in the query instead, without the
+// segment and without the plural: /api/queue?name=…, /api/queue/messages?name=…, and so on,
+// and the page /queue?name=…. It reaches every queue; it is the only way to the queues named
+// ".", ".." and "/", whose segments browsers and most HTTP clients remove from a path ("." and
+// "..", escaped or not) or http.ServeMux does not route ("%2F"); the page links to those so.
+// Errors come as {"error": "…"} with a status from the broker's error: 404 for
+// [warren.ErrNotFound], 409 for a precondition or a refused move, 423 for an exclusive queue,
+// 400 for a bad request.
 //
 // Looking does not use: the handler finds a queue by listing them ([warren.Broker.Queues]), not
 // with [warren.Broker.Queue], which counts as a use and would keep a queue with
@@ -31,9 +38,17 @@
 //
 // The page (GET / , /queues/{name}, /topology) shows the same: an overview with live rates,
 // the queues with their depth and a small chart of it, a queue with its message browser and
-// actions, and the topology, exchanges to bindings to queues. Its links are relative, so it
+// actions (an exclusive queue with neither: its stats and consumers only, and why), and the
+// topology, exchanges to bindings to queues. Its links are relative, so it
 // works under any prefix; its script and stylesheet are embedded, and its Content-Security-Policy
 // lets it load nothing else and be framed by nothing.
+//
+// An exclusive queue's messages are its owner's business, as its arguments and bindings are
+// already: the handler, which acts on behalf of no owner, shows its stats and consumers, and
+// refuses to browse, move, purge or delete it: 423 (Locked), as for every
+// [warren.ErrResourceLocked]. RabbitMQ's management refuses the same: its get from an exclusive
+// queue fails on the channel with 405 RESOURCE_LOCKED, which it answers as an HTTP 400 with
+// that reason.
 //
 // The live view costs nothing until someone watches: while a page (or any client of
 // /api/stream) is open, the handler has one [warren.Broker.Listen] listener, which counts

@@ -124,3 +124,12 @@ func (e *env) page(t *testing.T, path string) (int, http.Header, string) {
 	require.NoError(t, err)
 	return res.StatusCode, res.Header, string(body)
 }
+
+// readAll reads res's body and closes it.
+func readAll(t *testing.T, res *http.Response) string {
+	t.Helper()
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return string(body)
+}

@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/base64"
 	"fmt"
+	"reflect"
 	"time"
 	"unicode/utf8"
 
@@ -90,31 +91,46 @@ func messageInfoOf(r warren.ReadyMessage) messageInfo {
 }
 
 // readableTable returns t with each value made readable; nil for an empty t.
-func readableTable(t warren.Table) map[string]any {
+func readableTable(t warren.Table) map[string]any { return readableAt(t, 0) }
+
+// maxShownDepth bounds how deeply readable follows tables and arrays: as deep as a broker lets
+// them nest (it refuses deeper headers and arguments, and tables that contain themselves), and
+// no deeper whatever it is given, so that no table can make a read recurse without end.
+const maxShownDepth = 32
+
+// tooDeep is what readable shows for a value deeper than maxShownDepth.
+const tooDeep = "(nested too deep to show)"
+
+// readableAt is readableTable for a table whose values are at depth.
+func readableAt(t map[string]any, depth int) map[string]any {
 	if len(t) == 0 {
 		return nil
 	}
 	out := make(map[string]any, len(t))
 	for k, v := range t {
-		out[k] = readable(v)
+		out[k] = readable(v, depth)
 	}
 	return out
 }
 
-// readable returns an AMQP field value ([warren.Table]'s types) as a plain JSON value: numbers,
-// strings and booleans as they are, tables and arrays element by element, a time in RFC 3339,
-// bytes as text when they are UTF-8 (else base64, prefixed "base64:"), and a decimal as its
-// decimal string.
-func readable(v any) any {
+// readable returns an AMQP field value ([warren.Table]'s types), at depth, as a plain JSON value:
+// numbers, strings and booleans as they are, tables and arrays element by element down to
+// maxShownDepth, a time in RFC 3339, bytes as text when they are UTF-8 (else base64, prefixed
+// "base64:"), and a decimal as its decimal string. A value of another type, which an in-memory
+// broker passes along in headers, is shown by [opaque].
+func readable(v any, depth int) any {
+	if depth > maxShownDepth {
+		return tooDeep
+	}
 	switch v := v.(type) {
 	case warren.Table:
-		return readableTable(v)
+		return readableAt(v, depth+1)
 	case map[string]any:
-		return readableTable(v)
+		return readableAt(v, depth+1)
 	case []any:
 		out := make([]any, len(v))
 		for i, e := range v {
-			out[i] = readable(e)
+			out[i] = readable(e, depth+1)
 		}
 		return out
 	case []byte:
@@ -128,6 +144,21 @@ func readable(v any) any {
 		return v.String()
 	case nil, bool, string, int8, int16, int32, int64, int, uint8, uint16, uint32, float32, float64:
 		return v
+	case []string:
+		return v // CC and BCC routing keys, as a publisher may give them
 	}
-	return fmt.Sprint(v) // not an AMQP field type: shown as Go prints it
+	return opaque(v)
+}
+
+// opaque shows a value that is not an AMQP field type: a number, string or boolean as Go prints
+// it; anything else by its type alone, "([]main.Order)", since printing it could follow its
+// pointers, maps and slices without end (a slice holding the table it is in).
+func opaque(v any) string {
+	switch reflect.ValueOf(v).Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint,
+		reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr, reflect.Float32,
+		reflect.Float64, reflect.Complex64, reflect.Complex128, reflect.String:
+		return fmt.Sprint(v)
+	}
+	return fmt.Sprintf("(%T)", v)
 }

@@ -29,7 +29,8 @@ type pages struct {
 
 func parsePages() pages {
 	funcs := template.FuncMap{
-		"pathEscape": url.PathEscape,
+		"queueURL":  queueURL,
+		"withQuery": withQuery,
 		"exchange": func(name string) string {
 			if name == "" {
 				return "(default)"
@@ -109,7 +110,7 @@ type queuePage struct {
 }
 
 func (s *Server) pageQueue(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
+	name := queueName(r)
 	after, limit, err := pageQuery(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -131,7 +132,10 @@ func (s *Server) pageQueue(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, s.pages.notFound, http.StatusNotFound, pageData{Title: "Not found", Data: name})
 		return
 	}
-	p := queuePage{Queue: queueDetailOf(q), Page: browse(q, after, limit), After: after, Others: others}
+	p := queuePage{Queue: queueDetailOf(q), After: after, Others: others}
+	if !p.Queue.Exclusive { // as the messages endpoint refuses it
+		p.Page = browse(q, after, limit)
+	}
 	if len(p.Page.Messages) > 0 && len(p.Page.Messages[0].Deaths) > 0 {
 		p.Back = p.Page.Messages[0].Deaths[0].Queue
 	}

@@ -175,14 +175,25 @@ func (h *hub) sample(now time.Time, dt time.Duration, prev, st warren.BrokerStat
 	}
 	for _, q := range st.Queues {
 		p := before[q.Queue] // zero for a queue new since: its counters are all this interval's
-		if q.Enqueued < p.Enqueued {
-			p = warren.QueueStats{} // deleted and declared again meanwhile
+		if restarted(p, q) {
+			p = warren.QueueStats{}
 		}
 		s.Queues = append(s.Queues, queueSample{Queue: q.Queue, Ready: q.Ready, Unacked: q.Unacked,
 			Consumers: q.Consumers, In: float64(q.Enqueued-p.Enqueued) / sec,
 			Deliver: float64(q.Delivered-p.Delivered) / sec, Out: float64(left(q)-left(p)) / sec})
 	}
 	return s
+}
+
+// restarted reports whether a queue's counters went down between the stats p and q: it was
+// deleted and declared again meanwhile, and counts from 0. Any counter a rate is made of may
+// tell, the others having passed their old values in the interval (the rate from one that went
+// down would be a difference of unsigned counts, about 1.8e19 a second). A queue declared again
+// whose counters all passed their old values is not told from one that went on: its rates for
+// that one interval are too low.
+func restarted(p, q warren.QueueStats) bool {
+	return q.Enqueued < p.Enqueued || q.Delivered < p.Delivered || q.Acked < p.Acked || q.Expired < p.Expired ||
+		q.DeadLettered < p.DeadLettered || q.Dropped < p.Dropped || q.Moved < p.Moved
 }
 
 // left is how many messages have left a queue for good.

@@ -142,6 +142,48 @@ func TestStreamSamples(t *testing.T) {
 	})
 }
 
+// TestStreamRatesAfterRedeclare: a queue deleted and declared again within one sample, whose new
+// count of messages in passes the old one while its other counters do not, gets the rates of
+// its new counters, from 0: not the difference of unsigned counts that went down, about 1.8e19
+// a second.
+func TestStreamRatesAfterRedeclare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := warren.New()
+		defer b.Close()
+		s := Handler(b)
+		defer s.Close()
+		get := func(q *warren.Queue, n int) {
+			for range n {
+				d, err := q.Get(t.Context())
+				require.NoError(t, err)
+				require.NoError(t, d.Ack())
+			}
+		}
+		q, err := b.DeclareQueue("q")
+		require.NoError(t, err)
+		w, end := openStream(t, s, "/api/stream?queue=q")
+		defer end()
+		synctest.Wait()
+		for range 5 {
+			require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{}))
+		}
+		get(q, 5)
+		time.Sleep(time.Second)
+		assert.Equal(t, []queueSample{{Queue: "q", In: 5, Deliver: 5, Out: 5}}, nextSample(t, w).Queues)
+
+		_, err = b.DeleteQueue("q")
+		require.NoError(t, err)
+		q, err = b.DeclareQueue("q")
+		require.NoError(t, err)
+		for range 7 {
+			require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{}))
+		}
+		get(q, 2)
+		time.Sleep(time.Second)
+		assert.Equal(t, []queueSample{{Queue: "q", Ready: 5, In: 7, Deliver: 2, Out: 2}}, nextSample(t, w).Queues)
+	})
+}
+
 func TestCloseEndsStreams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := warren.New()

@@ -186,13 +186,9 @@ func demo(t *testing.T) *warren.Broker {
 	return b
 }
 
-// TestAdminPage loads the admin page against a live broker in headless Chromium: the overview
-// lists the queues with their counts and goes live; a queue's page shows its dead letters with
-// their x-death; moving one back to orders by clicking changes the counts, on the page and in
-// the broker.
-func TestAdminPage(t *testing.T) {
-	ctx := browser(t)
-	b := demo(t)
+// serveAdmin serves b's admin handler, with actions, under /warren/ on a test server that the
+// test closes.
+func serveAdmin(t *testing.T, b *warren.Broker) *httptest.Server {
 	a := admin.Handler(b, admin.AllowActions())
 	mux := http.NewServeMux()
 	mux.Handle("/warren/", http.StripPrefix("/warren", a))
@@ -201,8 +197,13 @@ func TestAdminPage(t *testing.T) {
 		a.Close() // ends the page's event stream, which srv.Close would wait for
 		srv.Close()
 	})
+	return srv
+}
 
-	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+// stepper returns a function that runs browser steps in ctx, within 30 s, and fails the test
+// with what when they fail.
+func stepper(t *testing.T, ctx context.Context) func(what string, steps ...chromedp.Action[chromedp.Void]) {
+	return func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -210,6 +211,17 @@ func TestAdminPage(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
+}
+
+// TestAdminPage loads the admin page against a live broker in headless Chromium: the overview
+// lists the queues with their counts and goes live; a queue's page shows its dead letters with
+// their x-death; moving one back to orders by clicking changes the counts, on the page and in
+// the broker.
+func TestAdminPage(t *testing.T) {
+	ctx := browser(t)
+	b := demo(t)
+	srv := serveAdmin(t, b)
+	step := stepper(t, ctx)
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
@@ -320,4 +332,61 @@ func TestAdminPage(t *testing.T) {
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
 
 	step("topology", chromedp.Navigate(srv.URL+"/warren/topology"), chromedp.WaitVisible(chromedp.CSS(`a.queue[href="queues/orders"]`)))
+}
+
+// TestQueuesNamedAsPaths: the queues named ".." and "/", which a browser cannot reach by a path
+// segment (it removes ".." and "%2E%2E" as a dot segment; http.ServeMux does not route "%2F"),
+// are reached from the overview's links, and the page's move action works on them.
+func TestQueuesNamedAsPaths(t *testing.T) {
+	ctx := browser(t)
+	b := warren.New()
+	t.Cleanup(func() { b.Close() })
+	for _, name := range []string{"..", "/"} {
+		if _, err := b.DeclareQueue(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		if err := b.Publish(t.Context(), "", "..", warren.Message{Body: fmt.Appendf(nil, "m%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := serveAdmin(t, b)
+	run := stepper(t, ctx)
+	heading := func() string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("h1")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(s)
+	}
+
+	run("open queue ..", chromedp.Navigate(srv.URL+"/warren/"),
+		chromedp.Click(chromedp.CSS(`tr[data-queue=".."] a`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-id]`)))
+	if got := heading(); got != "Queue .." {
+		t.Fatalf("the link to .. leads to %q", got)
+	}
+	run("move all to /", chromedp.SetValue(chromedp.CSS("#move-to"), "/"),
+		chromedp.Click(chromedp.CSS(`button[data-action="move-all"]`)))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.getElementById("status") || {}).textContent`))
+		if err == nil && got == "moved 2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("moving all of .. to / says %q (%v), want moved 2", got, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	run("open queue /", chromedp.Navigate(srv.URL+"/warren/"),
+		chromedp.Click(chromedp.CSS(`tr[data-queue="/"] a`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-id]`)))
+	if got := heading(); got != "Queue /" {
+		t.Fatalf("the link to / leads to %q", got)
+	}
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("tr[data-id]").length`))
+	if err != nil || rows != 2 {
+		t.Errorf("/ lists %d messages (%v), want the 2 moved", rows, err)
+	}
 }

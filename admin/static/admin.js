@@ -130,7 +130,9 @@
 
   const actions = document.getElementById("actions");
   const queueName = actions ? actions.dataset.actionsFor : "";
-  const queuePath = "api/queues/" + encodeURIComponent(queueName);
+  // The queue's action URLs, as the page gives them (a name such as ".." cannot be a path
+  // segment: those are in the query).
+  const actionURL = actions ? actions.dataset : {};
 
   function destination() {
     const x = document.getElementById("move-exchange").value;
@@ -145,26 +147,26 @@
       case "move-selected": {
         const ids = [...document.querySelectorAll("input.select:checked")].map((c) => Number(c.value));
         if (ids.length === 0) throw new Error("select messages first");
-        const out = await post(queuePath + "/move", { ...destination(), ids });
+        const out = await post(actionURL.move, { ...destination(), ids });
         return "moved " + out.moved;
       }
       case "move-first": {
         const limit = Number(document.getElementById("move-limit").value);
-        const out = await post(queuePath + "/move", { ...destination(), limit });
+        const out = await post(actionURL.move, { ...destination(), limit });
         return "moved " + out.moved;
       }
       case "move-all": {
-        const out = await post(queuePath + "/move", destination());
+        const out = await post(actionURL.move, destination());
         return "moved " + out.moved;
       }
       case "purge": {
         if (!confirm("Purge every ready message of " + queueName + "?")) return null;
-        const out = await post(queuePath + "/purge");
+        const out = await post(actionURL.purge);
         return "purged " + out.purged;
       }
       case "delete": {
         if (!confirm("Delete queue " + queueName + " and its messages?")) return null;
-        await post(queuePath + "/delete");
+        await post(actionURL.delete);
         location.href = "./";
         return null;
       }

@@ -79,6 +79,15 @@ func TestBrokenClients(t *testing.T) {
 			r.write([]byte{wire.FrameMethod, 0, 1, 0, 0, 0, 4, 0, 99, 0, 1, wire.FrameEnd})
 		}},
 		{"the immediate flag", wire.NotImplemented, func(r *raw) { r.send(1, &wire.BasicPublish{RoutingKey: "q", Immediate: true}) }},
+		{"headers nested deeper than a broker takes them", wire.FrameError, func(r *raw) {
+			// The decoder refuses them (32 levels) before they reach the broker, which would
+			// refuse them too (warren.ErrPreconditionFailed): a cycle cannot come from the wire.
+			deep := warren.Table{"end": "x"}
+			for range 40 {
+				deep = warren.Table{"t": deep}
+			}
+			r.write(append(publish, wire.AppendContent(nil, 1, &wire.BasicProperties{Headers: deep}, []byte("x"), 0)...))
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := dialRaw(t, url, 0)

@@ -127,3 +127,13 @@ func handleAll(t *testing.T, ctx context.Context, q *warren.Queue, h warren.Hand
 	synctest.Wait()
 	require.NoError(t, stop())
 }
+
+// opError is an error type as os.PathError is: pointer methods that read its fields, so that a
+// nil *opError, returned in a non-nil error, panics in each of them.
+type opError struct {
+	op  string
+	err error
+}
+
+func (e *opError) Error() string { return e.op + ": " + e.err.Error() }
+func (e *opError) Unwrap() error { return e.err }

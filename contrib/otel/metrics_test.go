@@ -424,13 +424,14 @@ func TestMetricsMiddlewareRetry(t *testing.T) {
 func TestMetricsMiddlewarePanic(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		fail      func()
+		fail      func() error
 		errorType string
 		panics    int // EventHandlerPanicked events
 	}{
-		{"panic", func() { panic("boom") }, "*errors.errorString", 1},
-		{"panic with a typed error", func() { panic(&net.AddrError{Err: "bad", Addr: "x"}) }, "*net.AddrError", 1},
-		{"goexit", runtime.Goexit, "*errors.errorString", 0},
+		{"panic", func() error { panic("boom") }, "*errors.errorString", 1},
+		{"panic with a typed error", func() error { panic(&net.AddrError{Err: "bad", Addr: "x"}) }, "*net.AddrError", 1},
+		{"goexit", func() error { runtime.Goexit(); return nil }, "*errors.errorString", 0},
+		{"typed nil error", func() error { return (*opError)(nil) }, "*warrenotel_test.opError", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -448,7 +449,7 @@ func TestMetricsMiddlewarePanic(t *testing.T) {
 				handleUntilEmpty(t, q, m.Middleware("jobs")(func(ctx context.Context, d warren.Delivery) error {
 					if d.DeliveryCount == 0 {
 						time.Sleep(10 * time.Millisecond)
-						tc.fail()
+						return tc.fail()
 					}
 					time.Sleep(500 * time.Millisecond)
 					return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -32,6 +33,38 @@ func handlerFailure(p any) error {
 	}
 }
 
+// nilError is the failure of a handler that returned a nil pointer (map, slice, func, chan) in a
+// non-nil error, `var e *MyErr; return e`, as the spans and measurements record it: the error's
+// methods may dereference their nil receiver, so they are never called, and its type is named
+// instead. Serve logs such a handler and fails its delivery.
+type nilError struct{ typ reflect.Type }
+
+// typedNil returns err as a nilError when it holds a nil pointer (map, slice, func, chan), and
+// nil otherwise.
+func typedNil(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch v := reflect.ValueOf(err); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.UnsafePointer:
+		if v.IsNil() {
+			return nilError{v.Type()}
+		}
+	}
+	return nil
+}
+
+func (e nilError) Error() string { return "handler returned a nil " + e.typ.String() }
+
+// ErrorType is the error.type of the handler's error (semconv.ErrorType): its type, named as for
+// a value of that type that is not nil.
+func (e nilError) ErrorType() string {
+	if pkg, name := e.typ.PkgPath(), e.typ.Name(); pkg != "" && name != "" {
+		return pkg + "." + name
+	}
+	return e.typ.String()
+}
+
 // Middleware returns a middleware for the handlers of the named queue: wrap the handler given to
 // [warren.Queue.Serve] (or [warren.Broker.Serve], or any backend's Serve) with it, as in
 //
@@ -54,7 +87,9 @@ func handlerFailure(p any) error {
 //     messaging.rabbitmq.message.delivery_tag, the message's id and correlation id,
 //     [DeliveryCountKey], and for a dead letter [DeadLetterReasonKey] and [DeadLetterQueueKey].
 //     A handler that fails or panics sets the span's status to Error and error.type; a panic
-//     goes on to Serve, which recovers it.
+//     goes on to Serve, which recovers it. A typed nil error (`var e *MyErr; return e`) is
+//     recorded as "handler returned a nil *MyErr", with error.type naming *MyErr, without calling
+//     its methods, which could panic on the nil receiver.
 //   - The handler's ctx carries the process span (and the baggage the propagator read, if it
 //     reads baggage): spans it starts are children of it.
 //   - The settle span is a CLIENT span, a child of the process span, named by the settlement
@@ -139,6 +174,10 @@ func callHandler(ctx context.Context, h warren.Handler, d warren.Delivery, done 
 	}()
 	err = h(ctx, d)
 	returned = true
+	if nerr := typedNil(err); nerr != nil {
+		done(nerr) // and Serve, given err as it is, logs the handler's mistake
+		return err
+	}
 	done(err)
 	return err
 }

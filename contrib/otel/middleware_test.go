@@ -140,6 +140,31 @@ func TestMiddlewarePanic(t *testing.T) {
 	})
 }
 
+// TestMiddlewareTypedNilError: a handler that returns a nil *opError in a non-nil error fails its
+// attempt: the process span says so and names the type, though the error's own methods would
+// panic; Serve gets the error as the handler returned it, logs it and nacks the message.
+func TestMiddlewareTypedNilError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTracing(t)
+		var logs syncBuffer
+		b := newBroker(t, warren.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		q := declare(t, b, "q")
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("m")}))
+		handleAll(t, t.Context(), q, tr.tracer.Middleware("q")(func(ctx context.Context, d warren.Delivery) error {
+			if d.DeliveryCount == 0 {
+				return (*opError)(nil)
+			}
+			return nil
+		}))
+		spans := tr.spans()
+		require.Equal(t, []string{"nack q", "process q", "ack q", "process q"}, names(spans))
+		require.Equal(t, codes.Error, spans[1].Status.Code)
+		require.Equal(t, "handler returned a nil *warrenotel_test.opError", spans[1].Status.Description)
+		require.Equal(t, "*warrenotel_test.opError", attrs(spans[1])[semconv.ErrorTypeKey])
+		require.Contains(t, logs.String(), "handler returned a nil *warrenotel_test.opError", "Serve logged it")
+	})
+}
+
 // TestMiddlewareGoexit: a handler that ends its goroutine (t.FailNow does) fails its delivery
 // in Serve, which nacks it: the span says so, and is ended.
 func TestMiddlewareGoexit(t *testing.T) {
