@@ -564,7 +564,7 @@ func (b *Broker) PublishDeferred(ctx context.Context, exchange, key string, msg 
 	if err := ctx.Err(); err != nil {
 		return Confirmation{}, err
 	}
-	lsn, err := b.send(ctx, nil, exchange, key, &msg, opts)
+	lsn, _, err := b.send(ctx, nil, exchange, key, &msg, opts)
 	if b.store != nil {
 		// The order of confirmations: this one covers every deferred publish before it,
 		// even when it wrote nothing itself (a transient message, no durable queue).
@@ -631,7 +631,7 @@ func (b *Broker) PublishBatch(ctx context.Context, ps []Publishing, opts ...Publ
 		if err = ctx.Err(); err == nil {
 			var l wal.LSN
 			msg := ps[i].Message // send may set its Expiration: the caller's stays as it was
-			l, err = b.send(ctx, nil, ps[i].Exchange, ps[i].Key, &msg, opts)
+			l, _, err = b.send(ctx, nil, ps[i].Exchange, ps[i].Key, &msg, opts)
 			lsn = max(lsn, l)
 		}
 		if err != nil {

@@ -347,3 +347,79 @@ func TestMoveBackIntoItselfWithPriorities(t *testing.T) {
 		require.Equal(t, uint64(299), many.Stats().Moved)
 	})
 }
+
+// A destination that routes a message to several queues, one of them full: the message counts
+// as moved once a queue took it, and leaves the source; the full queue refuses its copy as it
+// refuses any publish's (reject-publish-dlx dead-letters it). Move stops there with the
+// refusal, and each retry moves the next message once: no copy grows with retries. A full
+// queue that is the only destination takes nothing, and the message stays, with no copy
+// anywhere (none in the full queue's dead-letter queue either).
+func TestMovePartlyRefused(t *testing.T) {
+	for _, overflow := range []warren.OverflowPolicy{warren.RejectPublish, warren.RejectPublishDLX} {
+		t.Run(string(overflow), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				events := recordEvents(t, b)
+				src := declare(t, b, "src")
+				ok := declare(t, b, "ok")
+				_, err := b.DeclareExchange("full-dead", warren.ExchangeFanout)
+				require.NoError(t, err)
+				dead := declare(t, b, "dead")
+				require.NoError(t, b.Bind("dead", "full-dead", "", nil))
+				full := declare(t, b, "full", warren.MaxLength(1), warren.Overflow(overflow),
+					warren.DeadLetter("full-dead", ""))
+				publish(t, b, "full", "filler")
+				_, err = b.DeclareExchange("both", warren.ExchangeFanout)
+				require.NoError(t, err)
+				require.NoError(t, b.Bind("ok", "both", "", nil))
+				require.NoError(t, b.Bind("full", "both", "", nil))
+				publishN(t, b, src, 3)
+
+				// The full queue alone: refused, the message stays, nothing is copied.
+				for range 3 {
+					n, err := src.Move(t.Context(), "", "full")
+					require.ErrorIs(t, err, warren.ErrQueueFull)
+					require.Zero(t, n)
+				}
+				require.Equal(t, []string{"0", "1", "2"}, browse(src))
+				require.Equal(t, []string{"filler"}, browse(full))
+				require.Empty(t, browse(dead), "a refusal that left the message in its source copies it nowhere")
+
+				// Through the fanout: each Move moves one, partly.
+				for i := range 3 {
+					n, err := src.Move(t.Context(), "both", "")
+					require.ErrorIs(t, err, warren.ErrQueueFull, "Move(both) #%d", i)
+					require.Equal(t, 1, n, "Move(both) #%d moved the message the ok queue took", i)
+				}
+				n, err := src.Move(t.Context(), "both", "")
+				require.NoError(t, err)
+				require.Zero(t, n)
+				require.Empty(t, browse(src))
+				require.Zero(t, src.Unacked())
+				require.Equal(t, []string{"0", "1", "2"}, browse(ok), "each moved once")
+				require.Equal(t, []string{"filler"}, browse(full))
+				if overflow == warren.RejectPublishDLX {
+					require.Equal(t, []string{"0", "1", "2"}, browse(dead), "the full queue dead-lettered its copy, once")
+				} else {
+					require.Empty(t, browse(dead))
+				}
+
+				synctest.Wait()
+				require.Len(t, events.of(warren.EventMoved, "src"), 3)
+				require.Empty(t, events.of(warren.EventDropped, "src"))
+				require.Equal(t, uint64(3), src.Stats().Moved)
+				// Three refusals alone, three beside the ok queue's copy.
+				refused := events.of(warren.EventDropped, "full")
+				if overflow == warren.RejectPublishDLX {
+					require.Len(t, refused, 3)
+					require.Len(t, events.of(warren.EventDeadLettered, "full"), 3)
+				} else {
+					require.Len(t, refused, 6)
+				}
+				for _, e := range refused {
+					require.Equal(t, warren.ReasonQueueFull, e.Reason)
+				}
+			})
+		})
+	}
+}
