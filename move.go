@@ -33,12 +33,15 @@ import (
 // and one more at each retry. Until the publish has been to every queue it is not known which,
 // so enqueue leaves such a refusal to the mover (refuseMoving).
 //
-// So a message is never in neither queue once Move returns, and in both only in the step
-// between publish and settle (a durable broker that crashes there has it in both: at least
-// once, as any publish-then-ack). Consumers of either queue run meanwhile: the message is
-// outstanding while it moves, not ready, so no consumer of the source takes it; consumers of
-// the destination may take it as soon as it is published. No two queue locks are held at once,
-// and no lock while publishing.
+// So a message is never in neither queue once Move returns (unless its source was deleted),
+// and in both only in the step between publish and settle (a durable broker that crashes there has it in both: at least
+// once, as any publish-then-ack). A queue that ends meanwhile (deleted, or its broker closed)
+// leaves the message on its way to step 3, which settles it as moved (once: EventMoved, not
+// also dropped with the queue) or drops it with the queue's end reason, after the queue's
+// EventQueueDeleted. Consumers of either queue run
+// meanwhile: the message is outstanding while it moves, not ready, so no consumer of the
+// source takes it; consumers of the destination may take it as soon as it is published. No two
+// queue locks are held at once, and no lock while publishing.
 
 // MoveOption selects what [Queue.Move] moves.
 type MoveOption interface{ applyMove(*moveConfig) }
@@ -203,11 +206,20 @@ func (q *Queue) lendNext(ctx context.Context, cfg *moveConfig) (*lease, Message,
 
 // settleMove ends a lent message's move (step 3 at the top of move.go): moved, it leaves the
 // queue; else it goes back to its place unchanged. It reports false if the queue ended
-// meanwhile (which dropped the message with the rest).
+// meanwhile, which left the message to this: moved, it leaves all the same, logged settled in a
+// durable queue (its copy is in the destination); else it is dropped with the queue's end
+// reason.
 func (q *Queue) settleMove(r *lease, moved bool) bool {
 	q.mu.Lock()
 	defer q.commit()
 	if q.endErr != nil {
+		// The core let go of its movers' list when the queue ended (queueCore.reset): there
+		// is nothing to release.
+		if moved {
+			q.core.record(EventMoved, r.e, "", "")
+		} else {
+			q.core.drop(r.e, q.core.ended)
+		}
 		return false
 	}
 	if moved {

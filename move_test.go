@@ -2,6 +2,7 @@ package warren_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -259,24 +260,54 @@ func readyBodies(ms []warren.ReadyMessage) string {
 }
 
 // A source deleted while its message is on the way: the message reached the destination, so
-// it counts as moved, and Move says why it stopped.
+// it counts as moved, once — EventMoved, not also dropped with the queue — and Move says why it
+// stopped. One that the destination refused instead goes with its queue, dropped once.
 func TestMoveSourceDeletedMidway(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		src := declare(t, b, "src")
-		dst := declare(t, b, "dst")
-		publishN(t, b, src, 3)
-		b.Listen(func(e warren.Event) {
-			if e.Kind == warren.EventEnqueued && e.Queue == "dst" && e.Reason == warren.ReasonMoved {
-				_, err := b.DeleteQueue("src") // on Move's goroutine, between its publish and settle
-				require.NoError(t, err)
-			}
+	for _, refused := range []bool{false, true} {
+		t.Run(fmt.Sprint("refused=", refused), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				events := recordEvents(t, b)
+				src := declare(t, b, "src")
+				dst := declare(t, b, "dst", warren.MaxLength(1), warren.Overflow(warren.RejectPublish))
+				if refused {
+					publish(t, b, "dst", "filler")
+				}
+				publishN(t, b, src, 3)
+				b.Listen(func(e warren.Event) {
+					// On Move's goroutine, between its publish and settle.
+					if e.Queue == "dst" && (e.Kind == warren.EventEnqueued && e.Reason == warren.ReasonMoved ||
+						e.Kind == warren.EventDropped && e.Reason == warren.ReasonQueueFull) {
+						_, err := b.DeleteQueue("src")
+						require.NoError(t, err)
+					}
+				})
+				n, err := src.Move(t.Context(), "", "dst")
+				require.ErrorIs(t, err, warren.ErrQueueDeleted)
+				synctest.Wait()
+				dropped := events.of(warren.EventDropped, "src")
+				moved := events.of(warren.EventMoved, "src")
+				if refused {
+					require.Zero(t, n)
+					require.Equal(t, []string{"filler"}, browse(dst))
+					require.Empty(t, moved)
+					require.Len(t, dropped, 3, "each message of src dropped once")
+				} else {
+					require.Equal(t, 1, n, "the first message reached dst before its source went")
+					require.Equal(t, []string{"0"}, browse(dst))
+					require.Len(t, moved, 1)
+					require.Equal(t, "0", string(moved[0].Message.Body))
+					require.Len(t, dropped, 2, "the moved message is not dropped too")
+				}
+				for _, e := range dropped {
+					require.Equal(t, warren.ReasonQueueDeleted, e.Reason)
+				}
+				s := src.Stats()
+				require.Equal(t, uint64(len(moved)), s.Moved)
+				require.Equal(t, uint64(len(dropped)), s.Dropped)
+			})
 		})
-		n, err := src.Move(t.Context(), "", "dst")
-		require.ErrorIs(t, err, warren.ErrQueueDeleted)
-		require.Equal(t, 1, n, "the first message reached dst before its source went")
-		require.Equal(t, 1, dst.Len())
-	})
+	}
 }
 
 // A move to a destination that routes back to the source moves each message that was there
