@@ -11,7 +11,8 @@ import (
 // A message moves one at a time, through three steps:
 //  1. Under the queue lock it leaves the ready set and is lent (queueCore.lend): outstanding,
 //     held by the queue's movers (queueCore.moving), so that it counts as unacked and no
-//     consumer can take it; nothing is delivered (no Delivered effect).
+//     consumer can take it; nothing is delivered (no Delivered effect). The move is counted
+//     in the broker's wait group, which Close waits for before it closes the durable log.
 //  2. With no lock held, it is published to the destination as it is — every property and
 //     header, x-death included — with Mandatory, as a move (its EventEnqueued there has Reason
 //     [ReasonMoved]).
@@ -38,7 +39,8 @@ import (
 // once, as any publish-then-ack). A queue that ends meanwhile (deleted, or its broker closed)
 // leaves the message on its way to step 3, which settles it as moved (once: EventMoved, not
 // also dropped with the queue) or drops it with the queue's end reason, after the queue's
-// EventQueueDeleted. Consumers of either queue run
+// EventQueueDeleted; on a closing durable broker the settle is logged before the log closes,
+// so that a clean Close never leaves a message in both queues. Consumers of either queue run
 // meanwhile: the message is outstanding while it moves, not ready, so no consumer of the
 // source takes it; consumers of the destination may take it as soon as it is published. No two
 // queue locks are held at once, and no lock while publishing.
@@ -201,6 +203,7 @@ func (q *Queue) lendNext(ctx context.Context, cfg *moveConfig) (*lease, Message,
 		return nil, Message{}, nil
 	}
 	q.touchLocked()
+	q.b.wg.Add(1) // before the queue can end: Close waits for the settle (settleMove)
 	return q.core.lend(&q.core.moving, e), e.env.message(), nil
 }
 
@@ -208,9 +211,10 @@ func (q *Queue) lendNext(ctx context.Context, cfg *moveConfig) (*lease, Message,
 // queue; else it goes back to its place unchanged. It reports false if the queue ended
 // meanwhile, which left the message to this: moved, it leaves all the same, logged settled in a
 // durable queue (its copy is in the destination); else it is dropped with the queue's end
-// reason.
+// reason. Either way the move is no longer in flight for Close.
 func (q *Queue) settleMove(r *lease, moved bool) bool {
 	q.mu.Lock()
+	defer q.b.wg.Done() // after commit, which logs the settle
 	defer q.commit()
 	if q.endErr != nil {
 		// The core let go of its movers' list when the queue ended (queueCore.reset): there

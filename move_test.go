@@ -454,3 +454,98 @@ func TestMovePartlyRefused(t *testing.T) {
 		})
 	}
 }
+
+// openMoveBroker opens the durable broker in dir and declares its durable queues src and dst.
+func openMoveBroker(t *testing.T, dir string) (b *warren.Broker, src, dst *warren.Queue) {
+	t.Helper()
+	b, err := warren.Open(dir, warren.WithSync(warren.SyncNever))
+	require.NoError(t, err)
+	return b, declare(t, b, "src", warren.Durable()), declare(t, b, "dst", warren.Durable())
+}
+
+// publishPersistent publishes persistent messages "0".."n-1" to q.
+func publishPersistent(t *testing.T, b *warren.Broker, q *warren.Queue, n int) {
+	t.Helper()
+	for i := range n {
+		publishMsg(t, b, q.Name(), warren.Message{Body: []byte(strconv.Itoa(i)), Persistent: true})
+	}
+}
+
+// requireHeldOnce reopens the durable broker in dir and requires that its queues src and dst
+// together hold each of the messages "0".."n-1" exactly once.
+func requireHeldOnce(t *testing.T, dir string, n int) {
+	t.Helper()
+	b, src, dst := openMoveBroker(t, dir)
+	defer b.Close()
+	want := make([]string, n)
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+	}
+	s, d := browse(src), browse(dst)
+	require.ElementsMatch(t, want, append(s, d...), "after reopen: src %v, dst %v", s, d)
+}
+
+// A clean Close while a message is on its way — published to the destination, not yet settled
+// in the source, which Close ends — leaves it in exactly one queue after reopen: the move is
+// settled in the log before Close closes it.
+func TestMoveCloseMidway(t *testing.T) {
+	dir := t.TempDir()
+	b, src, _ := openMoveBroker(t, dir)
+	publishPersistent(t, b, src, 3)
+	srcEnded, closed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.Listen(func(e warren.Event) {
+		switch {
+		case e.Kind == warren.EventQueueDeleted && e.Queue == "src": // on Close's goroutine
+			close(srcEnded)
+		case e.Kind == warren.EventEnqueued && e.Queue == "dst": // on Move's, after the publish
+			once.Do(func() {
+				// Close on a goroutine of its own (a listener must not wait for the broker);
+				// the move goes on once Close has ended the source.
+				go func() {
+					b.Close()
+					close(closed)
+				}()
+				<-srcEnded
+			})
+		}
+	})
+	n, err := src.Move(context.Background(), "", "dst")
+	require.ErrorIs(t, err, warren.ErrClosed)
+	require.Equal(t, 1, n, "the message on its way when Close came is moved")
+	<-closed
+	requireHeldOnce(t, dir, 3)
+}
+
+// Close racing a run of moves, round after round: after reopen every message is in exactly one
+// of the two queues — none in both, none lost.
+func TestMoveCloseRacing(t *testing.T) {
+	const rounds, n = 20, 20
+	for round := range rounds {
+		dir := t.TempDir()
+		b, src, _ := openMoveBroker(t, dir)
+		publishPersistent(t, b, src, n)
+		started := make(chan struct{})
+		var moveErr error
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				moved, err := src.Move(context.Background(), "", "dst", warren.MoveLimit(1))
+				if i == 0 {
+					close(started)
+				}
+				if err != nil || moved == 0 {
+					moveErr = err
+					return
+				}
+			}
+		})
+		<-started
+		require.NoError(t, b.Close())
+		wg.Wait()
+		if moveErr != nil {
+			require.ErrorIs(t, moveErr, warren.ErrClosed, "round %d", round)
+		}
+		requireHeldOnce(t, dir, n)
+	}
+}
