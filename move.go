@@ -35,8 +35,8 @@ import (
 // so enqueue leaves such a refusal to the mover (refuseMoving).
 //
 // So a message is never in neither queue once Move returns (unless its source was deleted),
-// and in both only in the step between publish and settle (a durable broker that crashes there has it in both: at least
-// once, as any publish-then-ack). A queue that ends meanwhile (deleted, or its broker closed)
+// and in both only in the step between publish and settle (a durable broker that crashes
+// there has it in both: at least once, as any publish-then-ack). A queue that ends meanwhile (deleted, or its broker closed)
 // leaves the message on its way to step 3, which settles it as moved (once: EventMoved, not
 // also dropped with the queue) or drops it with the queue's end reason, after the queue's
 // EventQueueDeleted; on a closing durable broker the settle is logged before the log closes,
@@ -135,7 +135,7 @@ func (q *Queue) Move(ctx context.Context, exchange, key string, opts ...MoveOpti
 		case ended:
 			return moved, errorf("move from queue %q: %w", q.name, q.endErrOrClosed())
 		case err != nil && took > 0:
-			return moved, errorf("move from queue %q to exchange %q: moved, not to every queue: %w", q.name, exchange, err)
+			return moved, errorf("move from queue %q to exchange %q: moved, but %w", q.name, exchange, err)
 		case err != nil:
 			return moved, errorf("move from queue %q to exchange %q: %w", q.name, exchange, err)
 		}

@@ -420,6 +420,7 @@ func TestMovePartlyRefused(t *testing.T) {
 				for i := range 3 {
 					n, err := src.Move(t.Context(), "both", "")
 					require.ErrorIs(t, err, warren.ErrQueueFull, "Move(both) #%d", i)
+					require.ErrorContains(t, err, `moved, but queue "full"`, "the error says the message moved")
 					require.Equal(t, 1, n, "Move(both) #%d moved the message the ok queue took", i)
 				}
 				n, err := src.Move(t.Context(), "both", "")

@@ -103,8 +103,8 @@ func (q *Queue) ConsumerCount() (n int) {
 // no consumer took it at once (see [Immediate]). It returns the queue's end error if the queue
 // was deleted after routing chose it, and [ErrQueueFull] when a length limit refuses the
 // message (a moving message's refusal by a reject-publish-dlx queue is left to the mover,
-// refuseMoving, which records it). With the Block policy it waits for room until ctx ends; a ctx already done (a dead
-// letter's) makes it refuse at once instead.
+// refuseMoving, which records it). With the Block policy it waits for room until ctx ends; a
+// ctx already done (a dead letter's) makes it refuse at once instead.
 func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, opt publishConfig) (wal.LSN, error) {
 	q.mu.Lock()
 	for {
