@@ -102,6 +102,10 @@ func (c *queueConfig) levels() int { return c.maxPriority + 1 }
 // overflow policy off the path of queues without one.
 func (c *queueConfig) limited() bool { return c.maxLen >= 0 || c.maxBytes >= 0 }
 
+// refusesToDLX reports whether the queue dead-letters what its length limits refuse
+// (reject-publish-dlx with a dead-letter exchange).
+func (c *queueConfig) refusesToDLX() bool { return c.overflow == RejectPublishDLX && c.hasDLX }
+
 // parseArgs validates the queue arguments warren understands, as RabbitMQ does (406 →
 // [ErrPreconditionFailed]), and sets the typed fields from them.
 func (c *queueConfig) parseArgs() error {

@@ -31,7 +31,7 @@ type Broker struct {
 	cfg       brokerConfig
 	closed    atomic.Bool    // set first thing by Close; read without locks
 	closeOnce sync.Once      // Close's work, which every Close call waits for
-	wg        sync.WaitGroup // feeders of AutoAck consumers
+	wg        sync.WaitGroup // what Close waits for: AutoAck feeders, owner-ended deletions, moves
 	routers   sync.Pool      // *router scratch space for publishing
 	listeners listeners      // event listeners (events.go)
 	idle      idleWaiters    // WaitIdle (idle.go)
@@ -126,7 +126,9 @@ func New(opts ...BrokerOption) *Broker {
 // Close ends the broker: every queue's consumers stop (their Deliveries channels close and
 // [Consumer.Err] returns [ErrClosed]), every message is discarded, and every later call on the
 // broker, its exchanges, queues, consumers and deliveries returns an error wrapping [ErrClosed].
-// Close waits for the broker's goroutines to exit. It is idempotent and always returns nil.
+// Close waits for the broker's goroutines to exit, and for each [Queue.Move] to settle the
+// message it has on its way (which, the queues ended, takes no longer than the publish in
+// progress). It is idempotent and always returns nil.
 //
 // A durable broker's persistent messages in durable queues stay in its log, with the
 // acknowledgements made so far; Close first compacts the log close to what is live, so that
@@ -149,8 +151,9 @@ func (b *Broker) Close() error {
 		for _, q := range ended {
 			q.flushOutbox() // what the queues held, evented as dropped
 		}
-		// Every feeder was started under its queue's mu before that queue ended, so none
-		// can be added from here on.
+		// Every feeder was started, and every move lent its message, under its queue's mu
+		// before that queue ended, so none can be added from here on. A move settles before
+		// the log closes: its message, in its destination's log, is not left in its source's.
 		b.wg.Wait()
 		if b.store != nil {
 			b.store.close()
@@ -461,12 +464,18 @@ func (b *Broker) endQueueLocked(q *Queue, err error, reason Reason, unless func(
 		}
 	}
 	n := q.core.ready.len()
-	if reason == ReasonClosed && q.log != nil {
+	closing := reason == ReasonClosed && q.log != nil
+	if closing {
 		// The broker's end is not the messages': they stay in the log, so only the
 		// broker's listeners need the effects of dropping them.
 		q.core.heard = &b.listeners.list
 	}
 	feeders := q.endLocked(err, reason)
+	if closing {
+		// What is recorded after is logged again: a message on its way out with Move, which
+		// its mover settles as moved before the log closes (settleMove).
+		q.core.heard = &q.log.keep
+	}
 	q.release()
 	return n, feeders, nil
 }
@@ -571,7 +580,7 @@ func (b *Broker) PublishDeferred(ctx context.Context, exchange, key string, msg 
 	if err := ctx.Err(); err != nil {
 		return Confirmation{}, err
 	}
-	lsn, err := b.send(ctx, nil, exchange, key, &msg, opts)
+	lsn, _, err := b.send(ctx, nil, exchange, key, &msg, opts)
 	if b.store != nil {
 		// The order of confirmations: this one covers every deferred publish before it,
 		// even when it wrote nothing itself (a transient message, no durable queue).
@@ -638,7 +647,7 @@ func (b *Broker) PublishBatch(ctx context.Context, ps []Publishing, opts ...Publ
 		if err = ctx.Err(); err == nil {
 			var l wal.LSN
 			msg := ps[i].Message // send may set its Expiration: the caller's stays as it was
-			l, err = b.send(ctx, nil, ps[i].Exchange, ps[i].Key, &msg, opts)
+			l, _, err = b.send(ctx, nil, ps[i].Exchange, ps[i].Key, &msg, opts)
 			lsn = max(lsn, l)
 		}
 		if err != nil {

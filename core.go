@@ -749,6 +749,8 @@ func (c *queueCore) each(fn func(e entry, due int64, out bool)) {
 // published (a deleted queue dead-letters nothing more) — with reason why. Effects recorded
 // before stay, for the shell to apply; what is dropped after (a publish that raced the deletion)
 // is dropped for why too. Outstanding deliveries stay outstanding: settling one is a no-op.
+// A message on its way out with Queue.Move is not dropped here: whether it leaves as moved or
+// dropped depends on whether the destination takes it, which its mover records (settleMove).
 func (c *queueCore) end(why Reason) {
 	c.ended = why
 	c.purge(why)
@@ -760,7 +762,9 @@ func (c *queueCore) end(why Reason) {
 		c.delayed = nil
 	}
 	for d := range c.outstanding() {
-		c.drop(d.e, why)
+		if d.h != &c.moving {
+			c.drop(d.e, why)
+		}
 	}
 	var dead []effect
 	kept := c.effects[:0]

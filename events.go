@@ -113,7 +113,10 @@ const (
 
 	// EventMoved (terminal): the message left the queue with [Queue.Move] and a queue of the
 	// destination took it. Queue, Exchange and RoutingKey (it was published with), Message. Where
-	// it went, its EventEnqueued there says, with Reason [ReasonMoved].
+	// it went, its EventEnqueued there says, with Reason [ReasonMoved]. A message on its way when
+	// its queue ends (deleted, or the broker closing) gets this event, or EventDropped with the
+	// queue's end reason if no queue took it, once the move settles: after the queue's
+	// EventQueueDeleted.
 	EventMoved
 
 	// eventDeadLetter is not emitted: the effect of a message leaving for the dead-letter

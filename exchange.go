@@ -529,7 +529,7 @@ func headerKeys(v any, fn func(string)) {
 // publish routes msg from x (or, when x is nil, the exchange named name), enqueues it and, on a
 // durable broker, waits until the log holds it: the publisher confirm.
 func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg *Message, opts []PublishOption) error {
-	lsn, err := b.send(ctx, x, name, key, msg, opts)
+	lsn, _, err := b.send(ctx, x, name, key, msg, opts)
 	if cerr := b.confirm(lsn); cerr != nil {
 		return cerr
 	}
@@ -537,40 +537,41 @@ func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg
 }
 
 // send is publish without the wait for the log: it returns the log position that the publish
-// is confirmed at (0 when it wrote nothing), with the publish's error. A publish may fail and
-// still have reached some queues (ErrQueueFull): the position is theirs.
-func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *Message, opts []PublishOption) (wal.LSN, error) {
+// is confirmed at (0 when it wrote nothing) and how many queues took the message, with the
+// publish's error. A publish may fail and still have reached some queues (ErrQueueFull, a
+// context that ended while a Block queue was full, a broker closing): the position is theirs.
+func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *Message, opts []PublishOption) (wal.LSN, int, error) {
 	var cfg publishConfig
 	if len(opts) > 0 {
 		cfg = publishOptions(opts) // by value: options cost no allocation (PublishOption)
 	}
 	if b.closed.Load() {
-		return 0, ErrClosed
+		return 0, 0, ErrClosed
 	}
 	if cfg.err != nil {
-		return 0, cfg.err
+		return 0, 0, cfg.err
 	}
 	if cfg.immediate && cfg.delay > 0 {
-		return 0, errorf("publish: immediate with a delay: %w", ErrInvalidArgument)
+		return 0, 0, errorf("publish: immediate with a delay: %w", ErrInvalidArgument)
 	}
 	if cfg.expiration != nil {
 		msg.Expiration = *cfg.expiration // msg is Publish's copy
 	}
 	if len(key) > maxNameLen {
-		return 0, errorf("publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
+		return 0, 0, errorf("publish: routing key longer than %d bytes: %w", maxNameLen, ErrInvalidArgument)
 	}
 	if err := checkBodySize(len(msg.Body)); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	ttl, err := parseExpiration(msg.Expiration)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if msg.Headers != nil {
 		// The log encodes AMQP field values only (codec.go): a durable broker checks their types
 		// before a persistent message can reach a durable queue.
 		if err := checkHeaders(msg.Headers, b.store != nil && msg.Persistent); err != nil {
-			return 0, errorf("publish: %w", err)
+			return 0, 0, errorf("publish: %w", err)
 		}
 	}
 	if name == "" && x == nil && msg.Headers == nil {
@@ -584,7 +585,7 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 	b.mu.RLock()
 	if b.closed.Load() {
 		b.mu.RUnlock()
-		return 0, ErrClosed
+		return 0, 0, ErrClosed
 	}
 	if x == nil {
 		x = b.exchanges[name]
@@ -592,10 +593,10 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 	switch {
 	case x == nil || x.deleted:
 		b.mu.RUnlock()
-		return 0, errorf("publish to exchange %q: %w", name, ErrNotFound)
+		return 0, 0, errorf("publish to exchange %q: %w", name, ErrNotFound)
 	case x.cfg.internal:
 		b.mu.RUnlock()
-		return 0, errorf("publish to internal exchange %q: %w", name, ErrAccessRefused)
+		return 0, 0, errorf("publish to internal exchange %q: %w", name, ErrAccessRefused)
 	}
 	r.routeLocked(b, x, key, msg.Headers, nil)
 	b.mu.RUnlock()
@@ -619,8 +620,9 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 	}
 	routed, took := 0, 0
 	var (
-		full error
-		lsn  wal.LSN // where the log must be written to before the publish is confirmed
+		full, failed error
+		lsn          wal.LSN  // where the log must be written to before the publish is confirmed
+		undecided    []*Queue // the refusals enqueue left to a move (Queue.refuseMoving)
 	)
 	for _, q := range r.queues {
 		// A queue deleted since routing chose it takes nothing; as in RabbitMQ, that is not
@@ -638,30 +640,42 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 		case errors.Is(err, ErrQueueFull):
 			routed++
 			full = err
+			if cfg.moving && q.cfg.refusesToDLX() {
+				undecided = append(undecided, q)
+			}
 		case !errors.Is(err, ErrNotFound):
-			return lsn, err
+			failed = err
 		}
+		if failed != nil {
+			break
+		}
+	}
+	for _, q := range undecided {
+		q.refuseMoving(env, took > 0)
+	}
+	if failed != nil {
+		return lsn, took, failed
 	}
 	if routed == 0 { // no route, or every queue routed to went meanwhile
 		b.noRoute(x.name, key, env)
 	}
 	if full != nil {
-		return lsn, full
+		return lsn, took, full
 	}
 	if routed == 0 && cfg.mandatory {
-		return lsn, errorf("publish to exchange %q with key %q: %w", name, key, ErrUnroutable)
+		return lsn, took, errorf("publish to exchange %q with key %q: %w", name, key, ErrUnroutable)
 	}
 	if took == 0 && cfg.immediate {
-		return lsn, errorf("immediate publish to exchange %q with key %q: %w", name, key, ErrNoConsumers)
+		return lsn, took, errorf("immediate publish to exchange %q with key %q: %w", name, key, ErrNoConsumers)
 	}
-	return lsn, nil
+	return lsn, took, nil
 }
 
 // publishDefault is publish's fast path for the commonest case: the default exchange, which
 // routes to the one queue named by the key, with no headers, so no CC or BCC keys.
-func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, ttl time.Duration, cfg publishConfig) (wal.LSN, error) {
+func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, ttl time.Duration, cfg publishConfig) (wal.LSN, int, error) {
 	if b.closed.Load() {
-		return 0, ErrClosed
+		return 0, 0, ErrClosed
 	}
 	var q *Queue
 	if v, ok := b.byName.Load(key); ok {
@@ -673,18 +687,24 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 	}
 	if q != nil {
 		lsn, err := q.enqueue(ctx, env, ttl, cfg)
-		if !errors.Is(err, ErrNotFound) { // nil, or why it was not taken
-			return lsn, err
+		switch {
+		case err == nil:
+			return lsn, 1, nil
+		case cfg.moving && q.cfg.refusesToDLX() && errors.Is(err, ErrQueueFull):
+			q.refuseMoving(env, false) // the one queue: nothing took the message
+			return lsn, 0, err
+		case !errors.Is(err, ErrNotFound): // why it was not taken
+			return lsn, 0, err
 		}
 	}
 	b.noRoute("", key, env) // no such queue, or it went meanwhile
 	switch {
 	case cfg.mandatory:
-		return 0, errorf("publish to exchange \"\" with key %q: %w", key, ErrUnroutable)
+		return 0, 0, errorf("publish to exchange \"\" with key %q: %w", key, ErrUnroutable)
 	case cfg.immediate:
-		return 0, errorf("immediate publish with key %q: %w", key, ErrNoConsumers)
+		return 0, 0, errorf("immediate publish with key %q: %w", key, ErrNoConsumers)
 	}
-	return 0, nil
+	return 0, 0, nil
 }
 
 // noRoute counts and events a publish that reached no queue. The caller holds no lock.

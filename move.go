@@ -10,23 +10,40 @@ import (
 //
 // A message moves one at a time, through three steps:
 //  1. Under the queue lock it leaves the ready set and is lent (queueCore.lend): outstanding,
-//     held by the queue's movers (queueCore.moving), so that it counts as unacked, no consumer
-//     can take it, and whatever ends the queue finds it; nothing is delivered (no Delivered
-//     effect).
+//     held by the queue's movers (queueCore.moving), so that it counts as unacked and no
+//     consumer can take it; nothing is delivered (no Delivered effect). The move is counted
+//     in the broker's wait group, which Close waits for before it closes the durable log.
 //  2. With no lock held, it is published to the destination as it is — every property and
 //     header, x-death included — with Mandatory, as a move (its EventEnqueued there has Reason
 //     [ReasonMoved]).
-//  3. Under the queue lock again: published, it leaves this queue for good (EventMoved,
-//     terminal; a durable queue logs it as settled); refused (no queue took it, a full queue
-//     refused it, the exchange does not exist, the context ended), it goes back to its place,
-//     unchanged, as if it had never left, and the move stops with the error.
+//  3. Under the queue lock again: if any queue took it, it leaves this queue for good
+//     (EventMoved, terminal; a durable queue logs it as settled); if none did (no queue to
+//     route to, every one full, the exchange missing, the context ended first), it goes back
+//     to its place, unchanged, as if it had never left. A refusal stops the move either way.
 //
-// So a message is never in neither queue once Move returns, and never in both but in the step
-// between publish and settle (a durable broker that crashes there has it in both: at least
-// once, as any publish-then-ack). Consumers of either queue run meanwhile: the message is
-// outstanding while it moves, not ready, so no consumer of the source takes it; consumers of
-// the destination may take it as soon as it is published. No two queue locks are held at once,
-// and no lock while publishing.
+// A message counts as moved once any queue took it, not only once every queue did: with a
+// destination that routes to several queues, one of them full with reject-publish, the others
+// have their copies and can deliver them at once, so putting the message back would make a
+// second copy for them at every retry. All or nothing cannot be had instead: room checked in
+// every queue can be gone by the time the message is enqueued there, unless every queue's
+// lock were held at once. So the move is one publish, as RabbitMQ's publisher with confirms
+// sees it (a nack for the full queue, the copies kept by the others), and Move stops with the
+// refusal, counting the message as moved. A full reject-publish-dlx queue dead-letters its copy
+// of a moved message, as of any publish; but of a message no queue took, it dead-letters
+// nothing: the message stays in its source, and a dead-lettered copy would be a second one,
+// and one more at each retry. Until the publish has been to every queue it is not known which,
+// so enqueue leaves such a refusal to the mover (refuseMoving).
+//
+// So a message is never in neither queue once Move returns (unless its source was deleted),
+// and in both only in the step between publish and settle (a durable broker that crashes
+// there has it in both: at least once, as any publish-then-ack). A queue that ends meanwhile (deleted, or its broker closed)
+// leaves the message on its way to step 3, which settles it as moved (once: EventMoved, not
+// also dropped with the queue) or drops it with the queue's end reason, after the queue's
+// EventQueueDeleted; on a closing durable broker the settle is logged before the log closes,
+// so that a clean Close never leaves a message in both queues. Consumers of either queue run
+// meanwhile: the message is outstanding while it moves, not ready, so no consumer of the
+// source takes it; consumers of the destination may take it as soon as it is published. No two
+// queue locks are held at once, and no lock while publishing.
 
 // MoveOption selects what [Queue.Move] moves.
 type MoveOption interface{ applyMove(*moveConfig) }
@@ -77,11 +94,16 @@ func MoveIDs(ids ...uint64) MoveOption {
 // among them) stay. [MoveLimit] and [MoveIDs] select fewer. Each message leaves with
 // [EventMoved] and enters with [EventEnqueued], Reason [ReasonMoved].
 //
-// It returns how many it moved. It stops at the first message the destination refuses, which
-// stays where it was: [ErrUnroutable] (no queue took it), [ErrQueueFull], [ErrNotFound] (no
-// such exchange); or when ctx ends, or the queue is deleted ([ErrQueueDeleted]) or the broker
-// closes ([ErrClosed]). An exclusive queue may be moved from only with a context of its owner's,
-// as for [Queue.Get] (else [ErrResourceLocked]).
+// It returns how many it moved. It stops at the first message the destination refuses:
+// [ErrUnroutable] (no queue took it), [ErrQueueFull], [ErrNotFound] (no such exchange); or when
+// ctx ends, or the queue is deleted ([ErrQueueDeleted]) or the broker closes ([ErrClosed]). A
+// message no queue took stays where it was, unchanged. A message that some queues took and
+// another refused (a full reject-publish queue; a Block queue still full when ctx ended) has
+// moved, and is counted: it left this queue, the queues that took it keep it, the one that
+// refused it does with it as with any publish it refuses (reject-publish-dlx dead-letters it),
+// and the error, which wraps the refusal, says so. Calling Move again after an error moves
+// from the next message on, so no message is copied twice. An exclusive queue may be moved from
+// only with a context of its owner's, as for [Queue.Get] (else [ErrResourceLocked]).
 func (q *Queue) Move(ctx context.Context, exchange, key string, opts ...MoveOption) (int, error) {
 	var cfg moveConfig
 	for _, o := range opts {
@@ -101,31 +123,50 @@ func (q *Queue) Move(ctx context.Context, exchange, key string, opts ...MoveOpti
 		if err != nil || r == nil {
 			return moved, err
 		}
-		err = q.b.publish(ctx, nil, exchange, key, &msg, movePublishOptions)
-		if !q.settleMove(r, err == nil) {
-			if err == nil {
-				moved++ // it reached the destination; the source ended meanwhile
-			}
-			return moved, errorf("move from queue %q: %w", q.name, q.endErrOrClosed())
+		lsn, took, err := q.b.send(ctx, nil, exchange, key, &msg, movePublishOptions)
+		if cerr := q.b.confirm(lsn); cerr != nil {
+			err = cerr
 		}
-		if err != nil {
+		ended := !q.settleMove(r, took > 0)
+		if took > 0 {
+			moved++
+		}
+		switch {
+		case ended:
+			return moved, errorf("move from queue %q: %w", q.name, q.endErrOrClosed())
+		case err != nil && took > 0:
+			return moved, errorf("move from queue %q to exchange %q: moved, but %w", q.name, exchange, err)
+		case err != nil:
 			return moved, errorf("move from queue %q to exchange %q: %w", q.name, exchange, err)
 		}
-		moved++
 	}
 	return moved, nil
 }
 
 // movePublishOptions publish a moving message: refused rather than dropped if no queue takes
-// it, and entering as moved.
-var movePublishOptions = []PublishOption{Mandatory(), enqueueReason(ReasonMoved)}
+// it, entering as moved, and with the refusals of reject-publish-dlx queues left to the mover.
+var movePublishOptions = []PublishOption{asMove{}}
 
-// enqueueReason is the Reason of a publish's EventEnqueued in the queues it reaches.
-type enqueueReason Reason
+// asMove is the publish option of a moving message (movePublishOptions).
+type asMove struct{}
 
-func (o enqueueReason) applyPublish(c publishConfig) publishConfig {
-	c.deadReason = Reason(o)
+func (asMove) applyPublish(c publishConfig) publishConfig {
+	c.mandatory, c.moving, c.deadReason = true, true, ReasonMoved
 	return c
+}
+
+// refuseMoving records the refusal of a moving message by this queue, full with
+// reject-publish-dlx, which enqueue left to the mover until the publish had been to every
+// queue (see the top of move.go): dead-lettered, as any publish's, if another queue took the
+// message (moved is true); else dropped, since the message stays in its source.
+func (q *Queue) refuseMoving(env *envelope, moved bool) {
+	q.mu.Lock()
+	if moved {
+		q.core.deadLetter(entry{env: env}, ReasonMaxLen)
+	} else {
+		q.core.drop(entry{env: env}, ReasonQueueFull)
+	}
+	q.commit()
 }
 
 // lendNext lends the next message cfg selects (step 1 at the top of move.go) and returns its
@@ -162,16 +203,27 @@ func (q *Queue) lendNext(ctx context.Context, cfg *moveConfig) (*lease, Message,
 		return nil, Message{}, nil
 	}
 	q.touchLocked()
+	q.b.wg.Add(1) // before the queue can end: Close waits for the settle (settleMove)
 	return q.core.lend(&q.core.moving, e), e.env.message(), nil
 }
 
 // settleMove ends a lent message's move (step 3 at the top of move.go): moved, it leaves the
 // queue; else it goes back to its place unchanged. It reports false if the queue ended
-// meanwhile (which dropped the message with the rest).
+// meanwhile, which left the message to this: moved, it leaves all the same, logged settled in a
+// durable queue (its copy is in the destination); else it is dropped with the queue's end
+// reason. Either way the move is no longer in flight for Close.
 func (q *Queue) settleMove(r *lease, moved bool) bool {
 	q.mu.Lock()
+	defer q.b.wg.Done() // after commit, which logs the settle
 	defer q.commit()
 	if q.endErr != nil {
+		// The core let go of its movers' list when the queue ended (queueCore.reset): there
+		// is nothing to release.
+		if moved {
+			q.core.record(EventMoved, r.e, "", "")
+		} else {
+			q.core.drop(r.e, q.core.ended)
+		}
 		return false
 	}
 	if moved {

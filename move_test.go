@@ -2,6 +2,7 @@ package warren_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -259,24 +260,54 @@ func readyBodies(ms []warren.ReadyMessage) string {
 }
 
 // A source deleted while its message is on the way: the message reached the destination, so
-// it counts as moved, and Move says why it stopped.
+// it counts as moved, once — EventMoved, not also dropped with the queue — and Move says why it
+// stopped. One that the destination refused instead goes with its queue, dropped once.
 func TestMoveSourceDeletedMidway(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		src := declare(t, b, "src")
-		dst := declare(t, b, "dst")
-		publishN(t, b, src, 3)
-		b.Listen(func(e warren.Event) {
-			if e.Kind == warren.EventEnqueued && e.Queue == "dst" && e.Reason == warren.ReasonMoved {
-				_, err := b.DeleteQueue("src") // on Move's goroutine, between its publish and settle
-				require.NoError(t, err)
-			}
+	for _, refused := range []bool{false, true} {
+		t.Run(fmt.Sprint("refused=", refused), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				events := recordEvents(t, b)
+				src := declare(t, b, "src")
+				dst := declare(t, b, "dst", warren.MaxLength(1), warren.Overflow(warren.RejectPublish))
+				if refused {
+					publish(t, b, "dst", "filler")
+				}
+				publishN(t, b, src, 3)
+				b.Listen(func(e warren.Event) {
+					// On Move's goroutine, between its publish and settle.
+					if e.Queue == "dst" && (e.Kind == warren.EventEnqueued && e.Reason == warren.ReasonMoved ||
+						e.Kind == warren.EventDropped && e.Reason == warren.ReasonQueueFull) {
+						_, err := b.DeleteQueue("src")
+						require.NoError(t, err)
+					}
+				})
+				n, err := src.Move(t.Context(), "", "dst")
+				require.ErrorIs(t, err, warren.ErrQueueDeleted)
+				synctest.Wait()
+				dropped := events.of(warren.EventDropped, "src")
+				moved := events.of(warren.EventMoved, "src")
+				if refused {
+					require.Zero(t, n)
+					require.Equal(t, []string{"filler"}, browse(dst))
+					require.Empty(t, moved)
+					require.Len(t, dropped, 3, "each message of src dropped once")
+				} else {
+					require.Equal(t, 1, n, "the first message reached dst before its source went")
+					require.Equal(t, []string{"0"}, browse(dst))
+					require.Len(t, moved, 1)
+					require.Equal(t, "0", string(moved[0].Message.Body))
+					require.Len(t, dropped, 2, "the moved message is not dropped too")
+				}
+				for _, e := range dropped {
+					require.Equal(t, warren.ReasonQueueDeleted, e.Reason)
+				}
+				s := src.Stats()
+				require.Equal(t, uint64(len(moved)), s.Moved)
+				require.Equal(t, uint64(len(dropped)), s.Dropped)
+			})
 		})
-		n, err := src.Move(t.Context(), "", "dst")
-		require.ErrorIs(t, err, warren.ErrQueueDeleted)
-		require.Equal(t, 1, n, "the first message reached dst before its source went")
-		require.Equal(t, 1, dst.Len())
-	})
+	}
 }
 
 // A move to a destination that routes back to the source moves each message that was there
@@ -346,4 +377,176 @@ func TestMoveBackIntoItselfWithPriorities(t *testing.T) {
 		require.Equal(t, want, browse(many))
 		require.Equal(t, uint64(299), many.Stats().Moved)
 	})
+}
+
+// A destination that routes a message to several queues, one of them full: the message counts
+// as moved once a queue took it, and leaves the source; the full queue refuses its copy as it
+// refuses any publish's (reject-publish-dlx dead-letters it). Move stops there with the
+// refusal, and each retry moves the next message once: no copy grows with retries. A full
+// queue that is the only destination takes nothing, and the message stays, with no copy
+// anywhere (none in the full queue's dead-letter queue either).
+func TestMovePartlyRefused(t *testing.T) {
+	for _, overflow := range []warren.OverflowPolicy{warren.RejectPublish, warren.RejectPublishDLX} {
+		t.Run(string(overflow), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				events := recordEvents(t, b)
+				src := declare(t, b, "src")
+				ok := declare(t, b, "ok")
+				_, err := b.DeclareExchange("full-dead", warren.ExchangeFanout)
+				require.NoError(t, err)
+				dead := declare(t, b, "dead")
+				require.NoError(t, b.Bind("dead", "full-dead", "", nil))
+				full := declare(t, b, "full", warren.MaxLength(1), warren.Overflow(overflow),
+					warren.DeadLetter("full-dead", ""))
+				publish(t, b, "full", "filler")
+				_, err = b.DeclareExchange("both", warren.ExchangeFanout)
+				require.NoError(t, err)
+				require.NoError(t, b.Bind("ok", "both", "", nil))
+				require.NoError(t, b.Bind("full", "both", "", nil))
+				publishN(t, b, src, 3)
+
+				// The full queue alone: refused, the message stays, nothing is copied.
+				for range 3 {
+					n, err := src.Move(t.Context(), "", "full")
+					require.ErrorIs(t, err, warren.ErrQueueFull)
+					require.Zero(t, n)
+				}
+				require.Equal(t, []string{"0", "1", "2"}, browse(src))
+				require.Equal(t, []string{"filler"}, browse(full))
+				require.Empty(t, browse(dead), "a refusal that left the message in its source copies it nowhere")
+
+				// Through the fanout: each Move moves one, partly.
+				for i := range 3 {
+					n, err := src.Move(t.Context(), "both", "")
+					require.ErrorIs(t, err, warren.ErrQueueFull, "Move(both) #%d", i)
+					require.ErrorContains(t, err, `moved, but queue "full"`, "the error says the message moved")
+					require.Equal(t, 1, n, "Move(both) #%d moved the message the ok queue took", i)
+				}
+				n, err := src.Move(t.Context(), "both", "")
+				require.NoError(t, err)
+				require.Zero(t, n)
+				require.Empty(t, browse(src))
+				require.Zero(t, src.Unacked())
+				require.Equal(t, []string{"0", "1", "2"}, browse(ok), "each moved once")
+				require.Equal(t, []string{"filler"}, browse(full))
+				if overflow == warren.RejectPublishDLX {
+					require.Equal(t, []string{"0", "1", "2"}, browse(dead), "the full queue dead-lettered its copy, once")
+				} else {
+					require.Empty(t, browse(dead))
+				}
+
+				synctest.Wait()
+				require.Len(t, events.of(warren.EventMoved, "src"), 3)
+				require.Empty(t, events.of(warren.EventDropped, "src"))
+				require.Equal(t, uint64(3), src.Stats().Moved)
+				// Three refusals alone, three beside the ok queue's copy.
+				refused := events.of(warren.EventDropped, "full")
+				if overflow == warren.RejectPublishDLX {
+					require.Len(t, refused, 3)
+					require.Len(t, events.of(warren.EventDeadLettered, "full"), 3)
+				} else {
+					require.Len(t, refused, 6)
+				}
+				for _, e := range refused {
+					require.Equal(t, warren.ReasonQueueFull, e.Reason)
+				}
+			})
+		})
+	}
+}
+
+// openMoveBroker opens the durable broker in dir and declares its durable queues src and dst.
+func openMoveBroker(t *testing.T, dir string) (b *warren.Broker, src, dst *warren.Queue) {
+	t.Helper()
+	b, err := warren.Open(dir, warren.WithSync(warren.SyncNever))
+	require.NoError(t, err)
+	return b, declare(t, b, "src", warren.Durable()), declare(t, b, "dst", warren.Durable())
+}
+
+// publishPersistent publishes persistent messages "0".."n-1" to q.
+func publishPersistent(t *testing.T, b *warren.Broker, q *warren.Queue, n int) {
+	t.Helper()
+	for i := range n {
+		publishMsg(t, b, q.Name(), warren.Message{Body: []byte(strconv.Itoa(i)), Persistent: true})
+	}
+}
+
+// requireHeldOnce reopens the durable broker in dir and requires that its queues src and dst
+// together hold each of the messages "0".."n-1" exactly once.
+func requireHeldOnce(t *testing.T, dir string, n int) {
+	t.Helper()
+	b, src, dst := openMoveBroker(t, dir)
+	defer b.Close()
+	want := make([]string, n)
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+	}
+	s, d := browse(src), browse(dst)
+	require.ElementsMatch(t, want, append(s, d...), "after reopen: src %v, dst %v", s, d)
+}
+
+// A clean Close while a message is on its way — published to the destination, not yet settled
+// in the source, which Close ends — leaves it in exactly one queue after reopen: the move is
+// settled in the log before Close closes it.
+func TestMoveCloseMidway(t *testing.T) {
+	dir := t.TempDir()
+	b, src, _ := openMoveBroker(t, dir)
+	publishPersistent(t, b, src, 3)
+	srcEnded, closed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.Listen(func(e warren.Event) {
+		switch {
+		case e.Kind == warren.EventQueueDeleted && e.Queue == "src": // on Close's goroutine
+			close(srcEnded)
+		case e.Kind == warren.EventEnqueued && e.Queue == "dst": // on Move's, after the publish
+			once.Do(func() {
+				// Close on a goroutine of its own (a listener must not wait for the broker);
+				// the move goes on once Close has ended the source.
+				go func() {
+					b.Close()
+					close(closed)
+				}()
+				<-srcEnded
+			})
+		}
+	})
+	n, err := src.Move(context.Background(), "", "dst")
+	require.ErrorIs(t, err, warren.ErrClosed)
+	require.Equal(t, 1, n, "the message on its way when Close came is moved")
+	<-closed
+	requireHeldOnce(t, dir, 3)
+}
+
+// Close racing a run of moves, round after round: after reopen every message is in exactly one
+// of the two queues — none in both, none lost.
+func TestMoveCloseRacing(t *testing.T) {
+	const rounds, n = 20, 20
+	for round := range rounds {
+		dir := t.TempDir()
+		b, src, _ := openMoveBroker(t, dir)
+		publishPersistent(t, b, src, n)
+		started := make(chan struct{})
+		var moveErr error
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				moved, err := src.Move(context.Background(), "", "dst", warren.MoveLimit(1))
+				if i == 0 {
+					close(started)
+				}
+				if err != nil || moved == 0 {
+					moveErr = err
+					return
+				}
+			}
+		})
+		<-started
+		require.NoError(t, b.Close())
+		wg.Wait()
+		if moveErr != nil {
+			require.ErrorIs(t, moveErr, warren.ErrClosed, "round %d", round)
+		}
+		requireHeldOnce(t, dir, n)
+	}
 }

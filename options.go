@@ -116,6 +116,9 @@ type publishConfig struct {
 	// deadReason is the x-death reason of a dead letter being published: the Reason of its
 	// EventEnqueued.
 	deadReason Reason
+	// moving marks the publish of a message that Queue.Move takes out of its queue: a
+	// reject-publish-dlx queue's refusal is left to the mover (Queue.refuseMoving).
+	moving bool
 }
 
 type callConfig struct {

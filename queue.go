@@ -102,8 +102,9 @@ func (q *Queue) ConsumerCount() (n int) {
 // (see [DeliverAfter]); with immediate, it is taken out again, and [ErrNoConsumers] returned, if
 // no consumer took it at once (see [Immediate]). It returns the queue's end error if the queue
 // was deleted after routing chose it, and [ErrQueueFull] when a length limit refuses the
-// message. With the Block policy it waits for room until ctx ends; a ctx already done (a dead
-// letter's) makes it refuse at once instead.
+// message (a moving message's refusal by a reject-publish-dlx queue is left to the mover,
+// refuseMoving, which records it). With the Block policy it waits for room until ctx ends; a
+// ctx already done (a dead letter's) makes it refuse at once instead.
 func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, opt publishConfig) (wal.LSN, error) {
 	q.mu.Lock()
 	for {
@@ -127,9 +128,13 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 			}
 			continue
 		}
-		if q.cfg.overflow == RejectPublishDLX && q.cfg.hasDLX {
+		switch {
+		case q.cfg.refusesToDLX() && opt.moving:
+			// Whether to dead-letter it depends on whether another queue takes it: the
+			// mover decides, once the publish has been to every queue (refuseMoving).
+		case q.cfg.refusesToDLX():
 			q.core.deadLetter(entry{env: env}, ReasonMaxLen)
-		} else {
+		default:
 			q.core.drop(entry{env: env}, ReasonQueueFull)
 		}
 		q.commit()
