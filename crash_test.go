@@ -535,7 +535,11 @@ type crashChecker struct {
 	// received it (Get, Serve; not Consume, whose channel's receive is not seen): a delivery
 	// count there is at most one more than the last one journaled. receiptWindow is how many
 	// deliveries a crash may count with no journal line: received, and the kill came before
-	// the line (a Get's, a Serve worker's).
+	// the line (a Get's; a Serve worker's, which waits for its delivery's record before the
+	// handler runs, and the log wakes it only once the batch that carried the record is synced:
+	// under SyncAlways that is tens of milliseconds behind the publishers' fsyncs, most at a
+	// child's start, when the workers take the head of the queue, which the kill of the next
+	// life may catch there again).
 	atReceipt     map[string]bool
 	receiptWindow int
 
@@ -563,8 +567,9 @@ type crashStats struct {
 	ackAges []time.Duration
 	// unseenCounts are the counts gone up by a delivery no journal line told of, in atReceipt
 	// queues: at most unseenAllowed (receiptWindow per crash), else deliveries that the
-	// application never received counted.
-	unseenCounts, unseenAllowed int
+	// application never received counted. diedUnseen of them are messages dead-lettered past
+	// their delivery limit with no delivery journaled.
+	unseenCounts, unseenAllowed, diedUnseen int
 	// Runs cut short: the restart lost the topology (TestDurablePowerLossAfterSegmentRelease),
 	// or refused a log whose last segment's header was torn (TestDurableOpensAfterTornSegmentHeader).
 	topologyLost, tornHeader int
@@ -591,6 +596,7 @@ type crashMsg struct {
 	// Set by a check while it looks at what the restart got back at once: its TTL ended while
 	// the broker was down; it is delayed past the restart.
 	expiredDown, delayed bool
+	diedUnseen           bool // dead-lettered past its delivery limit with no delivery journaled (counted once)
 	own, dead            seen // its last delivery from its queue, and from dlq
 }
 
@@ -854,8 +860,17 @@ func (c *crashChecker) check(b *Broker, reopened int64) bool {
 		if len(ds) == 0 || !c.mayDie(m, ds[0]) {
 			c.failAbout(n, "message %d of %s in dlq with history %+v", n, m.queue, ds)
 		}
-		if ds[0].Reason == ReasonDeliveryLimit && c.atReceipt[m.queue] && m.own.at == 0 {
-			c.failAbout(n, "message %d dead-lettered from %s past its delivery limit: the application never received it", n, m.queue)
+		if ds[0].Reason == ReasonDeliveryLimit && c.atReceipt[m.queue] && m.own.at == 0 && !m.diedUnseen {
+			// Past its limit, with no delivery journaled: every count it had was a delivery
+			// received just before a kill and not journaled yet; else one that the application
+			// never received counted. Its counts are among the unseen ones, which a crash may
+			// have only so many of.
+			if c.receiptWindow == 0 {
+				c.failAbout(n, "message %d dead-lettered from %s past its delivery limit: the application never received it", n, m.queue)
+			}
+			m.diedUnseen = true
+			c.stats.diedUnseen++
+			c.stats.unseenCounts += crashLimit + 1
 		}
 		if in[n] == nil {
 			in[n] = &found{}
@@ -1050,8 +1065,8 @@ func (s crashStats) report(t *testing.T) {
 		"dead-letter duplicates: %d; delivery counts flat across a crash: %d",
 		s.lostAcks, s.lateAcks, s.oldestAck, s.lostDead, s.deadDups, s.flatCounts)
 	t.Logf("lost acks, how long before the crash their Ack returned: %s", distribution(s.ackAges))
-	t.Logf("delivery counts gone up by a delivery the journal did not see: %d (at most %d: received just before a crash)",
-		s.unseenCounts, s.unseenAllowed)
+	t.Logf("delivery counts gone up by a delivery the journal did not see: %d (at most %d: received just before a crash); "+
+		"messages dead-lettered past the delivery limit with no delivery journaled: %d", s.unseenCounts, s.unseenAllowed, s.diedUnseen)
 	require.LessOrEqual(t, s.unseenCounts, s.unseenAllowed,
 		"deliveries the application never received counted towards the delivery limit after a crash")
 	t.Logf("expired while down, gone at the restart: %d; delays kept across a restart: %d; "+
@@ -1179,8 +1194,8 @@ func TestKill9(t *testing.T) {
 // must get back every confirmed message not acked, nothing never published, in order; acks may
 // be lost only within killWindow, and the report gives how long before its kill each lost ack
 // returned; a delivery that no handler received does not count towards the delivery limit, so
-// a count may go up only by a delivery the journal knows of, but for one a handler, or the
-// loop's Get, received just before the kill.
+// a count may go up only by a delivery the journal knows of, but for one a worker, or the
+// loop's Get, received just before the kill (at most one each per kill, counted).
 func TestKill9Loop(t *testing.T) {
 	var stats crashStats
 	chk := newCrashChecker(t, &stats, crashWorkers+1+1+1, "jobs", "timed", "dlq") // the Serves' workers and the loop's Get
