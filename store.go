@@ -244,7 +244,7 @@ func (s *store) received(q *Queue, d *Delivery) wal.LSN {
 			lsn = unreached // the log failed: Wait says so
 		}
 	}
-	q.mu.Unlock() // nothing happened to the queue: no effect to commit
+	q.commit()
 	return lsn
 }
 
