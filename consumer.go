@@ -116,6 +116,7 @@ func (q *Queue) consume(ctx context.Context, cfg consumeConfig) (*Consumer, erro
 		done:      make(chan struct{}),
 	}
 	c.holder.c, c.tag = c, cfg.tag
+	c.holder.atReceipt = cfg.served // a Serve worker's taking a delivery is its receipt (store.received)
 	if unlimited {
 		c.prefetch, c.unlimited = math.MaxInt, true // its credit is room in its channel
 	}

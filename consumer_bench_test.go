@@ -117,13 +117,21 @@ func waitConsumers(b *testing.B, q *warren.Queue, n int, errc <-chan error) {
 // sets it with Prefetch, for comparison with BenchmarkPublishConsumeAck's
 // consumers=1/prefetch=256 (a bare Consume loop).
 //
+// durable: the queue is a durable one of a broker from Open (SyncNever, in b.TempDir()) and the
+// messages are persistent, so that each handler run waits for its delivery's record (Serve's
+// receipt); the producer publishes with PublishDeferred and waits for the last confirmation
+// only, so that Serve, not a write(2) per publish, sets the pace.
+//
 // chan: a worker pool without a broker: a buffered channel of *Message (capacity pcaWindow) and
 // n goroutines calling a handler on each message.
 func BenchmarkServe(b *testing.B) {
 	for _, n := range []int{1, 4, 16} {
-		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) { benchServe(b, n) })
+		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) { benchServe(b, n, false) })
 	}
-	b.Run("workers=1/prefetch=256", func(b *testing.B) { benchServe(b, 1, warren.Prefetch(256)) })
+	b.Run("workers=1/prefetch=256", func(b *testing.B) { benchServe(b, 1, false, warren.Prefetch(256)) })
+	for _, n := range []int{1, 4} {
+		b.Run(fmt.Sprintf("workers=%d/durable", n), func(b *testing.B) { benchServe(b, n, true) })
+	}
 	for _, n := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("workers=%d/chan", n), func(b *testing.B) {
 			benchChanFlow(b, []int{n}, []warren.Message{{Body: benchBody}}, nil)
@@ -131,10 +139,18 @@ func BenchmarkServe(b *testing.B) {
 	}
 }
 
-func benchServe(b *testing.B, workers int, opts ...warren.ServeOption) {
+func benchServe(b *testing.B, workers int, durable bool, opts ...warren.ServeOption) {
 	before := runtime.NumGoroutine()
-	br := newBroker(b)
-	q := declare(b, br, "serve")
+	br, msg := newBroker(b), warren.Message{Body: benchBody}
+	var qopts []warren.QueueOption
+	if durable {
+		var err error
+		if br, err = warren.Open(b.TempDir(), warren.WithSync(warren.SyncNever)); err != nil {
+			b.Fatal(err)
+		}
+		qopts, msg.Persistent = []warren.QueueOption{warren.Durable()}, true
+	}
+	q := declare(b, br, "serve", qopts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	win := newAckWindow(pcaWindow)
@@ -150,9 +166,21 @@ func benchServe(b *testing.B, workers int, opts ...warren.ServeOption) {
 
 	b.ReportAllocs()
 	b.ResetTimer()
+	var last warren.Confirmation
 	for i := range b.N {
 		win.admit(int64(i))
-		if err := br.Publish(ctx, "", "serve", warren.Message{Body: benchBody}); err != nil {
+		var err error
+		if durable {
+			last, err = br.PublishDeferred(ctx, "", "serve", msg)
+		} else {
+			err = br.Publish(ctx, "", "serve", msg)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if durable {
+		if err := last.Wait(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -85,12 +85,16 @@ type counters struct {
 // as the transition left it, the consumer's tag and a reason), or, with ev set, an event of the
 // queue's own.
 type effect struct {
-	kind   EventKind
-	reason Reason
-	tag    string
-	e      entry
-	n      int64 // eventDelayed: when it is due, on the queue's clock
-	ev     *Event
+	kind EventKind
+	// atReceipt, on an EventDelivered, says that the delivery counts in a durable queue's log
+	// only once the application receives it (holder.atReceipt): the log writes nothing for it
+	// now.
+	atReceipt bool
+	reason    Reason
+	tag       string
+	e         entry
+	n         int64 // eventDelayed: when it is due, on the queue's clock
+	ev        *Event
 }
 
 // refused reports whether the effect is the terminal one of a message the queue refused on
@@ -111,6 +115,10 @@ type holder struct {
 	unacked ring[*lease]
 	live    int    // outstanding deliveries in unacked
 	nextTag uint64 // last delivery tag issued
+	// atReceipt: a delivery to this holder counts towards the delivery limit after a crash only
+	// once the application has received it, which the shell tells the log then (Serve's
+	// consumer: store.received); until then its lease is uncounted. Fixed when the holder is made.
+	atReceipt bool
 }
 
 func newCore(cfg *queueConfig, free *btree.FreeListG[entry], heard *atomic.Pointer[[]*listener]) queueCore {
@@ -575,6 +583,9 @@ func (c *queueCore) deliver(d *Delivery, h *holder, e entry, autoAck bool, due i
 		d.Message.Body, d.Message.Persistent, d.Message.Priority = e.env.bodyBytes(), e.env.persistent, e.env.priority
 	}
 	c.recordDelivered(e, h.tag)
+	if h.atReceipt && c.observed() {
+		c.effects[len(c.effects)-1].atReceipt = true
+	}
 	if autoAck {
 		h.nextTag++
 		d.DeliveryTag = h.nextTag
@@ -582,7 +593,7 @@ func (c *queueCore) deliver(d *Delivery, h *holder, e entry, autoAck bool, due i
 		return
 	}
 	r := c.lend(h, e)
-	r.due = due
+	r.due, r.uncounted = due, h.atReceipt
 	d.DeliveryTag, d.lease, d.gen = r.tag, r, r.gen
 }
 
@@ -615,7 +626,7 @@ func (c *queueCore) newLease() *lease {
 // reuse takes back a lease its holder's list let go of: no Delivery value names it any more
 // (its generation moves on), and it keeps nothing reachable.
 func (c *queueCore) reuse(r *lease) {
-	r.h, r.e, r.tag, r.due, r.get, r.state = nil, entry{}, 0, 0, nil, 0
+	r.h, r.e, r.tag, r.due, r.get, r.state, r.uncounted = nil, entry{}, 0, 0, nil, 0, false
 	r.gen++
 	if c.ended == "" { // an ended queue delivers nothing more: it keeps no spares
 		c.free = append(c.free, r)
@@ -727,8 +738,9 @@ func (c *queueCore) outstanding() iter.Seq[*lease] {
 }
 
 // each calls fn with every message the queue holds: the ready ones in delivery order, then the
-// delayed ones with when they are due (on the queue's clock), then the outstanding ones (out).
-// fn must not change the queue.
+// delayed ones with when they are due (on the queue's clock), then the outstanding ones, out
+// unless their delivery is uncounted (not received yet: lease.uncounted), which the log holds
+// as not out. fn must not change the queue.
 func (c *queueCore) each(fn func(e entry, due int64, out bool)) {
 	c.ready.ascend(0, func(e entry) bool {
 		fn(e, 0, false)
@@ -741,7 +753,7 @@ func (c *queueCore) each(fn func(e entry, due int64, out bool)) {
 		})
 	}
 	for d := range c.outstanding() {
-		fn(d.e, 0, true)
+		fn(d.e, 0, !d.uncounted)
 	}
 }
 

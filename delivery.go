@@ -55,6 +55,9 @@ type lease struct {
 	get   *getOwner // Get only, and only when the Get's context can end
 	gen   uint64    // bumped each time the record is reused
 	state deliveryState
+	// uncounted: made to a holder whose deliveries count at receipt (holder.atReceipt), and
+	// not received yet; a durable queue's log holds the message as not out (store.received).
+	uncounted bool
 }
 
 // Ack acknowledges the delivery: the message is done and leaves the queue (AMQP's basic.ack).

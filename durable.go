@@ -22,8 +22,9 @@ import (
 //
 // What comes back: every confirmed persistent message of a durable queue, at its place in the
 // queue's order; a message out with a consumer when the broker stopped comes back redelivered,
-// its delivery count one higher (so a poison message still reaches its [DeliveryLimit]); a
-// returned message keeps its count, a delayed one its due time, every message its deadline, so
+// its delivery count one higher (so a poison message still reaches its [DeliveryLimit]), unless
+// it was only buffered for a [Queue.Serve]'s workers and no handler took it (see
+// [DeliveryLimit]); a returned message keeps its count, a delayed one its due time, every message its deadline, so
 // that what expired while the process was down expires (and dead-letters) at once; [Expires]
 // leases start again.
 //

@@ -16,8 +16,8 @@ func BenchmarkServeMiddleware(b *testing.B) {
 	noop := func(next warren.Handler) warren.Handler {
 		return func(ctx context.Context, d warren.Delivery) error { return next(ctx, d) }
 	}
-	b.Run("none", func(b *testing.B) { benchServe(b, 1) })
-	b.Run("noop", func(b *testing.B) { benchServe(b, 1, warren.Middleware(noop)) })
-	b.Run("noop×4", func(b *testing.B) { benchServe(b, 1, warren.Middleware(noop, noop, noop, noop)) })
-	b.Run("timeout", func(b *testing.B) { benchServe(b, 1, warren.Middleware(warren.HandlerTimeout(time.Minute))) })
+	b.Run("none", func(b *testing.B) { benchServe(b, 1, false) })
+	b.Run("noop", func(b *testing.B) { benchServe(b, 1, false, warren.Middleware(noop)) })
+	b.Run("noop×4", func(b *testing.B) { benchServe(b, 1, false, warren.Middleware(noop, noop, noop, noop)) })
+	b.Run("timeout", func(b *testing.B) { benchServe(b, 1, false, warren.Middleware(warren.HandlerTimeout(time.Minute))) })
 }

@@ -248,6 +248,15 @@ func MaxLengthBytes(n int) QueueOption { return intOption{"x-max-length-bytes", 
 // Nack, a consumer or Get context that ended, Recover; [Delivery.DeliveryCount] says how many
 // there were before a delivery. It is the guard against a poison message redelivered forever.
 // Range n ≥ 0; default: no limit.
+//
+// On a durable queue of a broker from [Open] a crash counts too: a persistent message out with
+// the application when the process stopped comes back with its count one higher, if the
+// application received it — a [Queue.Serve] worker took it to run the handler (logged before
+// the handler runs, so a handler that takes the process down still counts), or [Queue.Get]
+// returned it. A message only buffered for a Serve's workers comes back unchanged, as
+// [Consumer.Cancel] returns it. A delivery sent into a [Consumer.Deliveries] channel counts from
+// then on, received or not, since warren cannot see the receive: as RabbitMQ's quorum queues
+// count a message in a client's prefetch buffer when its connection dies.
 func DeliveryLimit(n int) QueueOption { return intOption{"x-delivery-limit", int64(n), 0, 0} }
 
 type intOption struct {

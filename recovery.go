@@ -13,7 +13,10 @@ import (
 //   - every message published and not settled, at its sequence id, so in its original order;
 //   - a message delivered and not settled when the log ends was out with a consumer at the
 //     crash: it comes back redelivered, its delivery count one higher, as if its consumer's
-//     channel had closed; so a poison message still reaches its delivery limit across restarts;
+//     channel had closed; so a poison message still reaches its delivery limit across restarts.
+//     A delivery is in the log once the application received it, as far as warren can see:
+//     at dispatch, but for Serve's, whose record a worker writes as it takes it (store.received),
+//     so a message only buffered for Serve's workers comes back unchanged;
 //   - a returned message keeps its count, a delayed one its due time, every message its deadline
 //     (wall-clock times: what passed them while the process was down expires when it starts).
 //

@@ -144,6 +144,9 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 				buf = appendPlacement(buf, p, nil)
 			}
 		case EventDelivered:
+			if ef.atReceipt {
+				continue // written when the application receives it (received), if it does
+			}
 			buf = appendSeqRecord(buf, recDeliver, q.log.qid, ef.e.seq, 0)
 		case EventRequeued:
 			buf = appendSeqRecord(buf, recReturn, q.log.qid, ef.e.seq, int64(ef.e.returns))
@@ -207,6 +210,41 @@ func (s *store) logEffects(q *Queue, efs []effect) wal.LSN {
 	q.log.bodies = q.log.bodies[:0]
 	clear(q.log.unrefs)
 	q.log.unrefs = q.log.unrefs[:0]
+	return lsn
+}
+
+// received writes the deliver record of d, a delivery of a persistent message from the durable
+// queue q to a holder whose deliveries count at receipt (holder.atReceipt), now that the
+// application has it: a Serve worker took it to run the handler. It returns the log position
+// after the record, for the caller to wait for, or 0 if nothing was written: d is no longer
+// outstanding (settled, or taken back, whose record says where the message stands), or its
+// receipt is written already.
+//
+// The rule it keeps: a delivery counts towards the delivery limit after a crash (a message out
+// when the process stopped comes back with its count one higher) only if the application
+// received it. Dispatch writes nothing for such a delivery, so a message still buffered in
+// Serve's consumer at a crash comes back unchanged, as Cancel returns it; a handler that takes
+// the process down still counts, since Serve waits for this record before the handler runs.
+// (Get's deliveries are received as they are made, and a Consume channel's receive is not
+// seen: both are written at dispatch.) Under q's lock, so that the record is in the log after
+// the message's placement and its dispatch, and before whatever settles or returns the
+// delivery.
+func (s *store) received(q *Queue, d *Delivery) wal.LSN {
+	r := d.lease
+	if r == nil {
+		return 0
+	}
+	var lsn wal.LSN
+	q.mu.Lock()
+	if r.gen == d.gen && r.state == deliveryOutstanding && r.uncounted && q.endErr == nil {
+		r.uncounted = false
+		q.log.buf = appendSeqRecord(q.log.buf[:0], recDeliver, q.log.qid, r.e.seq, 0) // Append copies it
+		var err error
+		if lsn, _, err = s.log.Append(q.log.buf); err != nil {
+			lsn = unreached // the log failed: Wait says so
+		}
+	}
+	q.commit()
 	return lsn
 }
 

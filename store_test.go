@@ -589,6 +589,56 @@ func TestDurablePoisonCountsAcrossCrashes(t *testing.T) {
 	}
 }
 
+// TestDurableServeCountsAtReceipt: a delivery counts towards the delivery limit after a crash
+// only if the application received it. Serve's consumer, with a prefetch of four and one worker,
+// holds four deliveries when the process dies in the handler of the first: that one comes back
+// with its count one higher, the three no handler took come back unchanged, as Cancel would have
+// returned them; with a delivery limit of 0 the first is dead-lettered and the others are not.
+// The same after a compaction pass wrote the four messages again with their state.
+func TestDurableServeCountsAtReceipt(t *testing.T) {
+	for _, compact := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compact=%v", compact), func(t *testing.T) {
+			fs := wal.NewMemFS()
+			// Nothing is written unless waited for; the handler writes everything at the crash,
+			// as the flush timer would have by then.
+			opts := logOptions(wal.Options{Sync: wal.SyncNever, FlushDelay: time.Hour, SegmentSize: 1024})
+			b := openTest(t, fs, opts)
+			stopCompactor(b)
+			durableQueue(t, b, "dead")
+			q := durableQueue(t, b, "jobs", DeliveryLimit(0), DeadLetter("", "dead"))
+			durableQueue(t, b, "other")
+			persistent(t, b, "jobs", "m1", "m2", "m3", "m4")
+			if compact {
+				for i := range 100 { // the log moves past the messages' segment
+					persistent(t, b, "other", fmt.Sprint("filler ", i))
+					held(t, b, "other")
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var ran []string
+			err := q.Serve(ctx, func(_ context.Context, d Delivery) error {
+				ran = append(ran, string(d.Message.Body))
+				if compact {
+					passByHand(b, func(int) {}, q)
+				}
+				require.NoError(t, b.store.log.WaitWritten(0))
+				fs.Crash(wal.KeepWritten, nil) // the process dies in the handler
+				cancel()
+				return nil
+			}, Prefetch(4))
+			require.NoError(t, err)
+			require.Equal(t, []string{"m1"}, ran, "one handler ran")
+			b.Close()
+
+			b = openTest(t, fs, opts)
+			defer b.Close()
+			require.NoError(t, b.WaitIdle(context.Background()))
+			require.Equal(t, []string{"m2", "m3", "m4"}, held(t, b, "jobs"), "no handler took them: not redelivered, count 0")
+			require.Equal(t, []string{"m1"}, held(t, b, "dead"), "its handler ran: one delivery, past the limit of 0")
+		})
+	}
+}
+
 // Bugs a review of the durable path found, each with the test that showed it.
 
 // TestDurableRefusalKeepsTheOthers: a persistent message fanned out to a durable queue that
