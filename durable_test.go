@@ -158,11 +158,11 @@ func TestDurableStorageFails(t *testing.T) {
 	require.NoError(t, err)
 	persistent(t, b, "jobs", "m1")
 
-	fs.FailWrite(0, wal.ErrNoSpace, nil)
+	fs.FailWrite(0, errors.New("injected I/O error"), nil)
 	for range 2 {
 		err := b.Publish(ctx, "", "jobs", Message{Body: []byte("m2"), Persistent: true})
 		require.ErrorIs(t, err, ErrStorage)
-		require.ErrorIs(t, err, wal.ErrNoSpace, "the cause is kept")
+		require.ErrorIs(t, err, wal.ErrFailed, "the cause is kept")
 	}
 	require.NoError(t, b.Publish(ctx, "", "jobs", Message{Body: []byte("t1")}), "a transient message is not logged")
 	require.NoError(t, b.Publish(ctx, "", "temp", Message{Body: []byte("t2"), Persistent: true}), "nor is a transient queue's")
@@ -313,7 +313,7 @@ func TestPublishDeferredPartial(t *testing.T) {
 	require.Equal(t, []string{"m1"}, held(t, b, "a"))
 	require.Equal(t, []string{"f1"}, held(t, b, "full"))
 
-	fs.FailWrite(0, wal.ErrNoSpace, nil)
+	fs.FailWrite(0, errors.New("injected I/O error"), nil)
 	c, err = b.PublishDeferred(ctx, "fan", "", Message{Body: []byte("m2"), Persistent: true})
 	require.NoError(t, err, "routing succeeded")
 	require.ErrorIs(t, c.Wait(), ErrStorage)

@@ -156,7 +156,7 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 		// ~420k msg/s against ~1.3M without it (SyncNever, 4 workers).
 		s.before = func(d Delivery) {
 			if d.Message.Persistent {
-				q.b.store.log.WaitWritten(0)
+				q.b.store.log.WaitWritten(ctx, 0)
 			}
 		}
 	}

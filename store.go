@@ -1,6 +1,7 @@
 package warren
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -336,7 +337,7 @@ func (b *Broker) confirm(lsn wal.LSN) error {
 	if lsn == 0 {
 		return nil
 	}
-	switch err := b.store.log.Wait(lsn); {
+	switch err := b.store.log.Wait(context.Background(), lsn); {
 	case errors.Is(err, wal.ErrClosed):
 		return ErrClosed // the broker closed while the publish waited
 	case err != nil:
