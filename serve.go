@@ -99,6 +99,10 @@ func (o serveOption) applyServe(c *serveConfig) { o(c) }
 //
 // A handler may settle its delivery itself; Serve then leaves it alone.
 //
+// On a durable queue while the disk is full ([ErrStorage]), a worker waits before it runs a
+// persistent message's handler, and a settlement the log refused is made again once the log
+// writes; if ctx ends first, the delivery goes back to its place.
+//
 // Serve blocks until ctx ends, then stops: it takes no more messages — deliveries buffered for
 // the pool go back to their places unchanged, and no handler is started again — and waits for
 // the handlers still running. Their context is cancelled at once, or after the [GracePeriod];
@@ -156,8 +160,13 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 		// ~420k msg/s against ~1.3M without it (SyncNever, 4 workers).
 		s.before = func(d Delivery) {
 			if d.Message.Persistent {
-				q.b.store.log.WaitWritten(ctx, 0)
+				q.b.store.log.WaitWritten(ctx, 0) // while the disk is full: until it is not, or ctx ends
 			}
+		}
+		// A settlement the log refused while the disk was full is made again once the log
+		// writes again (or not, if Serve stops first: the delivery then goes back).
+		s.resume = func() bool {
+			return q.b.store.log.WaitWritten(ctx, 0) == nil && q.b.store.refusing() == nil
 		}
 	}
 	if q.b.listening() {
@@ -291,6 +300,9 @@ type server struct {
 	log      *slog.Logger
 	before   func(Delivery)        // before a handler runs; nil for nothing
 	panicked func(Delivery, error) // after a handler panicked and it was logged; nil for nothing
+	// resume waits until a settlement refused with ErrStorage (a full disk) may be made again,
+	// and reports whether it may; nil for never.
+	resume func() bool
 }
 
 // serveOne runs the handler on d and settles d by the result; or, once Serve is stopping, gives
@@ -303,6 +315,11 @@ func (s *server) serveOne(d Delivery) {
 	}
 	if s.before != nil {
 		s.before(d)
+		if s.ctx.Err() != nil { // it waited for the log (a full disk) until Serve stopped
+			s.src.Cancel()
+			d.giveBack()
+			return
+		}
 	}
 	err := s.runHandler(d)
 	s.settle(d, err)
@@ -318,18 +335,23 @@ func (s *server) settle(d Delivery, err error) {
 		s.src.Cancel()
 	}
 	var settled error
-	switch {
-	case err == nil:
-		settled = d.Ack()
-	case errors.Is(err, ErrPermanent):
-		if settled = d.Reject(); settled == nil {
-			s.log.Warn("warren: handler failed permanently; delivery rejected", "consumer", d.ConsumerTag,
-				"tag", d.DeliveryTag, "err", err)
+	for {
+		switch {
+		case err == nil:
+			settled = d.Ack()
+		case errors.Is(err, ErrPermanent):
+			if settled = d.Reject(); settled == nil {
+				s.log.Warn("warren: handler failed permanently; delivery rejected", "consumer", d.ConsumerTag,
+					"tag", d.DeliveryTag, "err", err)
+			}
+		case s.backoff != nil && !interrupted:
+			settled = d.NackWithDelay(s.backoff(d.DeliveryCount))
+		default:
+			settled = d.Nack()
 		}
-	case s.backoff != nil && !interrupted:
-		settled = d.NackWithDelay(s.backoff(d.DeliveryCount))
-	default:
-		settled = d.Nack()
+		if !errors.Is(settled, ErrStorage) || s.resume == nil || !s.resume() {
+			break
+		}
 	}
 	if settled != nil && !errors.Is(settled, ErrAlreadySettled) {
 		s.log.Debug("warren: serve: settlement failed", "tag", d.DeliveryTag, "err", settled)
