@@ -662,6 +662,9 @@ func (l *Log) writeLocked() {
 		} else if wasStalled {
 			l.arm(&l.flusher, l.opts.FlushDelay, (*Log).flushTick) // appended during the retry
 		}
+		if wasStalled && l.releasing() {
+			l.arm(&l.remover, l.opts.FlushDelay, (*Log).removeTick) // it waited for this write
+		}
 		if l.opts.Sync == SyncInterval {
 			l.arm(&l.syncer, l.opts.Interval, (*Log).syncTick)
 		}
@@ -800,9 +803,9 @@ func (l *Log) retryTick() { l.background(&l.retrier) }
 
 // background runs b's work. The flusher and the syncer write what is pending, unless the log
 // is stalled (the retrier writes it then); the retrier writes it during a stall. Then the
-// syncer, and the others under SyncAlways, sync what was written beside the writer; if a sync
-// is in flight, which may not cover it, the timer is armed again rather than waiting, so that a
-// record appended meanwhile is not held up by an fsync.
+// syncer, and the others under SyncAlways, sync what was written (during a stall too) beside
+// the writer; if a sync is in flight, which may not cover it, the timer is armed again rather
+// than waiting, so that a record appended meanwhile is not held up by an fsync.
 func (l *Log) background(b *background) {
 	defer l.timers.Done()
 	l.mu.Lock()
@@ -826,14 +829,11 @@ func (l *Log) background(b *background) {
 		}
 		l.writeLocked()
 	default:
-		if l.stall != nil {
-			return
-		}
-		if len(l.pending) > 0 {
+		if l.stall == nil && len(l.pending) > 0 {
 			l.writeLocked()
 		}
 	}
-	if b != &l.syncer && l.opts.Sync != SyncAlways || l.err != nil || l.stall != nil || l.synced >= l.written {
+	if b != &l.syncer && l.opts.Sync != SyncAlways || l.err != nil || l.synced >= l.written {
 		return
 	}
 	if l.syncing || l.rotating || l.writing {
