@@ -1044,6 +1044,70 @@ func TestDurableDiskFull(t *testing.T) {
 	})
 }
 
+// TestDurableDiskFullRace: publishers race with the disk filling up. Each publish is refused
+// (ErrStorage: in no queue, and not in the log after the restart), confirmed (in both), or
+// outlived by its ctx while its records waited for space (kept: in both once space came back);
+// whichever way the check before the append and the stall interleave.
+func TestDurableDiskFullRace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := openTest(t, fs)
+		jobs := durableQueue(t, b, "jobs")
+		fs.Capacity(fs.Used() + 64<<10)
+		const publishers, each = 8, 100
+		refused := make([][]string, publishers)
+		var wg sync.WaitGroup
+		for p := range publishers {
+			wg.Go(func() {
+				for i := range each {
+					name := fmt.Sprintf("p%d-%03d", p, i)
+					ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+					err := b.Publish(ctx, "", "jobs", Message{Body: append([]byte(name+" "), make([]byte, 500)...), Persistent: true})
+					cancel()
+					switch {
+					case errors.Is(err, ErrStorage):
+						refused[p] = append(refused[p], name)
+					case err != nil && !errors.Is(err, context.DeadlineExceeded):
+						t.Errorf("publish %s: %v", name, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		names := func(bodies []string) []string {
+			var out []string
+			for _, body := range bodies {
+				out = append(out, strings.Fields(body)[0])
+			}
+			slices.Sort(out)
+			return out
+		}
+		var want []string
+		all := map[string]bool{}
+		for p := range publishers {
+			for i := range each {
+				all[fmt.Sprintf("p%d-%03d", p, i)] = true
+			}
+			for _, name := range refused[p] {
+				delete(all, name)
+			}
+		}
+		want = slices.Sorted(maps.Keys(all))
+		require.NotEmpty(t, want)
+		require.Less(t, len(want), publishers*each, "the disk filled up")
+		require.Equal(t, want, names(ready(jobs)), "in memory: all but the refused")
+
+		fs.Capacity(-1)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, b.store.log.Err())
+		require.NoError(t, b.Close())
+		b = openTest(t, fs)
+		defer b.Close()
+		require.Equal(t, want, names(held(t, b, "jobs")), "in the log: the same")
+	})
+}
+
 // TestDurableCloseDiskFull: Close does not wait for space: when the log still cannot write what
 // it kept, Close returns ErrStorage, and so does the publish that waited for it; the next Open
 // finds what was confirmed, and the deliveries whose acks were refused come back.
