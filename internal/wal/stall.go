@@ -55,22 +55,28 @@ func (l *Log) Err() error {
 	return nil
 }
 
-// noteHealthLocked stores what Err returns, after err, closed or stall changed. The caller
-// holds mu.
+// noteHealthLocked stores what Err returns, after err, closed or stall may have changed. The
+// caller holds mu. It allocates only when there is something to report: every write calls it.
 func (l *Log) noteHealthLocked() {
-	var err error
+	err := l.err
 	switch {
-	case l.err != nil:
-		err = l.err
+	case err != nil:
 	case l.closed:
 		err = ErrClosed
-	case l.stall != nil:
-		err = l.stall
 	default:
-		l.health.Store(nil)
+		err = l.stall
+	}
+	if err == nil {
+		if l.health.Load() != nil {
+			l.health.Store(nil)
+		}
 		return
 	}
-	l.health.Store(&err)
+	if p := l.health.Load(); p == nil || *p != err {
+		p = new(error) // here, not err's address: that would move err to the heap on every call
+		*p = err
+		l.health.Store(p)
+	}
 }
 
 // notify tells Options.OnStall that the log stalled or resumed, if that changed since it last
