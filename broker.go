@@ -31,6 +31,7 @@ type Broker struct {
 	cfg       brokerConfig
 	closed    atomic.Bool    // set first thing by Close; read without locks
 	closeOnce sync.Once      // Close's work, which every Close call waits for
+	closeErr  error          // what Close returns; set by closeOnce's work
 	wg        sync.WaitGroup // what Close waits for: AutoAck feeders, owner-ended deletions, moves
 	routers   sync.Pool      // *router scratch space for publishing
 	listeners listeners      // event listeners (events.go)
@@ -73,7 +74,8 @@ func (b *Broker) unlockTopology() {
 	}
 	b.mu.Unlock()
 	b.emitAll(evs)
-	if err := b.confirm(logged); err != nil {
+	// A full disk makes this wait for space (or for Close, which ends the wait).
+	if err := b.confirm(context.Background(), logged); err != nil {
 		// The durable topology change is in memory, not surely in the log; the log failed,
 		// and every later publish to a durable queue says so.
 		b.cfg.logger.Error("warren: durable log: a topology change is not logged", "err", err)
@@ -128,14 +130,23 @@ func New(opts ...BrokerOption) *Broker {
 // broker, its exchanges, queues, consumers and deliveries returns an error wrapping [ErrClosed].
 // Close waits for the broker's goroutines to exit, and for each [Queue.Move] to settle the
 // message it has on its way (which, the queues ended, takes no longer than the publish in
-// progress). It is idempotent and always returns nil.
+// progress). It is idempotent: every call returns what the first returned, which is nil for a
+// broker from [New].
 //
 // A durable broker's persistent messages in durable queues stay in its log, with the
 // acknowledgements made so far; Close first compacts the log close to what is live, so that
-// the next [Open] reads little more than what it restores, then writes and syncs it.
+// the next [Open] reads little more than what it restores, then writes and syncs it. If it
+// cannot — the log failed before, or the disk is full (Close tries once, and waits for no
+// space) — it returns an error wrapping [ErrStorage]: what the log could not write is lost,
+// and the next Open finds what was written before. Publishes and declarations still waiting
+// for the log then return [ErrStorage] too.
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		if b.store != nil {
+			// Nobody waits for space past this point: the log tries a stall's write once
+			// more, and from now on a full disk fails it, waking every waiter (a feeder
+			// deleting its queue may be one, and Close waits for feeders below).
+			b.store.log.Closing()
 			b.store.closing(b)
 		}
 		b.mu.Lock()
@@ -156,10 +167,10 @@ func (b *Broker) Close() error {
 		// the log closes: its message, in its destination's log, is not left in its source's.
 		b.wg.Wait()
 		if b.store != nil {
-			b.store.close()
+			b.closeErr = b.store.close()
 		}
 	})
-	return nil
+	return b.closeErr
 }
 
 // DeclareQueue declares a queue and returns it (AMQP's queue.declare). An empty name declares a
@@ -207,7 +218,7 @@ func (b *Broker) DeclareQueue(name string, opts ...QueueOption) (_ *Queue, err e
 		if created != nil {
 			created.flushOutbox() // its creation event, first of its events
 		}
-		if lerr := b.confirm(logged); lerr != nil && err == nil {
+		if lerr := b.confirm(context.Background(), logged); lerr != nil && err == nil {
 			err = errorf("declare queue %q: %w", name, lerr)
 		}
 	}()
@@ -550,11 +561,17 @@ func (b *Broker) Purge(name string, opts ...CallOption) (int, error) {
 // routing key over 255 bytes ([ErrInvalidArgument]), an invalid [Message.Expiration] or headers
 // that hold a table or array containing itself or nest deeper than 32 levels (see [Table];
 // [ErrPreconditionFailed]), [ErrUnroutable] with Mandatory, [ErrQueueFull] when a queue with a
-// reject-publish policy refused it (the other queues took it), [ErrClosed].
+// reject-publish policy refused it (the other queues took it), [ErrStorage] on a durable broker
+// whose log cannot take a persistent message routed to a durable queue (a full disk, a failed
+// log: it enters no queue), [ErrClosed].
 //
-// Publish blocks only on a queue with the [Block] overflow policy that is full: it waits for room
+// Publish blocks on a queue with the [Block] overflow policy that is full: it waits for room
 // until ctx ends, and then returns ctx.Err() (the queues before that one in routing order have
-// the message).
+// the message). On a durable broker it also waits for the log to hold the message's records (see
+// [Open]), which takes longer when the disk filled up after the message was taken: the log then
+// writes it when space comes back. If ctx ends first, Publish returns ctx.Err(), and the
+// message's outcome is unknown, as when a publisher confirm times out on RabbitMQ: it is in its
+// queues, and in the log if the log can write it.
 func (b *Broker) Publish(ctx context.Context, exchange, key string, msg Message, opts ...PublishOption) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -611,12 +628,13 @@ type Confirmation struct {
 // Wait returns once the message's records are in the log as the broker's [SyncPolicy] asks (as
 // [Broker.Publish] returns), or with the error that prevents it: [ErrStorage] when the log
 // failed (the message must be taken as not confirmed), [ErrClosed] when the broker closed
-// first. It may be called any number of times, from any goroutine.
+// first. While the disk is full it waits for space, or for [Broker.Close]. It may be called any
+// number of times, from any goroutine.
 func (c Confirmation) Wait() error {
 	if c.b == nil {
 		return nil
 	}
-	return c.b.confirm(c.lsn)
+	return c.b.confirm(context.Background(), c.lsn)
 }
 
 // Publishing is one message of a [Broker.PublishBatch]: the exchange and routing key to publish
@@ -636,7 +654,8 @@ type Publishing struct {
 // It stops at the first publish that fails and returns a [*BatchError] with its index: the
 // messages before it are published and confirmed, the ones after it are not published, and the
 // failed one is as Publish leaves it ([ErrQueueFull]: the other queues took it). When the log
-// fails, no message of the batch is confirmed ([ErrStorage]).
+// fails, no message of the batch is confirmed ([ErrStorage]); when the disk is full, the
+// messages taken before it filled wait for space as Publish's do, until ctx ends (ctx.Err()).
 func (b *Broker) PublishBatch(ctx context.Context, ps []Publishing, opts ...PublishOption) error {
 	var (
 		lsn wal.LSN
@@ -655,7 +674,7 @@ func (b *Broker) PublishBatch(ctx context.Context, ps []Publishing, opts ...Publ
 			break
 		}
 	}
-	if cerr := b.confirm(lsn); cerr != nil {
+	if cerr := b.confirm(ctx, lsn); cerr != nil {
 		return cerr
 	}
 	if err != nil {

@@ -122,6 +122,11 @@ func (s *store) cutoffLocked(factor int64) uint64 {
 // segments: every live message whose body is in a segment below the cut is written again at
 // the head, in each durable queue that holds it; then the segments that hold nothing live go.
 func (s *store) compact(b *Broker, factor int64) {
+	if s.refusing() != nil {
+		// A full disk (or a failed log): a pass would add bodies to what the log keeps for
+		// its retry. The next segment started wakes the compactor again.
+		return
+	}
 	s.mu.Lock()
 	cut := s.cutoffLocked(factor)
 	var pass uint64

@@ -134,6 +134,14 @@ func (d *Delivery) settleWith(then func(*Queue, *lease)) error {
 		return err
 	}
 	err := checkSettle(r)
+	if err == nil && q.log != nil && r.e.env.persistent {
+		// Refused while the log takes no new work (a full disk): the delivery stays
+		// outstanding, to be settled again once the log writes, rather than settled in
+		// memory with nothing in the log to say so.
+		if cause := q.b.store.refusing(); cause != nil {
+			err = errorf("settle delivery %d from queue %q: %w: %w", d.DeliveryTag, q.name, ErrStorage, cause)
+		}
+	}
 	get := r.get
 	if err == nil {
 		then(q, r)
@@ -210,6 +218,9 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 		}
 		end = i + 1
 	}
+	if err := c.refuseUpToLocked(end); err != nil {
+		return errorf("settle up to %d: %w", tag, err)
+	}
 	var back []entry // nacked: they go back together
 	for i := range end {
 		d := c.unacked.at(i)
@@ -232,6 +243,27 @@ func (c *Consumer) settleUpTo(tag uint64, how settlement) error {
 	q.core.restoreAll(back)
 	c.tidyLocked()
 	q.dispatchLocked()
+	return nil
+}
+
+// refuseUpToLocked returns the error of a settlement of c's first end deliveries, if one of
+// them is of a persistent message in a durable queue and the log takes no new work (a full
+// disk): then none is settled, as a single settlement is refused (Delivery.settleWith). The
+// caller holds c's queue's lock.
+func (c *Consumer) refuseUpToLocked(end int) error {
+	q := c.q
+	if q.log == nil || q.endErr != nil {
+		return nil
+	}
+	cause := q.b.store.refusing()
+	if cause == nil {
+		return nil
+	}
+	for i := range end {
+		if d := c.unacked.at(i); d.state == deliveryOutstanding && d.e.env.persistent {
+			return errorf("%w: %w", ErrStorage, cause)
+		}
+	}
 	return nil
 }
 

@@ -30,8 +30,17 @@ import (
 //
 // A publish of a persistent message to a durable queue returns only once its record is written
 // to the operating system, so a crash of the process loses no confirmed message; whether a
-// power loss can, [WithSync] decides (default [SyncAlways]). An acknowledgement is written
-// within a millisecond, not waited for: a crash in that window delivers its message again.
+// power loss can, [WithSync] decides (default [SyncAlways]). An acknowledgement is not waited
+// for: it is written within a millisecond plus the write(2) in progress, if any — it waits for
+// no fsync, except, once per 512 KiB segment, the log's move to a new one (an fsync of the
+// segment and one of the directory) — and a crash in that window delivers its message again.
+//
+// A full disk does not stop the broker: while the log finds no space to write, a persistent
+// publish to a durable queue and a settlement of one are refused with [ErrStorage] before they
+// change anything, everything else goes on in memory, and the log retries (10 ms, doubling to
+// 1 s) until a write succeeds; then they are accepted again, with no restart (RabbitMQ's
+// free-disk alarm blocks its publishers likewise). It is logged, as a warning, when it begins
+// and when it ends.
 //
 // Open fails when another broker has dir open ([ErrResourceLocked]), and when the log is damaged
 // anywhere but at its end ([ErrCorrupt]; see [WithSalvage]). A torn end, which a crash leaves,
@@ -115,7 +124,9 @@ func (o listenerOption) applyBroker(c *brokerConfig) {
 func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	b := New(opts...)
 	r := newReplay()
-	log, rec, err := wal.Open(fs, b.cfg.wal, func(seg uint64, raw []byte) error {
+	wopts := b.cfg.wal
+	wopts.OnStall = b.logStall
+	log, rec, err := wal.Open(fs, wopts, func(seg uint64, raw []byte) error {
 		rc, err := decodeRecord(raw)
 		if err != nil {
 			return err
@@ -200,6 +211,17 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	}
 	b.store.startCompactor(b)
 	return b, nil
+}
+
+// logStall logs, as a warning, that the log stalled (err: a write found no space) or writes
+// again (nil): RabbitMQ's free-disk alarm, which operators watch for. The log calls it with no
+// lock held.
+func (b *Broker) logStall(err error) {
+	if err != nil {
+		b.cfg.logger.Warn("warren: durable log: no space left to write; persistent publishes to durable queues and their settlements are refused until a write succeeds", "err", err)
+		return
+	}
+	b.cfg.logger.Warn("warren: durable log: writing again; persistent publishes and settlements are accepted")
 }
 
 // repaired logs and events a damaged stretch of the log that Open dropped.

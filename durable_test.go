@@ -1,11 +1,16 @@
 package warren
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,8 +151,10 @@ func TestOpenTornTail(t *testing.T) {
 	require.Equal(t, []string{"m3"}, held(t, b, "jobs"), "the log goes on after the cut")
 }
 
-// TestDurableStorageFails: once a write of the log fails, no publish to a durable queue is
-// confirmed (ErrStorage), and the broker goes on serving what it holds and what is transient.
+// TestDurableStorageFails: once a write of the log fails (an I/O error, not a full disk), no
+// publish to a durable queue is confirmed (ErrStorage), a later one is refused before it enters
+// the queue, and Close says the log failed; the broker goes on serving what it holds and what is
+// transient.
 func TestDurableStorageFails(t *testing.T) {
 	fs := wal.NewMemFS()
 	b := openTest(t, fs)
@@ -158,18 +165,101 @@ func TestDurableStorageFails(t *testing.T) {
 	require.NoError(t, err)
 	persistent(t, b, "jobs", "m1")
 
-	fs.FailWrite(0, wal.ErrNoSpace, nil)
-	for range 2 {
-		err := b.Publish(ctx, "", "jobs", Message{Body: []byte("m2"), Persistent: true})
-		require.ErrorIs(t, err, ErrStorage)
-		require.ErrorIs(t, err, wal.ErrNoSpace, "the cause is kept")
-	}
+	errIO := errors.New("injected I/O error")
+	fs.FailWrite(0, errIO, nil)
+	err = b.Publish(ctx, "", "jobs", Message{Body: []byte("m2"), Persistent: true})
+	require.ErrorIs(t, err, ErrStorage, "not confirmed (in memory, it may be delivered: its outcome is unknown)")
+	require.ErrorIs(t, err, errIO, "the cause is kept")
+	err = b.Publish(ctx, "", "jobs", Message{Body: []byte("m3"), Persistent: true})
+	require.ErrorIs(t, err, ErrStorage, "and every later one")
+	require.ErrorIs(t, err, wal.ErrFailed)
 	require.NoError(t, b.Publish(ctx, "", "jobs", Message{Body: []byte("t1")}), "a transient message is not logged")
 	require.NoError(t, b.Publish(ctx, "", "temp", Message{Body: []byte("t2"), Persistent: true}), "nor is a transient queue's")
 	require.Equal(t, []string{"t2"}, held(t, b, "temp"))
-	got := held(t, b, "jobs")
+	jobs, err := b.Queue("jobs")
+	require.NoError(t, err)
+	got := ready(jobs) // held would ack, and acks of its persistent messages are refused too
 	require.Equal(t, "m1", got[0], "what the queue held is served")
 	require.Contains(t, got, "t1")
+	require.NotContains(t, got, "m3", "refused before it entered the queue")
+	err = b.Close()
+	require.ErrorIs(t, err, ErrStorage, "Close says the log failed")
+	require.ErrorIs(t, err, errIO)
+	require.ErrorIs(t, b.Close(), ErrStorage, "every time")
+}
+
+// TestDurableDiskFullTmpfs: a full disk on a real file system, an 8 MiB tmpfs, where write(2)
+// fails with ENOSPC. The publish whose write finds no space waits (until its ctx ends: its
+// outcome is unknown, and its record is kept); the next is refused with ErrStorage; once a file
+// is removed, the log writes again by itself, with no reopen; and the reopened log holds every
+// message confirmed, the kept one, and the one published after.
+func TestDurableDiskFullTmpfs(t *testing.T) {
+	dir := mountTmpfs(t, 8<<20)
+	ballast := filepath.Join(dir, "ballast")
+	require.NoError(t, os.WriteFile(ballast, make([]byte, 1<<20), 0o644))
+	data := filepath.Join(dir, "data")
+	b, err := Open(data)
+	require.NoError(t, err)
+	defer func() { b.Close() }()
+	jobs := durableQueue(t, b, "jobs")
+	publish := func(ctx context.Context, name string) error {
+		body := append([]byte(name+" "), bytes.Repeat([]byte{'x'}, 32<<10)...)
+		return b.Publish(ctx, "", "jobs", Message{Body: body, Persistent: true})
+	}
+	var want []string
+	for i := 0; ; i++ {
+		require.Less(t, i, 1000, "8 MiB should be full by now")
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		err = publish(ctx, fmt.Sprint(i))
+		cancel()
+		want = append(want, fmt.Sprint(i))
+		if err != nil {
+			break
+		}
+	}
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the publish whose write found the disk full waits for space")
+	require.ErrorIs(t, b.store.log.Err(), syscall.ENOSPC)
+	err = publish(t.Context(), "refused")
+	require.ErrorIs(t, err, ErrStorage)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.Len(t, ready(jobs), len(want), "the refused one is in no queue")
+
+	require.NoError(t, os.Remove(ballast))
+	require.NoError(t, b.store.log.WaitWritten(t.Context(), 0), "the log writes again by itself")
+	require.NoError(t, b.store.log.Err())
+	require.NoError(t, publish(t.Context(), "after"))
+	want = append(want, "after")
+	require.NoError(t, b.Close())
+
+	b, err = Open(data)
+	require.NoError(t, err)
+	var got []string
+	for _, body := range held(t, b, "jobs") {
+		got = append(got, strings.Fields(body)[0])
+	}
+	require.Equal(t, want, got)
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on a new directory, unmounted at cleanup. Where it
+// cannot (not root, not Linux, no mount(8)), the test is skipped, saying why; with WARREN_TMPFS=1
+// (CI, where it must run) it fails instead.
+func mountTmpfs(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprint("size=", size), "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		msg := fmt.Sprintf("cannot mount a tmpfs (it takes root on Linux): %v: %s", err, bytes.TrimSpace(out))
+		if os.Getenv("WARREN_TMPFS") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, bytes.TrimSpace(out))
+		}
+	})
+	return dir
 }
 
 // TestPublishBatchConfirmsOnce: a batch waits for the log once; under SyncAlways a lone
@@ -313,7 +403,7 @@ func TestPublishDeferredPartial(t *testing.T) {
 	require.Equal(t, []string{"m1"}, held(t, b, "a"))
 	require.Equal(t, []string{"f1"}, held(t, b, "full"))
 
-	fs.FailWrite(0, wal.ErrNoSpace, nil)
+	fs.FailWrite(0, errors.New("injected I/O error"), nil)
 	c, err = b.PublishDeferred(ctx, "fan", "", Message{Body: []byte("m2"), Persistent: true})
 	require.NoError(t, err, "routing succeeded")
 	require.ErrorIs(t, c.Wait(), ErrStorage)

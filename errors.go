@@ -99,10 +99,20 @@ var (
 	// anyway, skipping what is damaged. An [EventLogRepaired] wraps it too.
 	ErrCorrupt = newError("durable log corrupt")
 
-	// ErrStorage is returned by a publish to a durable queue, and by any later one, once a write
-	// or a sync of the log failed (a full disk, an I/O error): what reached the disk is unknown,
-	// so the broker confirms nothing more. It keeps serving what it holds in memory; reopening
-	// the directory recovers what was written.
+	// ErrStorage says the durable log could not take, or could not write, a persistent
+	// message's records. It is returned:
+	//   - by a publish of a persistent message that would reach a durable queue, and by a
+	//     settlement of one ([Delivery.Ack], Nack, Reject, the UpTo variants), while the disk
+	//     is full — the log is stalled, retries by itself, and they are accepted again once a
+	//     write succeeds, with no restart — and once the log failed (a failed fsync, an I/O
+	//     error: what reached the disk is unknown, so it takes nothing more until the directory
+	//     is opened again). Such a refusal changes nothing: the message enters no queue, the
+	//     delivery stays outstanding and can be settled again;
+	//   - by a publish, a [Confirmation.Wait] or a declaration that was waiting for its records
+	//     when the log failed, or when [Broker.Close] could not write them: not confirmed (the
+	//     message is in its queues in memory, and may be delivered from there);
+	//   - by [Broker.Close] when the log failed or could not write what it held.
+	// The broker keeps serving what it holds in memory.
 	ErrStorage = newError("durable storage failed")
 )
 

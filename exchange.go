@@ -530,7 +530,7 @@ func headerKeys(v any, fn func(string)) {
 // durable broker, waits until the log holds it: the publisher confirm.
 func (b *Broker) publish(ctx context.Context, x *Exchange, name, key string, msg *Message, opts []PublishOption) error {
 	lsn, _, err := b.send(ctx, x, name, key, msg, opts)
-	if cerr := b.confirm(lsn); cerr != nil {
+	if cerr := b.confirm(ctx, lsn); cerr != nil {
 		return cerr
 	}
 	return err
@@ -600,6 +600,13 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 	}
 	r.routeLocked(b, x, key, msg.Headers, nil)
 	b.mu.RUnlock()
+	if b.store != nil && msg.Persistent {
+		// Refused before any queue, or listener, sees it: a publisher told it failed may
+		// publish it again, and the first copy must not be there.
+		if err := b.store.refusePublish(r.queues); err != nil {
+			return 0, 0, err
+		}
+	}
 
 	env := b.newEnvelope(msg, x, key)
 	if bcc, ok := msg.Headers["BCC"]; ok {
@@ -680,6 +687,11 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 	var q *Queue
 	if v, ok := b.byName.Load(key); ok {
 		q = v.(*Queue) // it may be ending: enqueue says so, under its lock
+		if q.log != nil && msg.Persistent {
+			if err := b.store.refusePublish([]*Queue{q}); err != nil {
+				return 0, 0, err // as send refuses it
+			}
+		}
 	}
 	env := b.newEnvelope(msg, b.defaultX, key)
 	if b.listening() {

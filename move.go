@@ -124,7 +124,7 @@ func (q *Queue) Move(ctx context.Context, exchange, key string, opts ...MoveOpti
 			return moved, err
 		}
 		lsn, took, err := q.b.send(ctx, nil, exchange, key, &msg, movePublishOptions)
-		if cerr := q.b.confirm(lsn); cerr != nil {
+		if cerr := q.b.confirm(ctx, lsn); cerr != nil {
 			err = cerr
 		}
 		ended := !q.settleMove(r, took > 0)

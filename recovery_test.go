@@ -766,7 +766,7 @@ func TestRecoverTransientRecord(t *testing.T) {
 	rec, _ := appendPublish(nil, placement{msgID: 1 << 40, queueID: q.log.qid, seq: 1}, env)
 	_, _, err := b.store.log.Append(rec)
 	require.NoError(t, err)
-	require.NoError(t, b.store.log.WaitWritten(0))
+	require.NoError(t, b.store.log.WaitWritten(t.Context(), 0))
 	require.NoError(t, b.Close())
 	b = start(t, fs)
 	defer b.Close()

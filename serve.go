@@ -109,7 +109,10 @@ func (o serveOption) applyServe(c *serveConfig) { o(c) }
 // On a durable queue of a broker from [Open], a persistent message's delivery is written to the
 // log as a worker takes it, before the handler runs, so that a handler that takes the process
 // down still counts towards the [DeliveryLimit] after the restart; a delivery buffered for the
-// pool that no worker took does not count (it comes back unchanged).
+// pool that no worker took does not count (it comes back unchanged). While the disk is full
+// ([ErrStorage]), a worker waits before it runs a persistent message's handler, and a
+// settlement the log refused is made again once the log writes; if ctx ends first, the delivery
+// goes back to its place.
 //
 // Serve blocks until ctx ends, then stops: it takes no more messages — deliveries buffered for
 // the pool go back to their places unchanged, and no handler is started again — and waits for
@@ -169,10 +172,18 @@ func (q *Queue) Serve(ctx context.Context, h Handler, opts ...ServeOption) error
 		// and a write(2) per handler run or per group of them.
 		s.before = func(d Delivery) {
 			if d.Message.Persistent {
+				if q.b.store.refusing() != nil {
+					q.b.store.log.WaitWritten(ctx, 0) // the disk is full: until it is not, or ctx ends
+				}
 				if lsn := q.b.store.received(q, &d); lsn != 0 {
-					q.b.store.log.WaitWritten(lsn)
+					q.b.store.log.WaitWritten(ctx, lsn)
 				}
 			}
+		}
+		// A settlement the log refused while the disk was full is made again once the log
+		// writes again (or not, if Serve stops first: the delivery then goes back).
+		s.resume = func() bool {
+			return q.b.store.log.WaitWritten(ctx, 0) == nil && q.b.store.refusing() == nil
 		}
 	}
 	if q.b.listening() {
@@ -306,6 +317,9 @@ type server struct {
 	log      *slog.Logger
 	before   func(Delivery)        // before a handler runs; nil for nothing
 	panicked func(Delivery, error) // after a handler panicked and it was logged; nil for nothing
+	// resume waits until a settlement refused with ErrStorage (a full disk) may be made again,
+	// and reports whether it may; nil for never.
+	resume func() bool
 }
 
 // serveOne runs the handler on d and settles d by the result; or, once Serve is stopping, gives
@@ -318,6 +332,11 @@ func (s *server) serveOne(d Delivery) {
 	}
 	if s.before != nil {
 		s.before(d)
+		if s.ctx.Err() != nil { // it waited for the log (a full disk) until Serve stopped
+			s.src.Cancel()
+			d.giveBack()
+			return
+		}
 	}
 	err := s.runHandler(d)
 	s.settle(d, err)
@@ -333,18 +352,24 @@ func (s *server) settle(d Delivery, err error) {
 		s.src.Cancel()
 	}
 	var settled error
-	switch {
-	case err == nil:
-		settled = d.Ack()
-	case s.permanent(d, err):
-		if settled = d.Reject(); settled == nil {
-			s.log.Warn("warren: handler failed permanently; delivery rejected", "consumer", d.ConsumerTag,
-				"tag", d.DeliveryTag, "err", err)
+	permanent := err != nil && s.permanent(d, err)
+	for {
+		switch {
+		case err == nil:
+			settled = d.Ack()
+		case permanent:
+			if settled = d.Reject(); settled == nil {
+				s.log.Warn("warren: handler failed permanently; delivery rejected", "consumer", d.ConsumerTag,
+					"tag", d.DeliveryTag, "err", err)
+			}
+		case s.backoff != nil && !interrupted:
+			settled = d.NackWithDelay(s.backoff(d.DeliveryCount))
+		default:
+			settled = d.Nack()
 		}
-	case s.backoff != nil && !interrupted:
-		settled = d.NackWithDelay(s.backoff(d.DeliveryCount))
-	default:
-		settled = d.Nack()
+		if !errors.Is(settled, ErrStorage) || s.resume == nil || !s.resume() {
+			break
+		}
 	}
 	if settled != nil && !errors.Is(settled, ErrAlreadySettled) {
 		s.log.Debug("warren: serve: settlement failed", "tag", d.DeliveryTag, "err", settled)

@@ -1,6 +1,7 @@
 package warren
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -313,14 +314,18 @@ func (s *store) declareQueue(q *Queue) wal.LSN {
 	return s.topology
 }
 
-// close closes the log, once every queue has ended.
-func (s *store) close() {
-	if err := s.log.Close(); err != nil {
+// close closes the log, once every queue has ended. It returns an error wrapping ErrStorage
+// when the log failed, or could not write what it held (a disk still full).
+func (s *store) close() error {
+	err := s.log.Close()
+	if err != nil {
 		s.logger.Error("warren: closing the durable log", "err", err)
+		err = errorf("close: %w: %w", ErrStorage, err)
 	}
 	if s.lock != nil {
 		s.lock.Close()
 	}
+	return err
 }
 
 // newEnvelope returns a new envelope of msg, in one allocation with what it needs beside it:
@@ -369,16 +374,50 @@ type loggedEnvelope struct {
 	more envelopeMore
 }
 
-// confirm waits until the log holds everything a publish wrote to it, up to lsn (0: nothing).
-func (b *Broker) confirm(lsn wal.LSN) error {
+// confirm waits until the log holds everything a publish wrote to it, up to lsn (0: nothing):
+// written, and synced under SyncAlways. While the log is stalled (a full disk) it waits for the
+// log to write again. If ctx ends first it returns ctx.Err(): the records are still in the log,
+// and are written if the log can, so the publish's outcome is unknown (as a publish whose
+// confirm times out on RabbitMQ).
+func (b *Broker) confirm(ctx context.Context, lsn wal.LSN) error {
 	if lsn == 0 {
 		return nil
 	}
-	switch err := b.store.log.Wait(lsn); {
+	err := b.store.log.Wait(ctx, lsn)
+	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, wal.ErrClosed):
 		return ErrClosed // the broker closed while the publish waited
-	case err != nil:
-		return errorf("publish: %w: %w", ErrStorage, err)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return err
+	}
+	return errorf("publish: %w: %w", ErrStorage, err)
+}
+
+// refusing returns why the log takes no new work now: an error wrapping wal.ErrStalled (a write
+// found no space; the log retries) or wal.ErrFailed; nil when it takes work, or is closed (the
+// broker says ErrClosed itself). Publishes of persistent messages to durable queues, and their
+// settlements, check it before they change anything, and are refused with ErrStorage, so that
+// what the log cannot take leaves no trace in memory either. One atomic load.
+func (s *store) refusing() error {
+	if err := s.log.Err(); err != nil && !errors.Is(err, wal.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// refusePublish returns the error of a persistent message's publish routed to qs, if one of
+// them is durable and the log takes no new work (refusing); nil otherwise.
+func (s *store) refusePublish(qs []*Queue) error {
+	cause := s.refusing()
+	if cause == nil {
+		return nil
+	}
+	for _, q := range qs {
+		if q.log != nil {
+			return errorf("publish to durable queue %q: %w: %w", q.name, ErrStorage, cause)
+		}
 	}
 	return nil
 }

@@ -621,7 +621,7 @@ func TestDurableServeCountsAtReceipt(t *testing.T) {
 				if compact {
 					passByHand(b, func(int) {}, q)
 				}
-				require.NoError(t, b.store.log.WaitWritten(0))
+				require.NoError(t, b.store.log.WaitWritten(t.Context(), 0))
 				fs.Crash(wal.KeepWritten, nil) // the process dies in the handler
 				cancel()
 				return nil
@@ -1060,4 +1060,242 @@ func TestDurableCloseKeepsRefusedDeadLetters(t *testing.T) {
 		lost += each - n
 	}
 	require.Zero(t, lost, "confirmed messages lost over %d rounds", rounds)
+}
+
+// A full disk (docs/DURABILITY.md, "A full disk"): the log stalls and retries; what it cannot
+// take is refused before it changes anything; what it took before is written when space comes
+// back, with no restart.
+
+// TestDurableDiskFull: once a write finds the disk full, a persistent publish to a durable queue
+// is refused with ErrStorage and enters no queue (nor the transient queue it was also routed
+// to), and an Ack, a Nack or an AckUpTo of a persistent message is refused and leaves the
+// delivery outstanding; transient work goes on. What was appended before the stall is kept: a
+// deferred confirm waits for it, a Publish returns its ctx's error (the outcome is unknown).
+// Once space comes back the log writes it by itself: the confirm arrives, the refused
+// settlements can be made, publishes are accepted, and a reopen finds exactly what was
+// confirmed (or kept) and not acked.
+func TestDurableDiskFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := openTest(t, fs)
+		ctx := t.Context()
+		jobs := durableQueue(t, b, "jobs")
+		temp, err := b.DeclareQueue("temp")
+		require.NoError(t, err)
+		require.NoError(t, b.Bind("jobs", "amq.fanout", "", nil))
+		require.NoError(t, b.Bind("temp", "amq.fanout", "", nil))
+		persistent(t, b, "jobs", "m1", "m2")
+		d1 := get(t, jobs)
+		c, err := jobs.Consume(ctx, Prefetch(1))
+		require.NoError(t, err)
+		d2 := <-c.Deliveries()
+		require.NoError(t, b.store.log.Sync())
+
+		fs.Capacity(fs.Used())
+		kept, err := b.PublishDeferred(ctx, "", "jobs", Message{Body: []byte("m3"), Persistent: true})
+		require.NoError(t, err)
+		tctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		err = b.Publish(tctx, "", "jobs", Message{Body: []byte("m4"), Persistent: true})
+		require.ErrorIs(t, err, context.DeadlineExceeded, "its write found the disk full: it waited until its ctx ended")
+		require.ErrorIs(t, b.store.log.Err(), wal.ErrStalled)
+		confirmed := make(chan error, 1)
+		go func() { confirmed <- kept.Wait() }()
+
+		for _, tc := range []struct {
+			name string
+			pub  func() error
+		}{
+			{"to the queue", func() error {
+				return b.Publish(ctx, "", "jobs", Message{Body: []byte("m5"), Persistent: true})
+			}},
+			{"through an exchange, also to a transient queue", func() error {
+				return b.Publish(ctx, "amq.fanout", "", Message{Body: []byte("m5"), Persistent: true})
+			}},
+			{"in a batch", func() error {
+				return b.PublishBatch(ctx, []Publishing{{Key: "jobs", Message: Message{Body: []byte("m5"), Persistent: true}}})
+			}},
+			{"deferred", func() error {
+				_, err := b.PublishDeferred(ctx, "", "jobs", Message{Body: []byte("m5"), Persistent: true})
+				return err
+			}},
+		} {
+			err := tc.pub()
+			require.ErrorIs(t, err, ErrStorage, tc.name)
+			require.ErrorIs(t, err, wal.ErrNoSpace, "%s: the cause is kept", tc.name)
+		}
+		require.Equal(t, []string{"m3", "m4"}, ready(jobs), "no refused publish entered the queue")
+		require.Empty(t, ready(temp), "nor the transient queue it routed to")
+		require.NoError(t, b.Publish(ctx, "", "jobs", Message{Body: []byte("t1")}), "a transient message is taken")
+		require.NoError(t, b.Publish(ctx, "", "temp", Message{Body: []byte("t2"), Persistent: true}), "so is a transient queue's")
+
+		require.ErrorIs(t, d1.Ack(), ErrStorage)
+		require.ErrorIs(t, d1.Nack(), ErrStorage)
+		require.ErrorIs(t, d1.Reject(), ErrStorage)
+		require.ErrorIs(t, c.AckUpTo(0), ErrStorage)
+		require.ErrorIs(t, d2.NackWithDelay(time.Minute), ErrStorage)
+		require.Equal(t, []int{3, 2}, []int{jobs.Len(), jobs.Unacked()}, "the refused settlements changed nothing")
+		synctest.Wait()
+		select {
+		case err := <-confirmed:
+			t.Fatalf("Confirmation.Wait = %v while its record could not be written", err)
+		default:
+		}
+
+		fs.Capacity(-1)
+		time.Sleep(time.Second) // the log's retry
+		synctest.Wait()
+		require.NoError(t, <-confirmed, "written once there was space")
+		require.NoError(t, b.store.log.Err())
+		require.NoError(t, d1.Ack(), "settled now")
+		require.NoError(t, c.AckUpTo(0))
+		persistent(t, b, "jobs", "m6")
+		require.NoError(t, c.Cancel())
+		require.NoError(t, b.Close())
+
+		b = openTest(t, fs)
+		defer b.Close()
+		require.Equal(t, []string{"m3", "m4", "m6"}, held(t, b, "jobs"),
+			"what was kept or confirmed and not acked; m4's publisher was told its ctx ended, and it was kept")
+	})
+}
+
+// TestDurableDiskFullRace: publishers race with the disk filling up. Each publish is refused
+// (ErrStorage: in no queue, and not in the log after the restart), confirmed (in both), or
+// outlived by its ctx while its records waited for space (kept: in both once space came back);
+// whichever way the check before the append and the stall interleave.
+func TestDurableDiskFullRace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := openTest(t, fs)
+		jobs := durableQueue(t, b, "jobs")
+		fs.Capacity(fs.Used() + 64<<10)
+		const publishers, each = 8, 100
+		refused := make([][]string, publishers)
+		var wg sync.WaitGroup
+		for p := range publishers {
+			wg.Go(func() {
+				for i := range each {
+					name := fmt.Sprintf("p%d-%03d", p, i)
+					ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+					err := b.Publish(ctx, "", "jobs", Message{Body: append([]byte(name+" "), make([]byte, 500)...), Persistent: true})
+					cancel()
+					switch {
+					case errors.Is(err, ErrStorage):
+						refused[p] = append(refused[p], name)
+					case err != nil && !errors.Is(err, context.DeadlineExceeded):
+						t.Errorf("publish %s: %v", name, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		names := func(bodies []string) []string {
+			var out []string
+			for _, body := range bodies {
+				out = append(out, strings.Fields(body)[0])
+			}
+			slices.Sort(out)
+			return out
+		}
+		var want []string
+		all := map[string]bool{}
+		for p := range publishers {
+			for i := range each {
+				all[fmt.Sprintf("p%d-%03d", p, i)] = true
+			}
+			for _, name := range refused[p] {
+				delete(all, name)
+			}
+		}
+		want = slices.Sorted(maps.Keys(all))
+		require.NotEmpty(t, want)
+		require.Less(t, len(want), publishers*each, "the disk filled up")
+		require.Equal(t, want, names(ready(jobs)), "in memory: all but the refused")
+
+		fs.Capacity(-1)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, b.store.log.Err())
+		require.NoError(t, b.Close())
+		b = openTest(t, fs)
+		defer b.Close()
+		require.Equal(t, want, names(held(t, b, "jobs")), "in the log: the same")
+	})
+}
+
+// TestDurableCloseDiskFull: Close does not wait for space: when the log still cannot write what
+// it kept, Close returns ErrStorage, and so does the publish that waited for it; the next Open
+// finds what was confirmed, and the deliveries whose acks were refused come back.
+func TestDurableCloseDiskFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := openTest(t, fs)
+		jobs := durableQueue(t, b, "jobs")
+		persistent(t, b, "jobs", "m1", "m2")
+		d1 := get(t, jobs)
+		require.NoError(t, b.store.log.Sync())
+
+		fs.Capacity(fs.Used())
+		published := make(chan error, 1)
+		go func() {
+			published <- b.Publish(t.Context(), "", "jobs", Message{Body: []byte("m3"), Persistent: true})
+		}()
+		synctest.Wait()
+		require.ErrorIs(t, b.store.log.Err(), wal.ErrStalled)
+		require.ErrorIs(t, d1.Ack(), ErrStorage)
+
+		err := b.Close()
+		require.ErrorIs(t, err, ErrStorage, "Close could not write what the log kept")
+		require.ErrorIs(t, err, wal.ErrNoSpace)
+		require.ErrorIs(t, <-published, ErrStorage, "the waiting publisher is told, not left waiting")
+		require.ErrorIs(t, b.Close(), ErrStorage, "every Close says so")
+
+		fs.Capacity(-1)
+		b = openTest(t, fs)
+		defer b.Close()
+		require.Equal(t, []string{"m1(1)", "m2"}, held(t, b, "jobs"), "the refused ack's message comes back")
+	})
+}
+
+// TestServeDiskFull: a Serve handler that finishes while the disk is full has its ack refused;
+// Serve makes it again once the log writes, rather than leaving the delivery outstanding.
+func TestServeDiskFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := openTest(t, fs)
+		defer b.Close()
+		jobs := durableQueue(t, b, "jobs")
+		persistent(t, b, "jobs", "m1")
+		started, finish := make(chan struct{}), make(chan struct{})
+		ctx, stop := context.WithCancel(t.Context())
+		served := make(chan error, 1)
+		go func() {
+			served <- jobs.Serve(ctx, func(ctx context.Context, d Delivery) error {
+				if string(d.Message.Body) == "m1" {
+					close(started)
+					<-finish
+				}
+				return nil
+			}, Workers(1))
+		}()
+		<-started
+		require.NoError(t, b.store.log.Sync())
+		fs.Capacity(fs.Used())
+		_, err := b.PublishDeferred(ctx, "", "jobs", Message{Body: []byte("m2"), Persistent: true})
+		require.NoError(t, err)
+		time.Sleep(time.Millisecond) // the flush finds the disk full
+		synctest.Wait()
+		require.ErrorIs(t, b.store.log.Err(), wal.ErrStalled)
+
+		close(finish)
+		synctest.Wait()
+		require.Equal(t, 1, jobs.Unacked(), "the ack was refused")
+		fs.Capacity(-1)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Zero(t, jobs.Unacked(), "made again once the log wrote")
+		stop()
+		require.NoError(t, <-served)
+	})
 }

@@ -1,11 +1,13 @@
 package wal
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	iofs "io/fs"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,9 +20,16 @@ var (
 	// ErrCorrupt is wrapped by the error of Open when a segment is damaged other than by a
 	// torn write at its end; the error names the file and the offset.
 	ErrCorrupt = errors.New("wal: corrupt log")
-	// ErrFailed is wrapped, with the first I/O error, by every call once a write or a sync
-	// failed: what reached the file is unknown, so the log takes nothing more.
+	// ErrFailed is wrapped, with the first I/O error, by every call once a sync failed, or a
+	// write failed other than for want of space: what reached the disk is unknown (after a
+	// failed fsync, Linux may have dropped the unsynced pages and reports the error once:
+	// "fsyncgate"), so the log takes nothing more until it is opened again. A write that still
+	// finds no space when the log is closing fails it too.
 	ErrFailed = errors.New("wal: log failed")
+	// ErrStalled is wrapped, with the write's error, by Err and Sync while the log is stalled: a
+	// write failed for want of space (ENOSPC, EDQUOT, MemFS's ErrNoSpace), and the log keeps what
+	// it could not write and tries again until a write succeeds (see Log).
+	ErrStalled = errors.New("wal: log stalled: no space to write")
 	// ErrLocked is returned by LockDir when another log holds the directory.
 	ErrLocked = errors.New("wal: directory in use by another log")
 	// ErrClosed is returned by calls after Close.
@@ -57,13 +66,21 @@ type Options struct {
 	Sync     SyncMode
 	Interval time.Duration // SyncInterval's bound; default 100 ms
 	// FlushDelay bounds how long records nobody waits for stay in the log's buffer before
-	// they are written (and synced, under SyncAlways); default 1 ms. It is the window in
-	// which such a record (an acknowledgement) can be lost by a process crash.
+	// they are written (and then synced, under SyncAlways); default 1 ms. A record nobody
+	// waits for (an acknowledgement) can be lost by a process crash for FlushDelay plus the
+	// write(2) in progress, if any, after it was appended: the flush waits for no fsync, except
+	// the ones a writer moving to a new segment makes (the finished segment's, the
+	// directory's), once per SegmentSize.
 	FlushDelay time.Duration
 	// SegmentSize is the size past which the log starts a new segment; default 512 KiB.
 	SegmentSize int64
 	// Salvage makes Open skip damaged batches instead of failing, reporting what it skipped.
 	Salvage bool
+	// OnStall, if set, is called when the log stalls, with the error of the write that found
+	// no space, and with nil when a write succeeds again. Calls are made in order, one at a
+	// time, with no lock of the log held, on the goroutine whose write changed the state; it
+	// must not call the log.
+	OnStall func(err error)
 }
 
 // SegmentSize returns the size past which the log starts a new segment.
@@ -111,14 +128,28 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // hold its own locks, and the log's order is the order of the Append calls. Wait returns once
 // the records before a position are written to the operating system (and synced, under
 // SyncAlways); the first waiter to find no write in progress writes everything buffered as one
-// batch per segment, so concurrent writers share writes and syncs.
+// batch per segment, so concurrent writers share writes and syncs. The writer's turn covers
+// its write(2) (and, when it moves to a new segment, the finished segment's fsync), not the
+// fsync a waiter under SyncAlways needs: that one runs beside the writer (syncBeside), one at a
+// time, so that a write waits for no fsync in flight, and a waiter whose records it does not
+// cover waits for it and syncs again.
+//
+// A write that fails for want of space (ENOSPC, EDQUOT) stalls the log instead of failing it:
+// the part of a batch that reached the file is cut off (the segment is truncated back to its
+// last whole batch), the records not written are kept, in order, ahead of those appended since,
+// and the log tries again after a backoff (10 ms, doubling to 1 s), until a write succeeds.
+// Meanwhile Append still takes records (a caller that must not add to the log checks Err
+// first), Wait and WaitWritten wait for the retry (or their ctx), Sync returns ErrStalled, and
+// nothing else writes. A failed fsync, or another write error, fails the log instead (see
+// ErrFailed). Closing ends a stall: it tries once more, and fails the log if the write still
+// finds no space.
 type Log struct {
 	fs   FS
 	opts Options
 
 	mu       sync.Mutex
-	cond     sync.Cond // on mu: written or synced advanced, or the log failed
-	pending  []chunk   // appended, not yet taken by a writer, in order
+	cond     sync.Cond // on mu: written or synced advanced, a turn ended, the log stalled, resumed, failed or closed
+	pending  []chunk   // appended, not yet written, in order (a stall's kept records first)
 	spare    [][]byte  // emptied chunk buffers, for reuse
 	appended LSN
 	written  LSN
@@ -128,20 +159,34 @@ type Log struct {
 	synced     LSN
 	segBytes   int64  // bytes in the last segment, pending included
 	lastSeg    uint64 // the segment appends go to
-	writing    bool   // a writer owns the files
-	// unsynced says the current segment was written since it was last synced, as far as the
-	// syncer is concerned; syncing, that the syncer's fsync is in flight (syncBeside).
-	unsynced, syncing bool
-	err               error          // the log failed: ErrFailed wrapping the first I/O error; or ErrClosed
-	release           uint64         // segments before it may be removed (ReleaseBelow)
-	releasedAt        LSN            // appended when release last grew: what replaced the released records is before it
-	first             uint64         // the first segment not removed
-	writtenSeg        uint64         // the segment the writer last wrote to; those before it were synced whole
-	removing          bool           // removeBeside's I/O is in flight
-	syncer            background     // SyncInterval: syncs what was written
-	flusher           background     // writes what nobody waits for, after FlushDelay
-	remover           background     // removes released segments, after FlushDelay
-	timers            sync.WaitGroup // the background timers' callbacks in flight
+	writing    bool   // a writer owns the files (writeLocked)
+	rotating   bool   // the writer is moving to a new segment: cur is about to be closed
+	syncing    bool   // syncBeside's fsync is in flight
+	cur        File   // the segment the last writer's turn ended in: what syncBeside syncs
+	// stall is ErrStalled wrapping the error of the write that found no space, while the log
+	// is stalled; backoff is the delay before the next retry (retrier).
+	stall   error
+	backoff time.Duration
+	closing bool  // Closing was called: a write that finds no space fails the log
+	closed  bool  // Close was called
+	err     error // the log failed: ErrFailed wrapping the first I/O error
+	// health is what Err returns: err, ErrClosed, stall or nil; stored under mu when they change.
+	health     atomic.Pointer[error]
+	release    uint64         // segments before it may be removed (ReleaseBelow)
+	releasedAt LSN            // appended when release last grew: what replaced the released records is before it
+	first      uint64         // the first segment not removed
+	writtenSeg uint64         // the segment the writer last wrote to; those before it were synced whole
+	removing   bool           // removeBeside's I/O is in flight
+	syncer     background     // SyncInterval: syncs what was written
+	flusher    background     // writes what nobody waits for, after FlushDelay (and syncs it, under SyncAlways)
+	remover    background     // removes released segments, after FlushDelay
+	retrier    background     // writes what a stall kept, after backoff
+	timers     sync.WaitGroup // the background timers' callbacks in flight
+
+	// OnStall's calls: notifyMu orders them; told is the state last told. Taken with no other
+	// lock held; mu is taken under it.
+	notifyMu sync.Mutex
+	told     bool
 
 	// Owned by the writer.
 	file    File   // the segment being appended to
@@ -391,14 +436,19 @@ func segmentHeader(n uint64) []byte {
 }
 
 // startSegment creates segment n and makes it the one written to. Only the writer, or Open,
-// calls it.
+// calls it. A segment whose header it could not write is removed again, so that the writer can
+// start it again once there is space.
 func (l *Log) startSegment(n uint64) error {
-	f, err := l.fs.Create(segmentName(n))
+	name := segmentName(n)
+	f, err := l.fs.Create(name)
 	if err != nil {
 		return err
 	}
 	if _, err := f.Write(segmentHeader(n)); err != nil {
 		f.Close()
+		if rerr := l.fs.Remove(name); rerr != nil {
+			return fmt.Errorf("wal: remove %s, whose header failed (%v): %w", name, err, rerr)
+		}
 		return err
 	}
 	if err := l.fs.SyncDir(); err != nil {
@@ -410,12 +460,17 @@ func (l *Log) startSegment(n uint64) error {
 }
 
 // Append copies recs into the log, and returns the position after them and the segment they go
-// to. They are written once someone Waits for a position at or after it.
+// to. They are written once someone Waits for a position at or after it, or within FlushDelay.
+// A stalled log takes them too (they are written when it resumes); a failed or closed one
+// returns its error.
 func (l *Log) Append(recs ...[]byte) (LSN, uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
+	switch {
+	case l.err != nil:
 		return 0, 0, l.err
+	case l.closed:
+		return 0, 0, ErrClosed
 	}
 	var size int64
 	for _, r := range recs {
@@ -437,7 +492,9 @@ func (l *Log) Append(recs ...[]byte) (LSN, uint64, error) {
 	l.segBytes += size
 	l.appended += LSN(size)
 	c.end = l.appended
-	l.arm(&l.flusher, l.opts.FlushDelay, (*Log).flushTick)
+	if l.stall == nil {
+		l.arm(&l.flusher, l.opts.FlushDelay, (*Log).flushTick) // in a stall, the retrier writes it
+	}
 	return l.appended, l.lastSeg, nil
 }
 
@@ -462,122 +519,233 @@ func (l *Log) newBuffer() []byte {
 }
 
 // Wait returns once everything appended before lsn is written (and synced, under SyncAlways),
-// or the error that prevents it.
-func (l *Log) Wait(lsn LSN) error { return l.await(lsn, l.opts.Sync == SyncAlways) }
+// or with the error that prevents it: the log's failure, ErrClosed, or ctx.Err() (unwrapped)
+// once ctx ends first; the records are then still in the log, and may yet be written. It
+// waits out a stall (see Log).
+func (l *Log) Wait(ctx context.Context, lsn LSN) error {
+	return l.await(ctx, lsn, l.opts.Sync == SyncAlways)
+}
 
-// WaitWritten returns once everything before lsn (0: everything appended so far) is written,
-// synced or not: safe from a crash of the process, not from a power loss.
-func (l *Log) WaitWritten(lsn LSN) error { return l.await(lsn, false) }
+// WaitWritten is Wait without the sync: it returns once everything before lsn (0: everything
+// appended so far) is written, synced or not: safe from a crash of the process, not from a
+// power loss.
+func (l *Log) WaitWritten(ctx context.Context, lsn LSN) error { return l.await(ctx, lsn, false) }
 
-// Sync writes and syncs everything appended so far, and removes the segments released so far.
-func (l *Log) Sync() error { return l.await(0, true) }
-
-// await returns once everything before lsn (0: everything appended) is written, and synced if
-// sync, writing it if nobody is.
-func (l *Log) await(lsn LSN, sync bool) error {
+// await is Wait, and WaitWritten when not sync.
+func (l *Log) await(ctx context.Context, lsn LSN, sync bool) error {
 	if !sync && lsn != 0 && LSN(l.writtenNow.Load()) >= lsn {
 		return nil // the common case of a streaming publisher's confirm: no lock
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	all := lsn == 0
-	if all {
+	if lsn == 0 {
 		lsn = l.appended
 	}
+	return l.awaitLocked(ctx, lsn, sync, true)
+}
+
+// Sync writes and syncs everything appended so far, and removes the segments released so far.
+// It does not wait out a stall: it returns an error wrapping ErrStalled.
+func (l *Log) Sync() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.syncAllLocked()
+}
+
+// syncAllLocked is Sync; the caller holds mu.
+func (l *Log) syncAllLocked() error {
+	if err := l.awaitLocked(context.Background(), l.appended, true, false); err != nil {
+		return err
+	}
+	for l.releasing() {
+		switch {
+		case l.err != nil:
+			return l.err
+		case l.closed:
+			return ErrClosed
+		case l.writing || l.removing:
+			l.cond.Wait()
+		default:
+			first := l.first
+			l.removeBeside()
+			if l.first == first && !l.removing && l.err == nil {
+				return nil // nothing more it may remove yet: the writer has not reached the segment
+			}
+		}
+	}
+	return nil
+}
+
+// awaitLocked returns once everything before lsn is written, and synced if sync, writing and
+// syncing it itself when nobody is: a waiter that needs a sync leaves the write to after the
+// sync in flight, whose waiters it joins, so that concurrent waiters share a write and a sync
+// as before. While the log is stalled it waits for the retry if through, and returns the
+// stall's error if not. It returns ctx.Err() once ctx ends first. The caller holds mu.
+func (l *Log) awaitLocked(ctx context.Context, lsn LSN, sync, through bool) error {
+	var stop func() bool // wakes this waiter when ctx ends, once it waits out a stall
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
 	for {
 		switch {
-		case sync && l.synced >= lsn && !(all && l.releasing()), !sync && l.written >= lsn:
+		case sync && l.synced >= lsn, !sync && l.written >= lsn:
 			return nil // before the error: what was written before a failure, or Close, was
 		case l.err != nil:
 			return l.err
-		case !l.writing && !(sync && l.synced >= lsn):
-			l.writeLocked(sync)
-		case !l.writing && !l.removing:
-			l.removeBeside() // Sync: what was released goes too
+		case l.closed:
+			return ErrClosed
+		case l.stall != nil && l.written < lsn && !through:
+			return l.stall
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case l.written < lsn && l.stall == nil && !l.writing && !(sync && l.syncing):
+			l.writeLocked()
+		case sync && l.written >= lsn && !l.syncing && !l.rotating:
+			l.syncBeside()
 		default:
+			if stop == nil && l.stall != nil && ctx.Done() != nil {
+				stop = context.AfterFunc(ctx, l.wake)
+			}
 			l.cond.Wait()
 		}
 	}
 }
 
-// writeLocked writes everything pending, and syncs it if sync; it releases mu during the I/O.
-func (l *Log) writeLocked(sync bool) {
-	l.writing = true
-	chunks := l.pending
-	l.pending = nil
-	end := l.appended
-	l.mu.Unlock()
-	err := l.write(chunks)
-	if err == nil && sync {
-		err = l.syncFile()
-	}
+// wake wakes every waiter, so that one whose ctx ended returns.
+func (l *Log) wake() {
 	l.mu.Lock()
-	l.writtenSeg = l.fileSeg
-	l.writing = false
-	if err == nil && len(chunks) > 0 {
-		l.unsynced = !sync
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// writeLocked takes the writer's turn and writes everything pending, each segment's records as
+// one batch; it releases mu during the I/O. The caller holds mu, and no writer is active. A
+// write that fails for want of space stalls the log (keeping what it did not write); any other
+// error fails it.
+func (l *Log) writeLocked() {
+	l.writing = true
+	chunks, before, wasStalled := l.pending, l.written, l.stall != nil
+	l.pending = nil
+	l.rotating = len(chunks) > 0 && chunks[len(chunks)-1].seg != l.fileSeg
+	l.mu.Unlock()
+	done, rotated, err := l.write(chunks)
+	l.mu.Lock()
+	l.writing, l.rotating = false, false
+	l.cur, l.writtenSeg = l.file, l.fileSeg
+	if done > 0 {
+		l.written = chunks[done-1].end
+		l.writtenNow.Store(uint64(l.written))
 	}
-	for _, c := range chunks {
+	if rotated >= 0 {
+		// The rotation synced the segment it left, and every one before it was synced when
+		// the writer left it: everything before the first chunk of the new segment is on
+		// the disk.
+		at := before
+		if rotated > 0 {
+			at = chunks[rotated-1].end
+		}
+		l.synced = max(l.synced, at)
+	}
+	for _, c := range chunks[:done] {
 		if cap(c.buf) <= 1<<20 {
 			l.spare = append(l.spare, c.buf)
 		}
 	}
-	if l.pending == nil {
-		clear(chunks)
-		l.pending = chunks[:0] // the next appends reuse it
-	}
 	switch {
-	case err != nil:
-		if l.err == nil {
-			l.err = fmt.Errorf("%w: %w", ErrFailed, err)
+	case err == nil:
+		l.stall, l.backoff = nil, 0
+		if l.pending == nil {
+			clear(chunks)
+			l.pending = chunks[:0] // the next appends reuse it
+		} else if wasStalled {
+			l.arm(&l.flusher, l.opts.FlushDelay, (*Log).flushTick) // appended during the retry
 		}
-	default:
-		l.written = end
-		l.writtenNow.Store(uint64(end))
-		if sync {
-			l.synced = end
-		} else if l.opts.Sync == SyncInterval {
+		if wasStalled && l.releasing() {
+			l.arm(&l.remover, l.opts.FlushDelay, (*Log).removeTick) // it waited for this write
+		}
+		if l.opts.Sync == SyncInterval {
 			l.arm(&l.syncer, l.opts.Interval, (*Log).syncTick)
 		}
+	case noSpace(err) && !l.closing:
+		l.pending = append(slices.Clone(chunks[done:]), l.pending...)
+		l.stallLocked(err)
+	default:
+		l.failLocked(err)
 	}
+	l.noteHealthLocked()
 	l.cond.Broadcast()
+	if wasStalled != (l.stall != nil) && l.opts.OnStall != nil {
+		l.mu.Unlock()
+		l.notify()
+		l.mu.Lock()
+	}
+}
+
+// failLocked fails the log with err, unless it failed before. The caller holds mu.
+func (l *Log) failLocked(err error) {
+	if l.err == nil {
+		l.err = fmt.Errorf("%w: %w", ErrFailed, err)
+	}
 }
 
 // write writes chunks, each as one batch, starting segments as they come. Only the writer
-// calls it, with mu released.
-func (l *Log) write(chunks []chunk) error {
-	for _, c := range chunks {
+// calls it, with mu released. It returns how many chunks it wrote, the index of the chunk
+// before which it last started a segment (-1 if it started none), and the error that stopped
+// it.
+func (l *Log) write(chunks []chunk) (done, rotated int, err error) {
+	rotated = -1
+	for i, c := range chunks {
 		if len(c.buf) == frameSize {
 			continue
 		}
 		if c.seg != l.fileSeg {
 			if err := l.rotate(c.seg); err != nil {
-				return err
+				return i, rotated, err
 			}
+			rotated = i
 		}
 		recs := c.buf[frameSize:]
 		binary.LittleEndian.PutUint32(c.buf, uint32(len(recs)))
 		binary.LittleEndian.PutUint32(c.buf[4:], checksum(l.fileSeg, l.fileOff, recs))
-		if _, err := l.file.Write(c.buf); err != nil {
-			return err
+		if n, err := l.file.Write(c.buf); err != nil {
+			return i, rotated, l.cutBack(n, err)
 		}
 		l.fileOff += int64(len(c.buf))
 		l.dirty = true
 	}
-	return nil
+	return len(chunks), rotated, nil
+}
+
+// cutBack deals with a write that failed after n of its bytes reached the segment: when it
+// failed for want of space, they are cut off, so that the retry writes the batch whole where
+// it belongs and no later batch follows a torn one. It returns the write's error, or the
+// truncation's, which fails the log.
+func (l *Log) cutBack(n int, err error) error {
+	if n == 0 || !noSpace(err) {
+		return err // another error fails the log: Open cuts the torn batch
+	}
+	if terr := l.file.Truncate(l.fileOff); terr != nil {
+		// Not wrapped: whatever terr is, this must fail the log, not stall it, since the
+		// retry would follow the torn bytes.
+		return fmt.Errorf("wal: cut back a write that found no space (%v): %v", err, terr)
+	}
+	return err
 }
 
 // rotate finishes the current segment, synced whatever the policy (once per segment: so that
 // damage in any segment but the last is corruption, never a crash's doing), and starts segment
-// n.
+// n. If n cannot be started, the current segment stays the one written to.
 func (l *Log) rotate(n uint64) error {
 	if err := l.syncFile(); err != nil {
 		return err
 	}
-	if err := l.file.Close(); err != nil {
+	old := l.file
+	if err := l.startSegment(n); err != nil {
 		return err
 	}
-	return l.startSegment(n)
+	return old.Close()
 }
 
 // syncFile syncs the current segment if it was written since the last sync.
@@ -599,7 +767,7 @@ type background struct {
 }
 
 // arm arms b to run fn after d, unless it is armed already. The caller holds mu. (fn is the
-// log's flushTick or syncTick; callers pass it as a method expression, which allocates
+// log's flushTick, syncTick, …; callers pass it as a method expression, which allocates
 // nothing, unlike a method value made per call.)
 func (l *Log) arm(b *background, d time.Duration, fn func(*Log)) {
 	if b.armed {
@@ -622,51 +790,72 @@ func (l *Log) stop(b *background) {
 }
 
 // syncTick is SyncInterval's timer: it syncs what was written, beside the writer.
-func (l *Log) syncTick() { l.background(&l.syncer, true) }
+func (l *Log) syncTick() { l.background(&l.syncer) }
 
 // removeTick is the remover's timer: it removes released segments, beside the writer.
-func (l *Log) removeTick() { l.background(&l.remover, false) }
+func (l *Log) removeTick() { l.background(&l.remover) }
 
 // flushTick writes what was appended and nobody waited for.
-func (l *Log) flushTick() { l.background(&l.flusher, l.opts.Sync == SyncAlways) }
+func (l *Log) flushTick() { l.background(&l.flusher) }
 
-// background runs b's work: it writes what is pending, and syncs if sync.
-func (l *Log) background(b *background, sync bool) {
+// retryTick writes what a stall kept (stall.go).
+func (l *Log) retryTick() { l.background(&l.retrier) }
+
+// background runs b's work. The flusher and the syncer write what is pending, unless the log
+// is stalled (the retrier writes it then); the retrier writes it during a stall. Then the
+// syncer, and the others under SyncAlways, sync what was written (during a stall too) beside
+// the writer; if a sync is in flight, which may not cover it, the timer is armed again rather
+// than waiting, so that a record appended meanwhile is not held up by an fsync.
+func (l *Log) background(b *background) {
 	defer l.timers.Done()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b.armed = false
-	for l.writing && l.err == nil {
+	for l.writing { // a write(2), or a rotation's I/O
 		l.cond.Wait()
 	}
-	switch {
-	case l.err != nil:
-	case b == &l.syncer:
-		if len(l.pending) > 0 {
-			l.writeLocked(false)
-		}
-		l.syncBeside()
-	case b == &l.remover:
+	if l.err != nil || l.closed {
+		return
+	}
+	switch b {
+	case &l.remover:
 		if !l.removing {
 			l.removeBeside()
 		}
-	case len(l.pending) > 0 || sync:
-		l.writeLocked(sync)
+		return
+	case &l.retrier:
+		if l.stall == nil {
+			return
+		}
+		l.writeLocked()
+	default:
+		if l.stall == nil && len(l.pending) > 0 {
+			l.writeLocked()
+		}
 	}
-}
-
-// syncBeside syncs the current segment without holding the writer's turn, so that writes (an
-// acknowledgement's flush, a publish's) go on during the fsync, which on a slow disk can take
-// tens of milliseconds. The caller holds mu, and no writer is active; mu is released during
-// the fsync. A writer that rotates meanwhile syncs the segment itself before it closes it (and
-// the fsync here then fails with fs.ErrClosed, or covers it anyway); one that must sync (under
-// SyncAlways) syncs whatever this one does.
-func (l *Log) syncBeside() {
-	if !l.unsynced || l.syncing {
+	if b != &l.syncer && l.opts.Sync != SyncAlways || l.err != nil || l.synced >= l.written {
 		return
 	}
-	f, end := l.file, l.written
-	l.unsynced, l.syncing = false, true
+	if l.syncing || l.rotating || l.writing {
+		if b == &l.syncer {
+			l.arm(b, l.opts.Interval, (*Log).syncTick)
+		} else {
+			l.arm(&l.flusher, l.opts.FlushDelay, (*Log).flushTick)
+		}
+		return
+	}
+	l.syncBeside()
+}
+
+// syncBeside syncs the segment the last writer's turn ended in without holding the writer's
+// turn, so that writes (an acknowledgement's flush, a publish's) go on during the fsync, which
+// on a slow disk can take tens of milliseconds. The caller holds mu; no sync is in flight, and
+// the writer, if any, is not moving to a new segment; mu is released during the fsync. A
+// writer that rotates meanwhile syncs the segment itself before it closes it (and the fsync
+// here then fails with fs.ErrClosed, or covers it anyway): the next sync covers the rest.
+func (l *Log) syncBeside() {
+	f, end := l.cur, l.written
+	l.syncing = true
 	l.mu.Unlock()
 	err := f.Sync()
 	l.mu.Lock()
@@ -675,9 +864,10 @@ func (l *Log) syncBeside() {
 	case err == nil:
 		l.synced = max(l.synced, end)
 	case errors.Is(err, iofs.ErrClosed):
-		l.unsynced = true // rotated or closed meanwhile: the next sync covers what is left
-	case l.err == nil:
-		l.err = fmt.Errorf("%w: %w", ErrFailed, err)
+		// Rotated (and synced) or closed meanwhile: the next sync covers what is left.
+	default:
+		l.failLocked(err)
+		l.noteHealthLocked()
 	}
 	l.cond.Broadcast()
 }
@@ -688,8 +878,8 @@ func (l *Log) syncBeside() {
 func (l *Log) ReleaseBelow(n uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
-		return // failed or closed: no timer is armed any more
+	if l.err != nil || l.closed {
+		return // no timer is armed any more
 	}
 	if n > l.release {
 		l.release, l.releasedAt = n, l.appended
@@ -707,24 +897,27 @@ func (l *Log) releasing() bool { return min(l.release, l.lastSeg) > l.first }
 //
 // What the log's user appended again before releasing the segments (the topology, moved
 // messages: releasedAt) replaces their records, so it is written and synced before any
-// removal: first written (by this goroutine, as the writer, if nobody has), then synced beside
-// a writer as syncBeside does (a segment the writer rotates past meanwhile is synced by the
-// rotation). Only segments before writtenSeg go: each was synced whole when the writer moved
-// past it, and none is the one being written.
+// removal: first written (by this goroutine, as the writer, if nobody has; during a stall it
+// waits for the retrier), then synced beside a writer as syncBeside does (a segment the writer
+// rotates past meanwhile is synced by the rotation). Only segments before writtenSeg go: each
+// was synced whole when the writer moved past it, and none is the one being written.
 func (l *Log) removeBeside() {
-	for l.err == nil && (l.writing || l.removing || l.written < l.releasedAt) {
-		if l.writing || l.removing {
+	for l.err == nil && !l.closed && (l.writing || l.removing || l.written < l.releasedAt) {
+		switch {
+		case l.writing || l.removing:
 			l.cond.Wait()
-		} else {
-			l.writeLocked(false)
+		case l.stall != nil:
+			return // the retrier writes first, and arms nothing here: Sync or the next release removes
+		default:
+			l.writeLocked()
 		}
 	}
 	first, below := l.first, min(l.release, l.writtenSeg)
-	if l.err != nil || first >= below {
+	if l.err != nil || l.closed || first >= below {
 		return
 	}
 	l.removing = true
-	f, need := l.file, l.synced < l.releasedAt
+	f, need := l.cur, l.synced < l.releasedAt
 	l.mu.Unlock()
 	var err error
 	if need {
@@ -743,28 +936,40 @@ func (l *Log) removeBeside() {
 	l.mu.Lock()
 	l.removing = false
 	l.first = first
-	if err != nil && l.err == nil {
-		l.err = fmt.Errorf("%w: %w", ErrFailed, err)
+	if err != nil {
+		l.failLocked(err)
+		l.noteHealthLocked()
 	}
 	l.cond.Broadcast()
 }
 
-// Close writes and syncs everything appended, and closes the log. It returns the error that
-// kept it from doing so, if any. Later calls return ErrClosed.
+// Close writes and syncs everything appended, and closes the log. A stall does not hold it
+// up: it tries once more (Closing), and if the write still finds no space, what it could not
+// write is lost and Close returns an error wrapping ErrFailed and the want of space. It
+// returns the log's failure, if it failed before. Later calls return nil; the log's other
+// methods return ErrClosed, and a Wait for a position Close wrote returns nil.
 func (l *Log) Close() error {
-	err := l.Sync()
 	l.mu.Lock()
-	if errors.Is(l.err, ErrClosed) {
+	if l.closed {
 		l.mu.Unlock()
 		return nil
 	}
-	for l.writing {
+	l.closingLocked()
+	err := l.syncAllLocked()
+	for l.writing || l.syncing || l.removing {
 		l.cond.Wait()
+	}
+	if l.closed { // a concurrent Close finished first
+		l.mu.Unlock()
+		return nil
 	}
 	l.stop(&l.syncer)
 	l.stop(&l.flusher)
 	l.stop(&l.remover)
-	l.err = ErrClosed
+	l.stop(&l.retrier)
+	l.closed = true
+	l.noteHealthLocked()
+	l.cond.Broadcast()
 	f := l.file
 	l.file = nil
 	l.mu.Unlock()

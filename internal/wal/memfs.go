@@ -348,6 +348,13 @@ func (m *MemFS) Capacity(n int64) {
 	m.faults.limited, m.faults.capacity = n >= 0, n
 }
 
+// Used returns the bytes the directory's files hold together: what Capacity limits.
+func (m *MemFS) Used() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.used()
+}
+
 // Contents returns a copy of what the named file reads now, or nil if the directory has no such
 // file (an empty file's contents are empty, not nil).
 func (m *MemFS) Contents(name string) []byte {

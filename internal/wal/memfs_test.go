@@ -395,6 +395,9 @@ func TestMemFSCapacity(t *testing.T) {
 	if got := string(m.Contents("b")); got != "abcd" {
 		t.Fatalf("contents %q, want abcd", got)
 	}
+	if got := m.Used(); got != 10 {
+		t.Fatalf("Used() = %d, want 10", got)
+	}
 	o.do(a.Truncate(5))
 	o.write(b, "e")
 	o.do(m.Remove("a"))
