@@ -461,31 +461,3 @@ func TestLookupsAfterClose(t *testing.T) {
 	require.Empty(t, slices.Collect(b.Queues()))
 	require.Empty(t, slices.Collect(b.Exchanges()))
 }
-
-// TestDeclareRacingPublish: a queue is reachable only once it is whole. A publish to a queue
-// being declared, with a listener registered, used to find the queue by name before its
-// "created" event was noted, and the two wrote the queue's effects at once (a data race under
-// -race; a nil envelope in the flush, and a crashed process, without).
-func TestDeclareRacingPublish(t *testing.T) {
-	var events atomic.Int64
-	b := newBroker(t, warren.WithListener(func(warren.Event) { events.Add(1) }))
-	for i := range 200 {
-		name := fmt.Sprint("q", i)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			close(start)
-			for range 50 {
-				err := b.Publish(context.Background(), "", name, msg("m"), warren.Mandatory())
-				if err != nil && !errors.Is(err, warren.ErrUnroutable) {
-					t.Error(err)
-					return
-				}
-			}
-		})
-		<-start
-		declare(t, b, name)
-		wg.Wait()
-	}
-	require.NotZero(t, events.Load())
-}
