@@ -134,11 +134,11 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	topo.queueDecls, topo.exchangeDecls, topo.bindings = r.queueDecls, r.exchangeDecls, r.bindings
 	b.store = &store{log: log, logger: b.cfg.logger, live: r.live, oldest: 1, lastSeg: rec.Last, topo: topo, topoSeg: 1}
 	b.store.nextMsg.Store(r.maxMsg)
-	if d := rec.Truncated; d != nil {
-		b.repaired(*d, "cut a torn or damaged end")
+	for _, d := range rec.Cut {
+		b.repaired(d, "cut a torn end")
 	}
 	for _, d := range rec.Skipped {
-		b.repaired(d, "skipped a damaged stretch")
+		b.repaired(d, "skipped damage")
 	}
 	b.store.replaying = true
 	for _, name := range slices.Sorted(maps.Keys(r.exchangeDecls)) {

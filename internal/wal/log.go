@@ -4,10 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	iofs "io/fs"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,9 +12,13 @@ import (
 
 // Errors. Each works with errors.Is.
 var (
-	// ErrCorrupt is wrapped by the error of Open when a segment is damaged other than by a
-	// torn write at its end; the error names the file and the offset.
+	// ErrCorrupt is wrapped by the error of Open when the log lost something a sync had made
+	// durable: damage other than a torn write at its end, a missing segment; the error names
+	// the file and the offset.
 	ErrCorrupt = errors.New("wal: corrupt log")
+	// ErrVersion is wrapped by the error of Open when a segment is in a format this version of
+	// the log does not read; the error names the file and the format.
+	ErrVersion = errors.New("wal: unsupported log format")
 	// ErrFailed is wrapped, with the first I/O error, by every call once a write or a sync
 	// failed: what reached the file is unknown, so the log takes nothing more.
 	ErrFailed = errors.New("wal: log failed")
@@ -25,6 +26,8 @@ var (
 	ErrLocked = errors.New("wal: directory in use by another log")
 	// ErrClosed is returned by calls after Close.
 	ErrClosed = errors.New("wal: log closed")
+
+	errBadHeader = errors.New("wal: bad segment header")
 )
 
 // SyncMode says when the log syncs what it wrote (see Options.Sync).
@@ -62,8 +65,14 @@ type Options struct {
 	FlushDelay time.Duration
 	// SegmentSize is the size past which the log starts a new segment; default 512 KiB.
 	SegmentSize int64
-	// Salvage makes Open skip damaged batches instead of failing, reporting what it skipped.
+	// Salvage makes Open skip damage (bad batches, bad segment headers, missing segments)
+	// instead of failing, and report what it skipped (Recovery.Skipped).
 	Salvage bool
+	// OnSkip, if set, is called by Open at each stretch Salvage skips, in order with replay:
+	// the records replay was handed before the call come before the stretch in the log, those
+	// after, after it. The Damage's Records is not known yet (-1) when they are counted only
+	// at the next record read: Recovery.Skipped has the count.
+	OnSkip func(Damage)
 }
 
 // SegmentSize returns the size past which the log starts a new segment.
@@ -73,37 +82,14 @@ func (l *Log) SegmentSize() int64 { return l.opts.SegmentSize }
 // It orders appends; it is not a file offset.
 type LSN uint64
 
-// Recovery is what Open found.
-type Recovery struct {
-	Segments int // segments read
-	Records  int // records handed to replay
-	// Truncated is set when the last segment was cut at a bad batch (see Open).
-	Truncated *Damage
-	// Skipped are the damaged stretches Salvage skipped.
-	Skipped []Damage
-	// Last is the segment appends go to: the last one read, or the first, created.
-	Last uint64
+// pos is a place in the log: a segment and an offset in it.
+type pos struct {
+	seg uint64
+	off int64
 }
 
-// Damage is a damaged stretch of a segment.
-type Damage struct {
-	File   string
-	Offset int64 // where it starts
-	Bytes  int64 // how long it is
-	// GoodAfter counts the good batches a cut at the end of the last segment dropped because
-	// they came after the damage: after a power loss, unsynced writes reach the disk in any
-	// order, so a hole may precede batches that landed (see Open).
-	GoodAfter int
-}
-
-const (
-	headerSize = 16 // segment header: magic (8 bytes), segment number (8)
-	frameSize  = 8  // batch frame: length (4), checksum (4)
-	magic      = "WARRENW1"
-	suffix     = ".wal"
-)
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// after reports whether p is after q.
+func (p pos) after(q pos) bool { return p.seg > q.seg || p.seg == q.seg && p.off > q.off }
 
 // Log is a segmented, append-only log of records. It is safe for concurrent use.
 //
@@ -112,6 +98,12 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // the records before a position are written to the operating system (and synced, under
 // SyncAlways); the first waiter to find no write in progress writes everything buffered as one
 // batch per segment, so concurrent writers share writes and syncs.
+//
+// What it writes lets Open tell a torn write from damage (see Open and format.go): each batch
+// says how much of its segment was durable when it was written (syncedTo); a segment the log
+// moves past is sealed, after the next one exists (rotate); Close seals the last segment that
+// holds batches, so that every byte written is checked at the next Open; a segment goes only
+// once a synced batch or header says the log starts after it (markedStart, removeBeside).
 type Log struct {
 	fs   FS
 	opts Options
@@ -142,262 +134,44 @@ type Log struct {
 	flusher           background     // writes what nobody waits for, after FlushDelay
 	remover           background     // removes released segments, after FlushDelay
 	timers            sync.WaitGroup // the background timers' callbacks in flight
+	// start is the oldest segment the log needs; markedStart, the start the last batch or
+	// header written says (a segment before it may go once that is synced).
+	start, markedStart uint64
+	markedAt           pos               // the end of the batch or header that says markedStart
+	syncedTo           pos               // what is known durable: the segments before it, and its bytes before off
+	segFirst           map[uint64]uint64 // the number of each segment's first record (for start batches)
 
 	// Owned by the writer.
-	file    File   // the segment being appended to
-	fileSeg uint64 // its number
-	fileOff int64  // its size
-	dirty   bool   // written since the last sync
-
+	file        File   // the segment being appended to
+	fileSeg     uint64 // its number
+	fileOff     int64  // its size
+	fileFirst   uint64 // the number of its first record
+	fileRecords uint64 // the records in it
+	dirty       bool   // written since the last sync
 }
 
-// chunk is records appended for one segment, behind a reserved frame.
+// chunk is records appended for one segment, behind the room for their batch's frame.
 type chunk struct {
 	seg uint64
-	buf []byte // frameSize reserved bytes, then the records
+	buf []byte // reserve bytes, then the records
+	n   int    // how many records
 	end LSN    // the position after its last record
 }
 
-// Open opens the log in fs, creating it if it is empty, and hands every record it holds to
-// replay, in order, with the number of the segment it is in; rec is valid only during the call.
-// An error from replay stops Open and is returned.
-//
-// The last segment is cut at its first bad batch, and the cut is reported in the Recovery: a
-// crash tore the write in progress, or, after a power loss, left unsynced writes on the disk in
-// any order, so a hole may come before batches that landed (Damage.GoodAfter counts them). None
-// of that was synced, since a sync covers everything before it; so the cut loses nothing
-// SyncAlways confirmed. (Damage to synced bytes of the last segment looks the same, and is
-// treated the same: reported, not refused.) Every other segment was synced whole when the log
-// moved past it, so damage there is corruption: Open fails with an error wrapping ErrCorrupt that
-// names the file and the offset, unless Options.Salvage, which skips the damaged batch.
-func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log, Recovery, error) {
-	if opts.SegmentSize <= 0 {
-		opts.SegmentSize = 512 << 10
-	}
-	if opts.FlushDelay <= 0 {
-		opts.FlushDelay = time.Millisecond
-	}
-	if opts.Interval <= 0 {
-		opts.Interval = 100 * time.Millisecond
-	}
-	l := &Log{fs: fs, opts: opts}
-	l.cond.L = &l.mu
-	var rec Recovery
-	names, err := fs.List()
-	if err != nil {
-		return nil, rec, err
-	}
-	var segs []uint64
-	for _, name := range names {
-		if n, ok := segmentNumber(name); ok {
-			segs = append(segs, n)
-		}
-	}
-	for i, n := range segs {
-		last := i == len(segs)-1
-		if err := l.recover(n, last, &rec, replay); err != nil {
-			return nil, rec, err
-		}
-		rec.Segments++
-	}
-	if len(segs) == 0 {
-		if err := l.startSegment(1); err != nil {
-			return nil, rec, err
-		}
-	} else {
-		n := segs[len(segs)-1]
-		f, err := fs.Open(segmentName(n))
-		if err != nil {
-			return nil, rec, err
-		}
-		size, err := f.Size()
-		if err != nil {
-			f.Close()
-			return nil, rec, err
-		}
-		// Its tail may be unsynced (a crash of the last life): it is synced before the log
-		// moves past it, as every segment is.
-		l.file, l.fileSeg, l.fileOff, l.dirty = f, n, size, true
-	}
-	l.lastSeg, l.segBytes = l.fileSeg, l.fileOff
-	l.writtenSeg = l.fileSeg
-	rec.Last = l.fileSeg
-	l.first = l.fileSeg
-	if len(segs) > 0 {
-		l.first = segs[0]
-	}
-	return l, rec, nil
+// setStart sets where the log starts, what the last header or batch written says of it, and
+// the first segment there. Open calls it.
+func (l *Log) setStart(start, marked, first uint64) {
+	l.start, l.markedStart, l.release, l.first = start, marked, start, first
 }
 
-// segmentName is the file name of segment n.
-func segmentName(n uint64) string { return fmt.Sprintf("%016x%s", n, suffix) }
-
-// segmentNumber parses a segment's file name.
-func segmentNumber(name string) (uint64, bool) {
-	hex, ok := strings.CutSuffix(name, suffix)
-	if !ok || len(hex) != 16 {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(hex, 16, 64)
-	return n, err == nil && n > 0
-}
-
-// recover reads segment n, handing its records to replay; last says whether it is the last
-// segment, whose torn tail is cut off.
-func (l *Log) recover(n uint64, last bool, rec *Recovery, replay func(uint64, []byte) error) error {
-	name := segmentName(n)
-	f, err := l.fs.Open(name)
+// startSegment creates the segment of header h and makes it the one written to. Only the
+// writer, or Open, calls it.
+func (l *Log) startSegment(h header) error {
+	f, err := l.fs.Create(segmentName(h.seg))
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return err
-	}
-	data := make([]byte, size)
-	if n, err := f.ReadAt(data, 0); int64(n) != size {
-		return fmt.Errorf("wal: read %s: %w", name, err)
-	}
-	if len(data) < headerSize || string(data[:8]) != magic || binary.LittleEndian.Uint64(data[8:16]) != n {
-		if last {
-			// Nothing of it was synced (a sync covers its header): a power loss tore it, or
-			// it was created and never written past its header. It starts again empty.
-			return l.cut(f, name, 0, size, rec, n, goodAfter(data, headerSize-1, n))
-		}
-		return fmt.Errorf("wal: %s offset 0: bad segment header: %w", name, ErrCorrupt)
-	}
-	off := int64(headerSize)
-	for off < size {
-		recs, next, ok := batchAt(data, off, n)
-		if ok {
-			for len(recs) > 0 {
-				r, rest, ok := nextRecord(recs)
-				if !ok {
-					return fmt.Errorf("wal: %s offset %d: bad record in a good batch: %w", name, off, ErrCorrupt)
-				}
-				if err := replay(n, r); err != nil {
-					return err
-				}
-				rec.Records++
-				recs = rest
-			}
-			off = next
-			continue
-		}
-		if last {
-			return l.cut(f, name, off, size, rec, n, goodAfter(data, off, n))
-		}
-		if !l.opts.Salvage {
-			return fmt.Errorf("wal: %s offset %d: bad batch: %w", name, off, ErrCorrupt)
-		}
-		skip := off + 1
-		for skip < size {
-			if _, _, ok := batchAt(data, skip, n); ok {
-				break
-			}
-			skip++
-		}
-		rec.Skipped = append(rec.Skipped, Damage{File: name, Offset: off, Bytes: skip - off})
-		off = skip
-	}
-	return nil
-}
-
-// cut truncates the last segment at off, where a torn write begins.
-func (l *Log) cut(f File, name string, off, size int64, rec *Recovery, n uint64, goodAfter int) error {
-	if off < headerSize {
-		// Nothing of it is usable: it is written again with a header.
-		if err := f.Truncate(0); err != nil {
-			return err
-		}
-		if _, err := f.Write(segmentHeader(n)); err != nil {
-			return err
-		}
-		rec.Truncated = &Damage{File: name, Offset: 0, Bytes: size, GoodAfter: goodAfter}
-		return f.Sync()
-	}
-	if err := f.Truncate(off); err != nil {
-		return err
-	}
-	rec.Truncated = &Damage{File: name, Offset: off, Bytes: size - off, GoodAfter: goodAfter}
-	return f.Sync()
-}
-
-// batchAt checks the batch at off in a segment's data, and returns its records and where the
-// next batch starts.
-func batchAt(data []byte, off int64, seg uint64) (recs []byte, next int64, ok bool) {
-	if int64(len(data))-off < frameSize {
-		return nil, 0, false
-	}
-	n := int64(binary.LittleEndian.Uint32(data[off:]))
-	sum := binary.LittleEndian.Uint32(data[off+4:])
-	end := off + frameSize + n
-	if n == 0 || end > int64(len(data)) {
-		return nil, 0, false
-	}
-	recs = data[off+frameSize : end]
-	if checksum(seg, off, recs) != sum {
-		return nil, 0, false
-	}
-	return recs, end, true
-}
-
-// goodAfter counts the good batches after the bad one at off.
-func goodAfter(data []byte, off int64, seg uint64) int {
-	n := 0
-	for at := off + 1; at+frameSize <= int64(len(data)); at++ {
-		if _, next, ok := batchAt(data, at, seg); ok {
-			n++
-			at = next - 1
-		}
-	}
-	return n
-}
-
-// checksum is the CRC-32C of a batch's records, seeded with its segment and offset, so that a
-// batch found elsewhere than where it was written fails its check.
-func checksum(seg uint64, off int64, recs []byte) uint32 {
-	var seed [16]byte
-	binary.LittleEndian.PutUint64(seed[:8], seg)
-	binary.LittleEndian.PutUint64(seed[8:], uint64(off))
-	return crc32.Update(crc32Seed(&seed), castagnoli, recs)
-}
-
-// crc32Seed is the CRC-32C of a batch's seed, computed here byte by byte from the table so that
-// the seed stays on the stack (crc32.Checksum would move it to the heap, once per batch).
-func crc32Seed(seed *[16]byte) uint32 {
-	crc := ^uint32(0)
-	for _, b := range seed {
-		crc = castagnoli[byte(crc)^b] ^ crc>>8
-	}
-	return ^crc
-}
-
-// nextRecord splits the first record off a batch's records.
-func nextRecord(b []byte) (rec, rest []byte, ok bool) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) {
-		return nil, nil, false
-	}
-	return b[k : k+int(n)], b[k+int(n):], true
-}
-
-func segmentHeader(n uint64) []byte {
-	h := make([]byte, headerSize)
-	copy(h, magic)
-	binary.LittleEndian.PutUint64(h[8:], n)
-	return h
-}
-
-// startSegment creates segment n and makes it the one written to. Only the writer, or Open,
-// calls it.
-func (l *Log) startSegment(n uint64) error {
-	f, err := l.fs.Create(segmentName(n))
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(segmentHeader(n)); err != nil {
+	if _, err := f.Write(h.encode()); err != nil {
 		f.Close()
 		return err
 	}
@@ -405,7 +179,8 @@ func (l *Log) startSegment(n uint64) error {
 		f.Close()
 		return err
 	}
-	l.file, l.fileSeg, l.fileOff, l.dirty = f, n, headerSize, true
+	l.file, l.fileSeg, l.fileOff, l.dirty = f, h.seg, headerSize, true
+	l.fileFirst, l.fileRecords = h.first, 0
 	return nil
 }
 
@@ -427,13 +202,14 @@ func (l *Log) Append(recs ...[]byte) (LSN, uint64, error) {
 	}
 	if len(l.pending) == 0 || l.pending[len(l.pending)-1].seg != l.lastSeg {
 		l.pending = append(l.pending, chunk{seg: l.lastSeg, buf: l.newBuffer()})
-		l.segBytes += frameSize
+		l.segBytes += reserve
 	}
 	c := &l.pending[len(l.pending)-1]
 	for _, r := range recs {
 		c.buf = binary.AppendUvarint(c.buf, uint64(len(r)))
 		c.buf = append(c.buf, r...)
 	}
+	c.n += len(recs)
 	l.segBytes += size
 	l.appended += LSN(size)
 	c.end = l.appended
@@ -441,24 +217,14 @@ func (l *Log) Append(recs ...[]byte) (LSN, uint64, error) {
 	return l.appended, l.lastSeg, nil
 }
 
-// uvarintLen returns the length of x's uvarint encoding.
-func uvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
-}
-
-// newBuffer returns an empty chunk buffer with its frame reserved.
+// newBuffer returns an empty chunk buffer with the room for its frame reserved.
 func (l *Log) newBuffer() []byte {
 	if n := len(l.spare); n > 0 {
 		b := l.spare[n-1]
 		l.spare = l.spare[:n-1]
-		return b[:frameSize]
+		return b[:reserve]
 	}
-	return make([]byte, frameSize, 4096)
+	return make([]byte, reserve, 4096)
 }
 
 // Wait returns once everything appended before lsn is written (and synced, under SyncAlways),
@@ -501,17 +267,26 @@ func (l *Log) await(lsn LSN, sync bool) error {
 }
 
 // writeLocked writes everything pending, and syncs it if sync; it releases mu during the I/O.
+// It writes a start batch too if the log's start moved since a batch or header last said it
+// (removeBeside).
 func (l *Log) writeLocked(sync bool) {
 	l.writing = true
 	chunks := l.pending
 	l.pending = nil
 	end := l.appended
+	w := writeState{start: l.start, startFirst: l.segFirst[l.start], needStart: l.markedStart < l.start}
+	if l.syncedTo.seg == l.fileSeg {
+		w.synced = l.syncedTo.off
+	}
 	l.mu.Unlock()
-	err := l.write(chunks)
+	err := l.write(chunks, &w)
 	if err == nil && sync {
 		err = l.syncFile()
 	}
 	l.mu.Lock()
+	for _, c := range w.created {
+		l.segFirst[c.seg] = c.first
+	}
 	l.writtenSeg = l.fileSeg
 	l.writing = false
 	if err == nil && len(chunks) > 0 {
@@ -534,8 +309,12 @@ func (l *Log) writeLocked(sync bool) {
 	default:
 		l.written = end
 		l.writtenNow.Store(uint64(end))
+		if w.markedAt.seg != 0 {
+			l.markedStart, l.markedAt = w.start, w.markedAt
+		}
 		if sync {
 			l.synced = end
+			l.syncedTo = pos{l.fileSeg, l.fileOff}
 		} else if l.opts.Sync == SyncInterval {
 			l.arm(&l.syncer, l.opts.Interval, (*Log).syncTick)
 		}
@@ -543,41 +322,103 @@ func (l *Log) writeLocked(sync bool) {
 	l.cond.Broadcast()
 }
 
-// write writes chunks, each as one batch, starting segments as they come. Only the writer
-// calls it, with mu released.
-func (l *Log) write(chunks []chunk) error {
+// writeState is what a writer knows, from the log's state under mu, while it writes with mu
+// released.
+type writeState struct {
+	start, startFirst uint64 // the log's start, and its first record's number
+	needStart         bool   // no batch or header written says start yet
+	markedAt          pos    // where this write said start, if it did
+	synced            int64  // the bytes of the current segment known durable
+	created           []segStart
+}
+
+// segStart is a segment a writer started, and its first record's number.
+type segStart struct{ seg, first uint64 }
+
+// write writes chunks, each as one batch, starting segments as they come, and then a start
+// batch if one is needed. Only the writer calls it, with mu released.
+func (l *Log) write(chunks []chunk, w *writeState) error {
 	for _, c := range chunks {
-		if len(c.buf) == frameSize {
+		if c.n == 0 {
 			continue
 		}
 		if c.seg != l.fileSeg {
-			if err := l.rotate(c.seg); err != nil {
+			if err := l.rotate(c.seg, w); err != nil {
 				return err
 			}
 		}
-		recs := c.buf[frameSize:]
-		binary.LittleEndian.PutUint32(c.buf, uint32(len(recs)))
-		binary.LittleEndian.PutUint32(c.buf[4:], checksum(l.fileSeg, l.fileOff, recs))
-		if _, err := l.file.Write(c.buf); err != nil {
+		if err := l.writeBatch(batchData, c.buf, c.n, w); err != nil {
 			return err
 		}
-		l.fileOff += int64(len(c.buf))
-		l.dirty = true
+	}
+	if w.needStart {
+		if err := l.writeBatch(batchStart, startBatch(w.start, w.startFirst), 0, w); err != nil {
+			return err
+		}
+		w.needStart, w.markedAt = false, pos{l.fileSeg, l.fileOff}
 	}
 	return nil
 }
 
-// rotate finishes the current segment, synced whatever the policy (once per segment: so that
-// damage in any segment but the last is corruption, never a crash's doing), and starts segment
-// n.
-func (l *Log) rotate(n uint64) error {
-	if err := l.syncFile(); err != nil {
+// writeBatch writes a batch of n records, or a seal or start batch, whose body follows
+// buf[:reserve], to the current segment.
+func (l *Log) writeBatch(kind byte, buf []byte, n int, w *writeState) error {
+	b := frame(buf, kind, l.fileSeg, l.fileOff, w.synced, l.fileRecords)
+	if _, err := l.file.Write(b); err != nil {
 		return err
 	}
-	if err := l.file.Close(); err != nil {
+	l.fileOff += int64(len(b))
+	l.fileRecords += uint64(n)
+	l.dirty = true
+	return nil
+}
+
+// rotate moves the log from its current segment to segment n, in an order that lets Open tell
+// a crash during the move from damage:
+//
+//  1. segment n is created with its header, and its name made durable: its header says how
+//     much of the current segment is known durable;
+//  2. the current segment gets a seal, and is synced, whatever the policy: once per segment,
+//     so that damage in a sealed segment is corruption, never a crash's doing;
+//  3. records go to segment n.
+//
+// So a sealed segment is complete and has a next one (a missing last segment is corruption),
+// and a segment that holds a batch follows a sealed one. A crash between 1 and 2 leaves an
+// unsealed segment, maybe torn, and after it one without batches: Open finishes the move.
+// Closing (Close), the current segment was synced whole, and segment n's header is synced too.
+func (l *Log) rotate(n uint64, w *writeState) error {
+	h := header{seg: n, first: l.fileFirst + l.fileRecords, start: w.start, startFirst: w.startFirst, prevSynced: w.synced}
+	f, err := l.fs.Create(segmentName(n))
+	if err != nil {
 		return err
 	}
-	return l.startSegment(n)
+	if _, err := f.Write(h.encode()); err != nil {
+		f.Close()
+		return err
+	}
+	if err := l.fs.SyncDir(); err != nil {
+		f.Close()
+		return err
+	}
+	err = l.writeBatch(batchSeal, sealBatch(), 0, w)
+	if err == nil {
+		err = l.syncFile()
+	}
+	if err == nil {
+		err = l.file.Close()
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	l.file, l.fileSeg, l.fileOff, l.dirty = f, n, headerSize, true
+	l.fileFirst, l.fileRecords = h.first, 0
+	if w.needStart {
+		w.needStart, w.markedAt = false, pos{n, headerSize} // its header says start
+	}
+	w.synced = 0 // nothing of n is known durable
+	w.created = append(w.created, segStart{n, h.first})
+	return nil
 }
 
 // syncFile syncs the current segment if it was written since the last sync.
@@ -665,7 +506,7 @@ func (l *Log) syncBeside() {
 	if !l.unsynced || l.syncing {
 		return
 	}
-	f, end := l.file, l.written
+	f, end, at := l.file, l.written, pos{l.fileSeg, l.fileOff}
 	l.unsynced, l.syncing = false, true
 	l.mu.Unlock()
 	err := f.Sync()
@@ -674,6 +515,7 @@ func (l *Log) syncBeside() {
 	switch {
 	case err == nil:
 		l.synced = max(l.synced, end)
+		l.syncedUpTo(at)
 	case errors.Is(err, iofs.ErrClosed):
 		l.unsynced = true // rotated or closed meanwhile: the next sync covers what is left
 	case l.err == nil:
@@ -700,23 +542,35 @@ func (l *Log) ReleaseBelow(n uint64) {
 // releasing reports whether released segments wait to be removed. The caller holds mu.
 func (l *Log) releasing() bool { return min(l.release, l.lastSeg) > l.first }
 
+// syncedUpTo notes that what comes before p is durable. The caller holds mu.
+func (l *Log) syncedUpTo(p pos) {
+	if p.after(l.syncedTo) {
+		l.syncedTo = p
+	}
+}
+
 // removeBeside removes the released segments without holding the writer's turn, so that
 // neither a publisher's confirm nor an acknowledgement's flush waits for the fsyncs a removal
 // takes. The caller holds mu, no writer is active and no removal is in flight; mu is released
 // during the I/O.
 //
 // What the log's user appended again before releasing the segments (the topology, moved
-// messages: releasedAt) replaces their records, so it is written and synced before any
-// removal: first written (by this goroutine, as the writer, if nobody has), then synced beside
-// a writer as syncBeside does (a segment the writer rotates past meanwhile is synced by the
-// rotation). Only segments before writtenSeg go: each was synced whole when the writer moved
-// past it, and none is the one being written.
+// messages: releasedAt) replaces their records, and a start batch (or a header) must say that
+// the log starts after them, or Open would take them for missing; so both are written and
+// synced before any removal: first written (by this goroutine, as the writer, if nobody has),
+// then synced beside a writer as syncBeside does (a segment the writer rotates past meanwhile
+// is synced by the rotation). Only segments before writtenSeg go: each was synced whole when
+// the writer moved past it, and none is the one being written.
 func (l *Log) removeBeside() {
-	for l.err == nil && (l.writing || l.removing || l.written < l.releasedAt) {
+	for l.err == nil {
+		below := min(l.release, l.writtenSeg)
 		if l.writing || l.removing {
 			l.cond.Wait()
-		} else {
+		} else if l.written < l.releasedAt || l.first < below && l.markedStart < below {
+			l.start = max(l.start, below)
 			l.writeLocked(false)
+		} else {
+			break
 		}
 	}
 	first, below := l.first, min(l.release, l.writtenSeg)
@@ -724,7 +578,8 @@ func (l *Log) removeBeside() {
 		return
 	}
 	l.removing = true
-	f, need := l.file, l.synced < l.releasedAt
+	f, at := l.file, pos{l.fileSeg, l.fileOff}
+	need := l.synced < l.releasedAt || l.markedAt.after(l.syncedTo)
 	l.mu.Unlock()
 	var err error
 	if need {
@@ -742,6 +597,12 @@ func (l *Log) removeBeside() {
 	}
 	l.mu.Lock()
 	l.removing = false
+	if need && err == nil {
+		l.syncedUpTo(at)
+	}
+	for n := l.first; n < first; n++ {
+		delete(l.segFirst, n)
+	}
 	l.first = first
 	if err != nil && l.err == nil {
 		l.err = fmt.Errorf("%w: %w", ErrFailed, err)
@@ -751,6 +612,10 @@ func (l *Log) removeBeside() {
 
 // Close writes and syncs everything appended, and closes the log. It returns the error that
 // kept it from doing so, if any. Later calls return ErrClosed.
+//
+// Closing, the log seals its last segment if it holds batches and starts an empty one after
+// it (rotate), with both synced: every segment that holds a record is then sealed, so that the
+// next Open checks every byte of them, and finds any damage since, even to their end.
 func (l *Log) Close() error {
 	err := l.Sync()
 	l.mu.Lock()
@@ -758,19 +623,36 @@ func (l *Log) Close() error {
 		l.mu.Unlock()
 		return nil
 	}
-	for l.writing {
+	for l.writing || l.removing {
 		l.cond.Wait()
 	}
 	l.stop(&l.syncer)
 	l.stop(&l.flusher)
 	l.stop(&l.remover)
+	failed := l.err != nil
 	l.err = ErrClosed
-	f := l.file
-	l.file = nil
+	w := writeState{start: l.start, startFirst: l.segFirst[l.start]}
 	l.mu.Unlock()
 	l.timers.Wait()
-	if cerr := f.Close(); err == nil {
+	// The log is closed: nobody else writes, syncs or removes any more.
+	if err == nil && !failed && l.fileOff > headerSize {
+		err = l.seal(&w)
+	}
+	if cerr := l.file.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// seal seals the last segment of a closing log, synced whole, and starts an empty one after it,
+// whose header is synced too.
+func (l *Log) seal(w *writeState) error {
+	if err := l.syncFile(); err != nil {
+		return err
+	}
+	w.synced = l.fileOff
+	if err := l.rotate(l.fileSeg+1, w); err != nil {
+		return err
+	}
+	return l.syncFile()
 }
