@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -508,4 +510,156 @@ func FuzzOpenDamaged(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestOpenDamagedLog: the log of a durable broker on the real file system, 20,000 small
+// persistent messages in a queue over 6 segments or more, 2,000 of them acked and 1,000 out
+// with a consumer when the broker closed; then each kind of damage (a flipped byte, a run of
+// zeros, the file cut in half, the file deleted, a flipped byte of its header) at each place
+// (the first segment, a middle one, the last one holding records, the empty one Close leaves
+// after it). Without WithSalvage, Open loses no confirmed message without saying so: it fails
+// with ErrCorrupt, naming the file, and leaves the directory as it was, unless the damage held
+// nothing (the empty segment's header), when every message is back. With it, Open opens, and:
+// the confirmed messages not acked that are missing are at most the records its Recovery says
+// it skipped, plus the messages it knows lost; every acked message that comes back is
+// redelivered, and they are at most the MaybeSettled it reports.
+func TestOpenDamagedLog(t *testing.T) {
+	const total, acks, outs = 20000, 2000, 1000
+	src := t.TempDir()
+	opts := logOptions(wal.Options{Sync: wal.SyncNever, SegmentSize: 64 << 10})
+	b, err := Open(src, opts)
+	require.NoError(t, err)
+	stopCompactor(b) // the log keeps every record where it was written: acks among publishes
+	q := durableQueue(t, b, "jobs")
+	ctx := context.Background()
+	acked := map[int]bool{}
+	for i := range total {
+		require.NoError(t, b.Publish(ctx, "", "jobs", Message{Body: fmt.Appendf(nil, "m%05d", i), Persistent: true}))
+		if i%20 != 19 {
+			continue
+		}
+		for k := range 3 { // two acked, one left out: their records are all along the log
+			d, err := q.Get(ctx)
+			require.NoError(t, err)
+			if k < 2 {
+				require.NoError(t, d.Ack())
+				var i int
+				_, err = fmt.Sscanf(string(d.Message.Body), "m%d", &i)
+				require.NoError(t, err)
+				acked[i] = true
+			}
+		}
+	}
+	require.Len(t, acked, acks)
+	require.Equal(t, outs, q.Unacked())
+	require.NoError(t, b.Close())
+	segs := segmentNames(t, wal.OSFS{Dir: src})
+	require.GreaterOrEqual(t, len(segs), 7, "6 segments of messages, and the empty one after them")
+	places := []struct{ name, file string }{
+		{"first", segs[0]},
+		{"middle", segs[len(segs)/2]},
+		{"last", segs[len(segs)-2]},
+		{"empty last", segs[len(segs)-1]},
+	}
+	kinds := []struct {
+		name   string
+		damage func(data []byte) []byte // nil: delete the file
+	}{
+		{"flip", func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b }},
+		{"zero", func(b []byte) []byte { clear(b[len(b)/2 : min(len(b), len(b)/2+64)]); return b }},
+		{"truncate", func(b []byte) []byte { return b[:len(b)/2] }},
+		{"delete", nil},
+		{"header", func(b []byte) []byte { b[20] ^= 0x01; return b }},
+	}
+	for _, place := range places {
+		for _, kind := range kinds {
+			t.Run(place.name+"/"+kind.name, func(t *testing.T) {
+				t.Parallel()
+				dir := t.TempDir()
+				files := map[string][]byte{}
+				for _, name := range segmentNames(t, wal.OSFS{Dir: src}) {
+					data, err := os.ReadFile(filepath.Join(src, name))
+					require.NoError(t, err)
+					if name == place.file {
+						if kind.damage == nil {
+							continue
+						}
+						data = kind.damage(data)
+					}
+					files[name] = data
+					require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o644))
+				}
+
+				b, err := Open(dir, opts)
+				if place.file == segs[len(segs)-1] && kind.damage != nil {
+					require.NoError(t, err, "the empty segment held nothing")
+					stopCompactor(b) // nothing to compact: the close is quicker
+					require.Equal(t, total-acks, lookup(t, b, "jobs").Len(), "all back, the ones out too")
+					require.Len(t, b.Recovery().Cut, 1)
+					require.NoError(t, b.Close())
+					return
+				}
+				require.ErrorIs(t, err, ErrCorrupt)
+				require.ErrorContains(t, err, place.file)
+				for _, name := range segmentNames(t, wal.OSFS{Dir: dir}) {
+					data, err := os.ReadFile(filepath.Join(dir, name))
+					require.NoError(t, err)
+					require.Equal(t, files[name], data, "a failed Open writes nothing: %s", name)
+					delete(files, name)
+				}
+				require.Empty(t, files, "a failed Open removes nothing")
+
+				b, err = Open(dir, opts, WithSalvage())
+				require.NoError(t, err)
+				stopCompactor(b)
+				defer b.Close()
+				rec := b.Recovery()
+				require.NotEmpty(t, rec.Skipped)
+				bound, maybeSettled := 0, 0
+				for _, d := range rec.Skipped {
+					if d.Records < 0 {
+						require.Equal(t, segs[len(segs)-1], d.File, "only the empty last segment's records are not counted")
+						continue
+					}
+					bound += d.Records
+				}
+				for _, d := range rec.Queues {
+					bound += d.Lost
+					maybeSettled += d.MaybeSettled
+				}
+				restored := map[int]bool{}
+				back := 0
+				if q, err := b.Queue("jobs"); err == nil {
+					for after := uint64(0); ; {
+						page := q.BrowseFrom(after, 1000)
+						if len(page) == 0 {
+							break
+						}
+						for _, m := range page {
+							var i int
+							_, err := fmt.Sscanf(string(m.Message.Body), "m%d", &i)
+							require.NoError(t, err)
+							require.False(t, restored[i], "m%05d back twice", i)
+							restored[i] = true
+							if acked[i] {
+								back++
+								require.True(t, m.Redelivered, "m%05d, acked, is back: redelivered", i)
+							}
+							after = m.ID
+						}
+					}
+				}
+				missing := 0
+				for i := range total {
+					if !acked[i] && !restored[i] {
+						missing++
+					}
+				}
+				t.Logf("%d confirmed messages missing (bound %d), %d acked back (bound %d); %+v", missing, bound, back, maybeSettled, rec.Skipped)
+				require.LessOrEqual(t, missing, bound, "every loss is in the Recovery")
+				require.LessOrEqual(t, back, maybeSettled, "every acked message back is in the Recovery")
+				require.Equal(t, len(restored), rec.Messages)
+			})
+		}
+	}
 }
