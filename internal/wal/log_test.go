@@ -60,6 +60,20 @@ func appendAll(t testing.TB, l *Log, from, to, batch int) {
 	}
 }
 
+// appendEach appends records 0..n-1 one at a time, waiting for each, and returns the segment
+// each went to.
+func appendEach(t *testing.T, l *Log, n int) []uint64 {
+	t.Helper()
+	var segs []uint64
+	for i := range n {
+		lsn, seg, err := l.Append(record(i))
+		require.NoError(t, err)
+		require.NoError(t, l.Wait(lsn))
+		segs = append(segs, seg)
+	}
+	return segs
+}
+
 // crash stops l as a crash of the process does: what it wrote stays as it is, unsynced and
 // unsealed, and nothing more is written.
 func crash(t testing.TB, l *Log) {
@@ -113,13 +127,7 @@ func TestLogSegments(t *testing.T) {
 	fs := OSFS{Dir: t.TempDir()}
 	opts := Options{SegmentSize: 4096}
 	l, _, _ := openLog(t, fs, opts)
-	var segs []uint64
-	for i := range 400 {
-		lsn, seg, err := l.Append(record(i))
-		require.NoError(t, err)
-		require.NoError(t, l.Wait(lsn))
-		segs = append(segs, seg)
-	}
+	segs := appendEach(t, l, 400)
 	require.NoError(t, l.Close())
 	names, err := fs.List()
 	require.NoError(t, err)

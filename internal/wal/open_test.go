@@ -241,13 +241,19 @@ func FuzzRecover(f *testing.F) {
 	})
 }
 
-// recordNumber returns the number of a record made by record.
-func recordNumber(t *testing.T, rec []byte) int {
+// requireInOrder checks that r holds records made by record, each once, in order: some of them
+// may be missing.
+func requireInOrder(t *testing.T, r *replayed) {
 	t.Helper()
-	var i int
-	_, err := fmt.Sscanf(string(rec), "record %d", &i)
-	require.NoError(t, err)
-	return i
+	last := -1
+	for _, rec := range r.recs {
+		var i int
+		_, err := fmt.Sscanf(string(rec), "record %d", &i)
+		require.NoError(t, err)
+		require.Greater(t, i, last, "in order, once")
+		require.Equal(t, record(i), rec)
+		last = i
+	}
 }
 
 // copyDir copies the files of src into a new directory.
@@ -355,13 +361,8 @@ func TestOpenDamage(t *testing.T) {
 				l, rec, err = Open(OSFS{Dir: dir}, Options{Salvage: true}, r.add)
 				require.NoError(t, err)
 				require.NotEmpty(t, rec.Skipped)
-				last, dropped := -1, 0
-				for _, rec := range r.recs {
-					i := recordNumber(t, rec)
-					require.Greater(t, i, last, "in order, once")
-					require.Equal(t, record(i), rec)
-					last = i
-				}
+				requireInOrder(t, &r)
+				dropped := 0
 				for _, d := range rec.Skipped {
 					if place.file == empty { // deleted: the log cannot tell what it held
 						require.Equal(t, -1, d.Records)
@@ -475,13 +476,7 @@ func TestOpenStart(t *testing.T) {
 	fs := NewMemFS()
 	opts := Options{SegmentSize: 1024}
 	l, _, _ := openLog(t, fs, opts)
-	var segs []uint64
-	for i := range 300 {
-		lsn, seg, err := l.Append(record(i))
-		require.NoError(t, err)
-		require.NoError(t, l.Wait(lsn))
-		segs = append(segs, seg)
-	}
+	segs := appendEach(t, l, 300)
 	released := map[string][]byte{}
 	for _, n := range []uint64{2, 4} {
 		released[segmentName(n)] = fs.Contents(segmentName(n))
@@ -617,13 +612,8 @@ func FuzzDamagedSegments(f *testing.F) {
 		r = replayed{}
 		l, rec, err := Open(fs, Options{Salvage: true}, r.add)
 		require.NoError(t, err)
-		last, counted, dropped := -1, true, 0
-		for _, rec := range r.recs {
-			i := recordNumber(t, rec)
-			require.Greater(t, i, last, "in order, once")
-			require.Equal(t, record(i), rec)
-			last = i
-		}
+		requireInOrder(t, &r)
+		counted, dropped := true, 0
 		for _, d := range rec.Skipped {
 			counted = counted && d.Records >= 0
 			dropped += d.Records
