@@ -259,12 +259,15 @@ type Recovery struct {
 	// Messages counts the persistent messages Open put back into durable queues (a message in
 	// two queues counts twice), before any expired or was dead-lettered at open.
 	Messages int
-	// Cut are the torn ends Open cut off the log: bytes no sync covered, which a crash of the
-	// process or a power loss leaves. Under [SyncAlways] none held a confirmed message.
+	// Cut are the torn ends Open cut off the log: bytes that nothing written after them says
+	// were synced. A crash tears only bytes no sync covered, so under [SyncAlways] a cut a
+	// crash left held no confirmed message; damage since to the last batches the log wrote
+	// before the crash looks the same, and is cut too (after a clean [Broker.Close] nothing
+	// is: every byte is checked).
 	Cut []LogDamage
 	// Skipped are the damaged stretches and missing segment files [WithSalvage] skipped, in
-	// the log's order. A message whose records were in one is lost, unless it is in Queues:
-	// their Records bound how many.
+	// the log's order. Open cannot tell which messages had records there: their Records,
+	// with the Lost of Queues, bound how many messages are missing.
 	Skipped []LogDamage
 	// Queues says, for each durable queue that lost messages known to Open or may have settled
 	// messages back, what Skipped cost it.

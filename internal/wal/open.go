@@ -12,8 +12,8 @@ type Recovery struct {
 	Segments int // segments read
 	Records  int // records handed to replay
 	// Cut are the torn ends Open cut off: of the last segment, or of the one before it when a
-	// crash came while the log moved from one to the next (see Open). None of them had been
-	// synced, so none held a record a sync confirmed.
+	// crash came while the log moved from one to the next (see Open); bytes that nothing
+	// written after them says were synced.
 	Cut []Damage
 	// Skipped are the damaged stretches and missing segments Options.Salvage skipped, in the
 	// log's order.
@@ -48,9 +48,10 @@ type Damage struct {
 //
 // Open never drops a record a sync made durable without saying so: it fails with an error
 // wrapping ErrCorrupt, naming the file and the offset, or, with Options.Salvage, skips the
-// damage and returns it in the Recovery (and calls Options.OnSkip). What it may drop and open
-// is a torn end: bytes no sync covered, which a crash of the process or of the machine tears.
-// The log knows which bytes were synced from what it wrote:
+// damage and returns it in the Recovery (and calls Options.OnSkip). What it may drop and still
+// open is a torn end, which it returns in Recovery.Cut: bytes at the end of the log that nothing
+// written after them says were synced, which is what a crash of the process or of the machine
+// tears. The log knows which bytes were synced from what it wrote:
 //
 //   - It knows where it starts: each segment's header, and a start batch written before any
 //     segment is removed, say which is the oldest segment the log needs. Each segment from that
