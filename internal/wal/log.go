@@ -364,7 +364,9 @@ func (l *Log) syncAllLocked() error {
 			first := l.first
 			l.removeBeside()
 			if l.first == first && !l.removing && l.err == nil {
-				return nil // nothing more it may remove yet: the writer has not reached the segment
+				// Nothing more it may remove yet: the writer has not reached the segment, or
+				// a stall holds the start batch the removal needs.
+				return l.stall
 			}
 		}
 	}

@@ -293,6 +293,7 @@ func TestLogStallRelease(t *testing.T) {
 		after, err := l.mem.List()
 		require.NoError(t, err)
 		require.Equal(t, names, after, "nothing removed while its start batch is not written")
+		require.ErrorIs(t, l.Sync(), ErrStalled, "Sync cannot remove them either, and says why")
 		for _, mode := range []CrashMode{KeepWritten, KeepSynced} {
 			fs := l.mem.Clone()
 			fs.Crash(mode, nil)
