@@ -862,20 +862,10 @@ func (l *Log) Close() error {
 	}
 	l.closingLocked()
 	err := l.syncAllLocked()
-	for l.writing || l.syncing || l.removing {
-		l.cond.Wait()
-	}
-	if l.closed { // a concurrent Close finished first
+	if !l.shutLocked() { // a concurrent Close finished first
 		l.mu.Unlock()
 		return nil
 	}
-	l.stop(&l.syncer)
-	l.stop(&l.flusher)
-	l.stop(&l.remover)
-	l.stop(&l.retrier)
-	l.closed = true
-	l.noteHealthLocked()
-	l.cond.Broadcast()
 	seal := err == nil && l.err == nil && l.fileOff > headerSize
 	if l.syncedTo == (pos{l.fileSeg, l.fileOff}) {
 		l.dirty = false // an fsync beside the writer covered all of it: seal syncs it no more
@@ -897,6 +887,26 @@ func (l *Log) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// shutLocked closes the log to its callers once no write, sync or removal is in flight, and
+// stops its timers (their callbacks in flight return at once; the caller waits for them with mu
+// released). It reports false if the log was closed meanwhile. The caller holds mu.
+func (l *Log) shutLocked() bool {
+	for l.writing || l.syncing || l.removing {
+		l.cond.Wait()
+	}
+	if l.closed {
+		return false
+	}
+	l.stop(&l.syncer)
+	l.stop(&l.flusher)
+	l.stop(&l.remover)
+	l.stop(&l.retrier)
+	l.closed = true
+	l.noteHealthLocked()
+	l.cond.Broadcast()
+	return true
 }
 
 // seal seals the last segment of a closing log, synced whole, and starts an empty one after it,

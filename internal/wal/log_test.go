@@ -81,15 +81,7 @@ func crash(t testing.TB, l *Log) {
 	t.Helper()
 	require.NoError(t, l.WaitWritten(context.Background(), 0))
 	l.mu.Lock()
-	for l.writing || l.syncing || l.removing {
-		l.cond.Wait()
-	}
-	l.stop(&l.syncer)
-	l.stop(&l.flusher)
-	l.stop(&l.remover)
-	l.stop(&l.retrier)
-	l.closed = true
-	l.noteHealthLocked()
+	l.shutLocked()
 	l.mu.Unlock()
 	l.timers.Wait()
 	require.NoError(t, l.file.Close())

@@ -41,6 +41,22 @@ func (s *stallLog) heard() []error {
 	return append([]error(nil), s.told...)
 }
 
+// requireCrashOpens checks that mem, crashed now in each of modes (with the disk's room back),
+// opens without Salvage with nothing cut or skipped, and holds records 0 to n-1.
+func requireCrashOpens(t *testing.T, mem *MemFS, n int, modes ...CrashMode) {
+	t.Helper()
+	for _, mode := range modes {
+		fs := mem.Clone()
+		fs.Crash(mode, nil)
+		fs.Capacity(-1)
+		l, r, rec := openLog(t, fs, Options{})
+		require.Empty(t, rec.Cut, mode)
+		require.Empty(t, rec.Skipped, mode)
+		requireRecords(t, r, n)
+		require.NoError(t, l.Close())
+	}
+}
+
 // waitFor waits for lsn on a goroutine of its own, and returns where its result goes.
 func waitFor(ctx context.Context, l *Log, lsn LSN) <-chan error {
 	c := make(chan error, 1)
@@ -151,19 +167,14 @@ func TestLogStallNewSegment(t *testing.T) {
 				require.Equal(t, []string{segmentName(1)}, names, "the segment that could not start is gone")
 				require.Equal(t, before, l.mem.Contents(segmentName(1)), "the segment left is as it was: no seal, nothing torn")
 
-				crashed := l.mem.Clone()
-				crashed.Crash(KeepWritten, nil)
-				crashed.Capacity(-1)
-				_, r, rec := openLog(t, crashed, Options{})
-				require.Empty(t, rec.Cut)
-				requireRecords(t, r, 3)
+				requireCrashOpens(t, l.mem, 3, KeepWritten)
 
 				l.mem.Capacity(-1)
 				time.Sleep(10 * time.Millisecond)
 				synctest.Wait()
 				require.NoError(t, <-done)
 				require.NoError(t, l.Close())
-				_, r, rec = openLog(t, l.mem, Options{})
+				_, r, rec := openLog(t, l.mem, Options{})
 				require.Empty(t, rec.Cut)
 				require.Len(t, r.recs, 4)
 				require.Equal(t, []uint64{1, 1, 1, 2}, r.segs)
@@ -256,16 +267,7 @@ func TestLogCloseFull(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, []string{segmentName(1)}, names, "the segment that could not start is gone")
 
-				for _, mode := range []CrashMode{KeepWritten, KeepSynced} {
-					fs := l.mem.Clone()
-					fs.Crash(mode, nil)
-					fs.Capacity(-1)
-					l2, r, rec := openLog(t, fs, Options{})
-					require.Empty(t, rec.Cut, mode)
-					require.Empty(t, rec.Skipped, mode)
-					requireRecords(t, r, 5)
-					require.NoError(t, l2.Close())
-				}
+				requireCrashOpens(t, l.mem, 5, KeepWritten, KeepSynced)
 			})
 		})
 	}
@@ -294,15 +296,7 @@ func TestLogStallRelease(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, names, after, "nothing removed while its start batch is not written")
 		require.ErrorIs(t, l.Sync(), ErrStalled, "Sync cannot remove them either, and says why")
-		for _, mode := range []CrashMode{KeepWritten, KeepSynced} {
-			fs := l.mem.Clone()
-			fs.Crash(mode, nil)
-			fs.Capacity(-1)
-			l2, r, rec := openLog(t, fs, Options{})
-			require.Empty(t, rec.Skipped, mode)
-			requireRecords(t, r, 80)
-			require.NoError(t, l2.Close())
-		}
+		requireCrashOpens(t, l.mem, 80, KeepWritten, KeepSynced)
 
 		l.mem.Capacity(-1)
 		time.Sleep(time.Second)
