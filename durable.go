@@ -42,9 +42,16 @@ import (
 // free-disk alarm blocks its publishers likewise). It is logged, as a warning, when it begins
 // and when it ends.
 //
-// Open fails when another broker has dir open ([ErrResourceLocked]), and when the log is damaged
-// anywhere but at its end ([ErrCorrupt]; see [WithSalvage]). A torn end, which a crash leaves,
-// is cut, logged, and told to [WithListener]'s listener as an [EventLogRepaired].
+// Open fails when another broker has dir open ([ErrResourceLocked]), and when the log lost
+// something a sync had made durable ([ErrCorrupt], naming the file and the offset; see
+// [WithSalvage]): a damaged byte, a segment file missing, the first or the last one included, a
+// segment cut short. A failed Open writes nothing to dir. What Open may cut and still open is a
+// torn end, which a crash leaves: bytes at the end of the log that no sync covered (so nothing
+// [SyncAlways] confirmed), cut, logged, told to [WithListener]'s listener as an
+// [EventLogRepaired], and returned by [Broker.Recovery]. Closing, the broker seals its log, so
+// that after a clean [Broker.Close] every byte of it is checked by the next Open; after a
+// crash, the last batches written before it may be taken for a torn end (docs/DURABILITY.md,
+// "Recovery").
 func Open(dir string, opts ...BrokerOption) (*Broker, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errorf("open %s: %w", dir, err)
@@ -96,10 +103,14 @@ func WithSync(p SyncPolicy) BrokerOption { return p }
 
 func (p SyncPolicy) applyBroker(c *brokerConfig) { c.wal.Sync, c.wal.Interval = p.mode, p.interval }
 
-// WithSalvage lets [Open] go on past damage in the middle of the log, which it otherwise refuses
-// with [ErrCorrupt]: it skips each damaged stretch, logs it and events it
-// ([EventLogRepaired]). Messages whose records were there are lost, or, for their
-// acknowledgements, delivered again. For an operator recovering a damaged disk.
+// WithSalvage lets [Open] go on past damage it otherwise refuses with [ErrCorrupt]: it skips
+// each damaged stretch of the log, bad segment header and missing segment file, and says what
+// it skipped, and what it knows that cost each durable queue, in the [Recovery] that
+// [Broker.Recovery] returns, in the log, and to [WithListener]'s listener
+// ([EventLogRepaired]). Messages whose records were there are lost; a message whose
+// acknowledgement may have been there comes back, redelivered. The damage stays in the log
+// until its segments go, so every Open needs WithSalvage until then. For an operator
+// recovering a damaged disk.
 func WithSalvage() BrokerOption { return salvageOption{} }
 
 type salvageOption struct{}
@@ -126,6 +137,7 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	r := newReplay()
 	wopts := b.cfg.wal
 	wopts.OnStall = b.logStall
+	wopts.OnSkip = func(wal.Damage) { r.skipped() }
 	log, rec, err := wal.Open(fs, wopts, func(seg uint64, raw []byte) error {
 		rc, err := decodeRecord(raw)
 		if err != nil {
@@ -146,11 +158,12 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	topo.queueDecls, topo.exchangeDecls, topo.bindings = r.queueDecls, r.exchangeDecls, r.bindings
 	b.store = &store{log: log, logger: b.cfg.logger, live: r.live, oldest: 1, lastSeg: rec.Last, topo: topo, topoSeg: 1}
 	b.store.nextMsg.Store(r.maxMsg)
-	if d := rec.Truncated; d != nil {
-		b.repaired(*d, "cut a torn or damaged end")
+	b.store.recovery = Recovery{Cut: logDamage(rec.Cut), Skipped: logDamage(rec.Skipped)}
+	for _, d := range rec.Cut {
+		b.repaired(d, "cut a torn end")
 	}
 	for _, d := range rec.Skipped {
-		b.repaired(d, "skipped a damaged stretch")
+		b.repaired(d, "skipped damage")
 	}
 	b.store.replaying = true
 	for _, name := range slices.Sorted(maps.Keys(r.exchangeDecls)) {
@@ -200,12 +213,29 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 		} else {
 			err = b.BindExchange(d.dest, d.name, d.kind, d.args)
 		}
+		if len(rec.Skipped) > 0 && errors.Is(err, ErrNotFound) {
+			// An end's declaration was skipped: the binding goes with it.
+			b.cfg.logger.Warn("warren: durable log: a binding lost an end to skipped damage", "source", d.name,
+				"destination", d.dest, "err", err)
+			continue
+		}
 		if err != nil {
 			b.Close()
 			return nil, errorf("open durable broker: binding %q to %q: %w", d.name, d.dest, err)
 		}
 	}
 	b.store.replaying = false
+	for _, q := range restored {
+		if rq := r.queues[q.log.qid]; rq != nil {
+			b.store.recovery.Messages += rq.msgs.n
+		}
+	}
+	if len(rec.Skipped) > 0 {
+		b.store.recovery.Queues = r.damage()
+		for _, d := range b.store.recovery.Queues {
+			b.damaged(d)
+		}
+	}
 	for _, q := range restored {
 		q.resume() // dead letters find their targets now
 	}
@@ -224,14 +254,95 @@ func (b *Broker) logStall(err error) {
 	b.cfg.logger.Warn("warren: durable log: writing again; persistent publishes and settlements are accepted")
 }
 
-// repaired logs and events a damaged stretch of the log that Open dropped.
+// repaired logs and events a stretch of the log that Open dropped.
 func (b *Broker) repaired(d wal.Damage, what string) {
 	b.cfg.logger.Warn("warren: durable log: "+what, "file", d.File, "offset", d.Offset,
-		"bytes", d.Bytes, "good batches dropped", d.GoodAfter)
+		"bytes", d.Bytes, "records", d.Records, "missing", d.Missing, "reason", d.Reason,
+		"good batches dropped", d.GoodAfter)
 	if b.listening() {
-		b.emit(Event{Kind: EventLogRepaired, Value: d.Bytes,
-			Err: errorf("%s at %s offset %d, %d bytes: %w", what, d.File, d.Offset, d.Bytes, ErrCorrupt)})
+		b.emit(Event{Kind: EventLogRepaired, Value: d.Bytes, Limit: int64(d.Records),
+			Err: errorf("%s at %s offset %d (%s), %d bytes, %d records: %w", what, d.File, d.Offset, d.Reason, d.Bytes, d.Records, ErrCorrupt)})
 	}
+}
+
+// damaged logs and events what skipped damage cost a durable queue.
+func (b *Broker) damaged(d QueueDamage) {
+	b.cfg.logger.Warn("warren: durable log: a queue lost messages to skipped damage", "queue", d.Queue,
+		"queue id", d.QueueID, "lost", d.Lost, "maybe settled", d.MaybeSettled)
+	if b.listening() {
+		b.emit(Event{Kind: EventLogRepaired, Queue: d.Queue, Value: int64(d.Lost), Limit: int64(d.MaybeSettled),
+			Err: errorf("queue %q (id %d): %d messages lost, %d maybe settled and back: %w", d.Queue, d.QueueID, d.Lost, d.MaybeSettled, ErrCorrupt)})
+	}
+}
+
+// Recovery is what [Open] found in a durable broker's log, and what it could not bring back.
+// [Broker.Recovery] returns it.
+type Recovery struct {
+	// Messages counts the persistent messages Open put back into durable queues (a message in
+	// two queues counts twice), before any expired or was dead-lettered at open.
+	Messages int
+	// Cut are the torn ends Open cut off the log: bytes that nothing written after them says
+	// were synced. A crash tears only bytes no sync covered, so under [SyncAlways] a cut a
+	// crash left held no confirmed message; damage since to the last batches the log wrote
+	// before the crash looks the same, and is cut too (after a clean [Broker.Close] nothing
+	// is: every byte is checked).
+	Cut []LogDamage
+	// Skipped are the damaged stretches and missing segment files [WithSalvage] skipped, in
+	// the log's order. Open cannot tell which messages had records there: their Records,
+	// with the Lost of Queues, bound how many messages are missing.
+	Skipped []LogDamage
+	// Queues says, for each durable queue that lost messages known to Open or may have settled
+	// messages back, what Skipped cost it.
+	Queues []QueueDamage
+}
+
+// LogDamage is a stretch of a durable broker's log that [Open] dropped.
+type LogDamage struct {
+	File   string // the segment file
+	Offset int64  // where the stretch starts in it
+	Bytes  int64  // how long it is, as far as the file says
+	// Records counts the log's records the stretch held (a message, an acknowledgement, a
+	// declaration: one record each; a message in several queues, one more per queue), -1 when
+	// the log cannot tell (a torn end, a missing last segment).
+	Records int
+	Missing bool   // the whole segment file is missing
+	Reason  string // what was wrong
+}
+
+// QueueDamage is what skipped damage ([WithSalvage]) cost a durable queue, as far as [Open]
+// knows.
+type QueueDamage struct {
+	// Queue is the queue's name; empty when its declaration was skipped, and the queue with it
+	// (then QueueID says which it was in the log).
+	Queue   string
+	QueueID uint64
+	// Lost counts its messages known lost: their place in the queue was read and their body
+	// skipped, or, for a queue whose declaration was skipped, every message read for it.
+	Lost int
+	// MaybeSettled counts the messages put back that were placed before a skipped stretch, so
+	// that their settlement (an acknowledgement, say) may have been in it: they come back
+	// marked redelivered.
+	MaybeSettled int
+}
+
+// logDamage converts the log's damage reports.
+func logDamage(ds []wal.Damage) []LogDamage {
+	var out []LogDamage
+	for _, d := range ds {
+		out = append(out, LogDamage{File: d.File, Offset: d.Offset, Bytes: d.Bytes, Records: d.Records, Missing: d.Missing, Reason: d.Reason})
+	}
+	return out
+}
+
+// Recovery returns what [Open] found in the broker's log and what it dropped, as it was when
+// Open returned: the zero Recovery for a broker from [New]. It is safe for concurrent use.
+func (b *Broker) Recovery() Recovery {
+	if b.store == nil {
+		return Recovery{}
+	}
+	r := b.store.recovery
+	r.Cut, r.Skipped, r.Queues = slices.Clone(r.Cut), slices.Clone(r.Skipped), slices.Clone(r.Queues)
+	return r
 }
 
 // logOptions sets all of a durable broker's log options (tests).

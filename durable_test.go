@@ -92,6 +92,7 @@ func TestOpenCorrupt(t *testing.T) {
 	fs := wal.NewMemFS()
 	opts := logOptions(wal.Options{SegmentSize: 512})
 	b := openTest(t, fs, opts)
+	stopCompactor(b) // the log keeps its records in the order they were written
 	durableQueue(t, b, "jobs")
 	var bodies []string
 	for i := range 40 {
@@ -101,7 +102,7 @@ func TestOpenCorrupt(t *testing.T) {
 	require.NoError(t, b.Close())
 	segs := segmentNames(t, fs)
 	require.Greater(t, len(segs), 2)
-	corruptByte(t, fs, segs[1], 40) // the second segment, past its header and its first frame's
+	corruptByte(t, fs, segs[1], 100) // the second segment, past its header and its first frame's
 
 	_, err := openBroker(fs, opts)
 	require.ErrorIs(t, err, ErrCorrupt, "damage before the last segment is refused")
@@ -111,15 +112,32 @@ func TestOpenCorrupt(t *testing.T) {
 	b, err = openBroker(fs, opts, WithSalvage(), WithListener(heard.listen))
 	require.NoError(t, err, "WithSalvage opens it")
 	defer b.Close()
-	got := held(t, b, "jobs")
+	var got []string
+	suspects := 0 // put back redelivered: placed before the skipped stretch
+	for _, m := range held(t, b, "jobs") {
+		body, cut := strings.CutSuffix(m, "(0)")
+		if cut {
+			suspects++
+		}
+		got = append(got, body)
+	}
 	require.Less(t, len(got), len(bodies), "what the damaged batch held is lost")
 	require.Subset(t, bodies, got)
 	require.Equal(t, bodies[0], got[0], "the first segment is whole")
 	require.Equal(t, bodies[len(bodies)-1], got[len(got)-1], "and so is the last")
-	require.Len(t, heard.evs, 1)
+	rec := b.Recovery()
+	require.Len(t, rec.Skipped, 1)
+	require.Equal(t, segs[1], rec.Skipped[0].File)
+	require.Equal(t, len(bodies)-len(got), rec.Skipped[0].Records, "one record per message lost")
+	require.Equal(t, len(got), rec.Messages)
+	require.Equal(t, []QueueDamage{{Queue: "jobs", QueueID: 1, MaybeSettled: suspects}}, rec.Queues)
+	require.Len(t, heard.evs, 2, "the stretch, and the queue's")
 	require.ErrorIs(t, heard.evs[0].Err, ErrCorrupt)
 	require.ErrorContains(t, heard.evs[0].Err, segs[1])
 	require.Positive(t, heard.evs[0].Value, "the bytes skipped")
+	require.Equal(t, "jobs", heard.evs[1].Queue)
+	require.Zero(t, heard.evs[1].Value, "no message known lost: their records were skipped")
+	require.Positive(t, heard.evs[1].Limit, "the messages before the damage may have been acked in it")
 }
 
 // TestOpenTornTail: a torn write at the end of the log, which a crash leaves, is cut, and
@@ -439,17 +457,22 @@ func TestPublishBatchStops(t *testing.T) {
 	require.NoError(t, b.PublishBatch(context.Background(), nil), "an empty batch")
 }
 
-// FuzzOpenDamaged: a durable broker's log, damaged anywhere (a run of bytes flipped, the end cut
-// off), opens with an error or with queues that work; never a panic. With WithSalvage too.
+// FuzzOpenDamaged: a durable broker's log, closed cleanly, damaged anywhere (a run of bytes
+// flipped, the end of a file cut off). Without WithSalvage, Open fails with ErrCorrupt, or opens
+// with every queue as it was: nothing lost, nothing back. With it, Open opens, the queues
+// work, and what they lost or got back is within what its Recovery says: the live messages
+// missing at most the records it skipped plus the messages it knows lost, each acked message
+// back redelivered and counted in MaybeSettled. Never a panic.
 func FuzzOpenDamaged(f *testing.F) {
 	// A log with every kind of record: topology, publishes to two queues, deliveries, returns,
-	// a delay, acks; in three segments or more.
+	// a delay, acks; in three segments or more. Queue a acks m0 and m3, and delays m2 and m5.
 	base := wal.NewMemFS()
 	opts := logOptions(wal.Options{SegmentSize: 400})
 	b, err := openBroker(base, opts)
 	if err != nil {
 		f.Fatal(err)
 	}
+	stopCompactor(b) // the same log on every run
 	ctx := context.Background()
 	b.DeclareExchange("x", ExchangeFanout, Durable())
 	for _, name := range []string{"a", "b"} {
@@ -475,10 +498,36 @@ func FuzzOpenDamaged(f *testing.F) {
 		}
 	}
 	b.Close()
+	acked := map[string]map[string]bool{"a": {"m0": true, "m3": true}, "b": {}}
+	// picture is what a queue holds: its ready messages, as Browse shows them, and how many are
+	// delayed; nil if the broker has no such queue.
+	type picture struct {
+		ready   []ReadyMessage
+		delayed int
+	}
+	pictureOf := func(b *Broker, name string) *picture {
+		q, err := b.Queue(name)
+		if err != nil {
+			return nil
+		}
+		p := &picture{ready: q.BrowseFrom(0, 100), delayed: q.Stats().Delayed}
+		for i := range p.ready {
+			p.ready[i].Message = &Message{Body: p.ready[i].Message.Body} // the body is all that counts
+		}
+		return p
+	}
+	b, err = openBroker(base.Clone(), opts)
+	if err != nil {
+		f.Fatal(err)
+	}
+	want := map[string]*picture{"a": pictureOf(b, "a"), "b": pictureOf(b, "b")}
+	b.Close()
 	segs, _ := base.List()
 	f.Add(uint8(0), uint16(100), uint8(1), uint8(1), uint16(0))
 	f.Add(uint8(1), uint16(20), uint8(0xff), uint8(4), uint16(0))
 	f.Add(uint8(2), uint16(0), uint8(0), uint8(0), uint16(30))
+	f.Add(uint8(3), uint16(60), uint8(0x40), uint8(2), uint16(0))
+	f.Add(uint8(255), uint16(8), uint8(0x01), uint8(1), uint16(0))
 	f.Fuzz(func(t *testing.T, file uint8, off uint16, mask, run uint8, cut uint16) {
 		fs := base.Clone()
 		name := segs[int(file)%len(segs)]
@@ -487,24 +536,218 @@ func FuzzOpenDamaged(f *testing.F) {
 			data[i] ^= mask
 		}
 		rewrite(t, fs, name, data[:len(data)-min(len(data), int(cut))])
-		for _, o := range []BrokerOption{nil, WithSalvage()} {
-			b, err := openBroker(fs.Clone(), opts, o)
-			if err != nil {
+
+		b, err := openBroker(fs.Clone(), opts)
+		if err != nil {
+			require.ErrorIs(t, err, ErrCorrupt)
+		} else {
+			for _, name := range []string{"a", "b"} {
+				require.Equal(t, want[name], pictureOf(b, name), "queue %s: opened without WithSalvage, it is whole", name)
+			}
+			require.NoError(t, b.Close())
+		}
+
+		b, err = openBroker(fs.Clone(), opts, WithSalvage())
+		require.NoError(t, err, "WithSalvage opens it")
+		defer b.Close()
+		rec := b.Recovery()
+		bound, counted, maybeSettled := 0, true, 0
+		for _, d := range rec.Skipped {
+			bound += d.Records
+			counted = counted && d.Records >= 0
+		}
+		for _, d := range rec.Queues {
+			bound += d.Lost
+			maybeSettled += d.MaybeSettled
+		}
+		missing, back := 0, 0
+		for _, name := range []string{"a", "b"} {
+			live := len(want[name].ready) + want[name].delayed // as the undamaged log has them
+			p := pictureOf(b, name)
+			if p == nil {
+				missing += live
 				continue
 			}
-			for _, name := range []string{"a", "b"} {
-				q, err := b.Queue(name)
-				if err != nil {
-					continue
+			seen := map[string]bool{}
+			restored := p.delayed // delayed, then: m2 or m5 of a, live
+			for _, m := range p.ready {
+				body := string(m.Message.Body)
+				require.False(t, seen[body], "queue %s: %s twice", name, body)
+				seen[body] = true
+				if acked[name][body] {
+					back++
+					require.True(t, m.Redelivered, "queue %s: %s, acked, is back: redelivered", name, body)
+				} else {
+					restored++
 				}
-				n := q.Len()
-				for range n {
+			}
+			missing += live - restored
+		}
+		require.GreaterOrEqual(t, missing, 0)
+		if counted {
+			require.LessOrEqual(t, missing, bound, "every loss is in the Recovery: %+v", rec)
+		}
+		require.LessOrEqual(t, back, maybeSettled, "every acked message back is in the Recovery: %+v", rec)
+		for _, name := range []string{"a", "b"} {
+			if q, err := b.Queue(name); err == nil {
+				for range q.Len() {
 					d, err := q.Get(ctx)
 					require.NoError(t, err)
 					require.NoError(t, d.Ack())
 				}
 			}
-			require.NoError(t, b.Close())
 		}
 	})
+}
+
+// TestOpenDamagedLog: the log of a durable broker on the real file system, 20,000 small
+// persistent messages in a queue over 6 segments or more, 2,000 of them acked and 1,000 out
+// with a consumer when the broker closed; then each kind of damage (a flipped byte, a run of
+// zeros, the file cut in half, the file deleted, a flipped byte of its header) at each place
+// (the first segment, a middle one, the last one holding records, the empty one Close leaves
+// after it). Without WithSalvage, Open loses no confirmed message without saying so: it fails
+// with ErrCorrupt, naming the file, and leaves the directory as it was, unless the damage held
+// nothing (the empty segment's header), when every message is back. With it, Open opens, and:
+// the confirmed messages not acked that are missing are at most the records its Recovery says
+// it skipped, plus the messages it knows lost; every acked message that comes back is
+// redelivered, and they are at most the MaybeSettled it reports.
+func TestOpenDamagedLog(t *testing.T) {
+	const total, acks, outs = 20000, 2000, 1000
+	src := t.TempDir()
+	opts := logOptions(wal.Options{Sync: wal.SyncNever, SegmentSize: 64 << 10})
+	b, err := Open(src, opts)
+	require.NoError(t, err)
+	stopCompactor(b) // the log keeps every record where it was written: acks among publishes
+	q := durableQueue(t, b, "jobs")
+	ctx := context.Background()
+	acked := map[int]bool{}
+	for i := range total {
+		require.NoError(t, b.Publish(ctx, "", "jobs", Message{Body: fmt.Appendf(nil, "m%05d", i), Persistent: true}))
+		if i%20 != 19 {
+			continue
+		}
+		for k := range 3 { // two acked, one left out: their records are all along the log
+			d, err := q.Get(ctx)
+			require.NoError(t, err)
+			if k < 2 {
+				require.NoError(t, d.Ack())
+				var i int
+				_, err = fmt.Sscanf(string(d.Message.Body), "m%d", &i)
+				require.NoError(t, err)
+				acked[i] = true
+			}
+		}
+	}
+	require.Len(t, acked, acks)
+	require.Equal(t, outs, q.Unacked())
+	require.NoError(t, b.Close())
+	segs := segmentNames(t, wal.OSFS{Dir: src})
+	require.GreaterOrEqual(t, len(segs), 7, "6 segments of messages, and the empty one after them")
+	places := []struct{ name, file string }{
+		{"first", segs[0]},
+		{"middle", segs[len(segs)/2]},
+		{"last", segs[len(segs)-2]},
+		{"empty last", segs[len(segs)-1]},
+	}
+	kinds := []struct {
+		name   string
+		damage func(data []byte) []byte // nil: delete the file
+	}{
+		{"flip", func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b }},
+		{"zero", func(b []byte) []byte { clear(b[len(b)/2 : min(len(b), len(b)/2+64)]); return b }},
+		{"truncate", func(b []byte) []byte { return b[:len(b)/2] }},
+		{"delete", nil},
+		{"header", func(b []byte) []byte { b[20] ^= 0x01; return b }},
+	}
+	for _, place := range places {
+		for _, kind := range kinds {
+			t.Run(place.name+"/"+kind.name, func(t *testing.T) {
+				t.Parallel()
+				dir := t.TempDir()
+				files := map[string][]byte{}
+				for _, name := range segmentNames(t, wal.OSFS{Dir: src}) {
+					data, err := os.ReadFile(filepath.Join(src, name))
+					require.NoError(t, err)
+					if name == place.file {
+						if kind.damage == nil {
+							continue
+						}
+						data = kind.damage(data)
+					}
+					files[name] = data
+					require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o644))
+				}
+
+				b, err := Open(dir, opts)
+				if place.file == segs[len(segs)-1] && kind.damage != nil {
+					require.NoError(t, err, "the empty segment held nothing")
+					stopCompactor(b) // nothing to compact: the close is quicker
+					require.Equal(t, total-acks, lookup(t, b, "jobs").Len(), "all back, the ones out too")
+					require.Len(t, b.Recovery().Cut, 1)
+					require.NoError(t, b.Close())
+					return
+				}
+				require.ErrorIs(t, err, ErrCorrupt)
+				require.ErrorContains(t, err, place.file)
+				for _, name := range segmentNames(t, wal.OSFS{Dir: dir}) {
+					data, err := os.ReadFile(filepath.Join(dir, name))
+					require.NoError(t, err)
+					require.Equal(t, files[name], data, "a failed Open writes nothing: %s", name)
+					delete(files, name)
+				}
+				require.Empty(t, files, "a failed Open removes nothing")
+
+				b, err = Open(dir, opts, WithSalvage())
+				require.NoError(t, err)
+				stopCompactor(b)
+				defer b.Close()
+				rec := b.Recovery()
+				require.NotEmpty(t, rec.Skipped)
+				bound, maybeSettled := 0, 0
+				for _, d := range rec.Skipped {
+					if d.Records < 0 {
+						require.Equal(t, segs[len(segs)-1], d.File, "only the empty last segment's records are not counted")
+						continue
+					}
+					bound += d.Records
+				}
+				for _, d := range rec.Queues {
+					bound += d.Lost
+					maybeSettled += d.MaybeSettled
+				}
+				restored := map[int]bool{}
+				back := 0
+				if q, err := b.Queue("jobs"); err == nil {
+					for after := uint64(0); ; {
+						page := q.BrowseFrom(after, 1000)
+						if len(page) == 0 {
+							break
+						}
+						for _, m := range page {
+							var i int
+							_, err := fmt.Sscanf(string(m.Message.Body), "m%d", &i)
+							require.NoError(t, err)
+							require.False(t, restored[i], "m%05d back twice", i)
+							restored[i] = true
+							if acked[i] {
+								back++
+								require.True(t, m.Redelivered, "m%05d, acked, is back: redelivered", i)
+							}
+							after = m.ID
+						}
+					}
+				}
+				missing := 0
+				for i := range total {
+					if !acked[i] && !restored[i] {
+						missing++
+					}
+				}
+				t.Logf("%d confirmed messages missing (bound %d), %d acked back (bound %d); %+v", missing, bound, back, maybeSettled, rec.Skipped)
+				require.LessOrEqual(t, missing, bound, "every loss is in the Recovery")
+				require.LessOrEqual(t, back, maybeSettled, "every acked message back is in the Recovery")
+				require.Equal(t, len(restored), rec.Messages)
+			})
+		}
+	}
 }

@@ -94,9 +94,10 @@ var (
 
 // Errors of a durable broker ([Open]).
 var (
-	// ErrCorrupt is returned by [Open] when the log is damaged other than at its end, where a
-	// crash can tear a write: the error names the file and the offset. [WithSalvage] opens it
-	// anyway, skipping what is damaged. An [EventLogRepaired] wraps it too.
+	// ErrCorrupt is returned by [Open] when the log lost something a sync had made durable: a
+	// damaged byte anywhere but in a torn end (which a crash leaves, and Open cuts), a missing
+	// or cut-short segment file. The error names the file and the offset. [WithSalvage] opens
+	// it anyway, skipping what is damaged. An [EventLogRepaired] wraps it too.
 	ErrCorrupt = newError("durable log corrupt")
 
 	// ErrStorage says the durable log could not take, or could not write, a persistent

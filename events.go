@@ -105,10 +105,14 @@ const (
 	// count, bytes, or nanoseconds) and Limit (the threshold); Message for AlertMessageSize.
 	EventAlert
 
-	// EventLogRepaired: [Open] found the durable log damaged and went on: it cut a torn or
-	// damaged end of the last segment (what a crash leaves), or skipped damaged stretches
-	// elsewhere ([WithSalvage]). Err names the file and offset (it wraps [ErrCorrupt]); Value
-	// is the bytes dropped. Only a listener given with [WithListener] hears it.
+	// EventLogRepaired: [Open] found the durable log damaged and went on. Only a listener given
+	// with [WithListener] hears it; [Broker.Recovery] returns the same, as a value. One event
+	// for each stretch of the log it dropped: a torn end it cut (what a crash leaves), or
+	// damage [WithSalvage] skipped: Err names the file and offset (it wraps [ErrCorrupt]),
+	// Value is the bytes dropped and Limit the records (-1 when the log cannot tell). Then,
+	// after skipped damage, one for each durable queue it cost messages (a [QueueDamage]):
+	// Queue (empty if its declaration was skipped), Value the messages known lost, Limit the
+	// messages put back that may have been settled before (they come back redelivered).
 	EventLogRepaired
 
 	// EventMoved (terminal): the message left the queue with [Queue.Move] and a queue of the
@@ -216,7 +220,7 @@ type Event struct {
 	Message             *Message // the message concerned; read-only (the events of a message published while a listener was there share one *Message)
 	Reason              Reason   // why, for the kinds that say
 	Err                 error    // what went wrong
-	Value, Limit        int64    // EventAlert: the measure and its threshold
+	Value, Limit        int64    // EventAlert: the measure and its threshold; EventLogRepaired: see it
 }
 
 // listeners is a broker's set of event listeners, copy-on-write: emitting reads one atomic

@@ -22,6 +22,14 @@ import (
 //
 // A replay also knows, once finished, for each segment of the log, how many of the messages it
 // holds are live, so that the store can remove a segment none of whose messages is.
+//
+// When Open skips part of a damaged log (WithSalvage), the replay is told where, in order with
+// the records (skipped), and says what it can of what that cost each queue (damage): the
+// messages whose placement it read and whose body was skipped, or whose queue's declaration
+// was; and the messages it puts back that were placed before a skipped stretch, whose
+// settlement may have been in it: they come back redelivered, as a message whose consumer's
+// channel closed does. A message whose own records were skipped is not known at all: the
+// stretch's record count bounds them.
 
 // replay is the state recovery builds from the log's records.
 type replay struct {
@@ -36,12 +44,21 @@ type replay struct {
 	queueDecls    map[uint64]decl // by queue id
 	exchangeDecls map[string]decl
 	bindings      []decl // in the order they were made
+
+	// undeclared counts, by queue id, the messages of queues whose declaration was not read
+	// (finish): after a skip, their declaration may have been in it.
+	undeclared map[uint64]int
 }
 
 // replayQueue is one durable queue's messages during a replay.
 type replayQueue struct {
 	msgs idTable[replayMsg] // by sequence id
 	last uint64             // the greatest sequence id seen, live or not
+	// suspect is the greatest sequence id seen before the last skipped stretch (skipped): a
+	// message at or below it may have been settled in the stretch. orphans counts the
+	// placements finish dropped because their body was not read.
+	suspect uint64
+	orphans int
 }
 
 // replayMsg is one message in one queue during a replay.
@@ -226,6 +243,12 @@ func (r *replay) apply(seg uint64, rec record) {
 func (r *replay) finish() {
 	for id, q := range r.queues {
 		if _, ok := r.queueDecls[id]; !ok {
+			if q.msgs.n > 0 {
+				if r.undeclared == nil {
+					r.undeclared = map[uint64]int{}
+				}
+				r.undeclared[id] = q.msgs.n
+			}
 			delete(r.queues, id)
 			continue
 		}
@@ -240,6 +263,7 @@ func (r *replay) finish() {
 		for _, seq := range orphans {
 			q.msgs.del(seq)
 		}
+		q.orphans = len(orphans)
 	}
 	var dead []uint64
 	r.bodies.ascend(func(id uint64, b *replayBody) {
@@ -252,6 +276,36 @@ func (r *replay) finish() {
 	for _, id := range dead {
 		r.bodies.del(id)
 	}
+}
+
+// skipped notes that Open skipped a stretch of the log here, after the records applied so far:
+// what each queue was placed before it may have been settled in it.
+func (r *replay) skipped() {
+	for _, q := range r.queues {
+		q.suspect = q.last
+	}
+}
+
+// damage returns what the skipped stretches cost each queue that lost messages or may get
+// settled ones back, in queue id order, once finished.
+func (r *replay) damage() []QueueDamage {
+	var ds []QueueDamage
+	for _, id := range slices.Sorted(maps.Keys(r.queues)) {
+		q := r.queues[id]
+		d := QueueDamage{Queue: r.queueDecls[id].name, QueueID: id, Lost: q.orphans}
+		q.msgs.ascend(func(seq uint64, _ *replayMsg) {
+			if seq <= q.suspect {
+				d.MaybeSettled++
+			}
+		})
+		if d.Lost > 0 || d.MaybeSettled > 0 {
+			ds = append(ds, d)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(r.undeclared)) {
+		ds = append(ds, QueueDamage{QueueID: id, Lost: r.undeclared[id]})
+	}
+	return ds
 }
 
 // unbind removes the bindings for which drop returns true.
@@ -277,7 +331,7 @@ func (r *replay) place(p placement) {
 
 // messages calls fn with what queueID gets back, in sequence order: each message as it is to be
 // put back, a delivery outstanding at the end of the log returned (redelivered, one return
-// more).
+// more), one that may have been settled in a skipped stretch redelivered.
 func (r *replay) messages(queueID uint64, fn func(m replayMsg)) {
 	q := r.queues[queueID]
 	if q == nil {
@@ -288,6 +342,9 @@ func (r *replay) messages(queueID uint64, fn func(m replayMsg)) {
 		if back.delivered {
 			back.delivered, back.redelivered, back.returned = false, true, true
 			back.returns = min(back.returns+1, 1<<32-1)
+		}
+		if back.seq <= q.suspect {
+			back.redelivered = true // it may have been settled in a skipped stretch
 		}
 		fn(back)
 	})

@@ -39,6 +39,7 @@ type store struct {
 	topology wal.LSN
 	logger   *slog.Logger
 	lock     io.Closer // the directory's lock (Open); nil on other file systems
+	recovery Recovery  // what Open found; set before Open returns, read-only after
 
 	// The durable topology as it stands, and the oldest segment holding a record of it.
 	topo    *replay

@@ -1263,6 +1263,28 @@ func TestDurableCloseDiskFull(t *testing.T) {
 	})
 }
 
+// TestDurableCloseSealDiskFull: everything is written and synced, and only Close's seal of the
+// log finds the disk full: Close returns ErrStorage, and the log it leaves opens whole, with
+// nothing cut, without WithSalvage.
+func TestDurableCloseSealDiskFull(t *testing.T) {
+	fs := wal.NewMemFS()
+	b := openTest(t, fs)
+	durableQueue(t, b, "jobs")
+	persistent(t, b, "jobs", "m1", "m2")
+	require.NoError(t, b.store.log.Sync())
+	fs.Capacity(fs.Used())
+	err := b.Close()
+	require.ErrorIs(t, err, ErrStorage)
+	require.ErrorIs(t, err, wal.ErrNoSpace)
+
+	fs.Capacity(-1)
+	b = openTest(t, fs)
+	defer b.Close()
+	require.Equal(t, []string{"m1", "m2"}, held(t, b, "jobs"))
+	require.Empty(t, b.Recovery().Cut)
+	require.Empty(t, b.Recovery().Skipped)
+}
+
 // TestServeDiskFull: a Serve handler that finishes while the disk is full has its ack refused;
 // Serve makes it again once the log writes, rather than leaving the delivery outstanding.
 func TestServeDiskFull(t *testing.T) {

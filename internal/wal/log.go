@@ -5,11 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	iofs "io/fs"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,9 +14,13 @@ import (
 
 // Errors. Each works with errors.Is.
 var (
-	// ErrCorrupt is wrapped by the error of Open when a segment is damaged other than by a
-	// torn write at its end; the error names the file and the offset.
+	// ErrCorrupt is wrapped by the error of Open when the log lost something a sync had made
+	// durable: damage other than a torn write at its end, a missing segment; the error names
+	// the file and the offset.
 	ErrCorrupt = errors.New("wal: corrupt log")
+	// ErrVersion is wrapped by the error of Open when a segment is in a format this version of
+	// the log does not read; the error names the file and the format.
+	ErrVersion = errors.New("wal: unsupported log format")
 	// ErrFailed is wrapped, with the first I/O error, by every call once a sync failed, or a
 	// write failed other than for want of space: what reached the disk is unknown (after a
 	// failed fsync, Linux may have dropped the unsynced pages and reports the error once:
@@ -34,6 +35,8 @@ var (
 	ErrLocked = errors.New("wal: directory in use by another log")
 	// ErrClosed is returned by calls after Close.
 	ErrClosed = errors.New("wal: log closed")
+
+	errBadHeader = errors.New("wal: bad segment header")
 )
 
 // SyncMode says when the log syncs what it wrote (see Options.Sync).
@@ -74,8 +77,14 @@ type Options struct {
 	FlushDelay time.Duration
 	// SegmentSize is the size past which the log starts a new segment; default 512 KiB.
 	SegmentSize int64
-	// Salvage makes Open skip damaged batches instead of failing, reporting what it skipped.
+	// Salvage makes Open skip damage (bad batches, bad segment headers, missing segments)
+	// instead of failing, and report what it skipped (Recovery.Skipped).
 	Salvage bool
+	// OnSkip, if set, is called by Open at each stretch Salvage skips, in order with replay:
+	// the records replay was handed before the call come before the stretch in the log, those
+	// after, after it. The Damage's Records is not known yet (-1) when they are counted only
+	// at the next record read: Recovery.Skipped has the count.
+	OnSkip func(Damage)
 	// OnStall, if set, is called when the log stalls, with the error of the write that found
 	// no space, and with nil when a write succeeds again. Calls are made in order, one at a
 	// time, with no lock of the log held, on the goroutine whose write changed the state; it
@@ -90,37 +99,14 @@ func (l *Log) SegmentSize() int64 { return l.opts.SegmentSize }
 // It orders appends; it is not a file offset.
 type LSN uint64
 
-// Recovery is what Open found.
-type Recovery struct {
-	Segments int // segments read
-	Records  int // records handed to replay
-	// Truncated is set when the last segment was cut at a bad batch (see Open).
-	Truncated *Damage
-	// Skipped are the damaged stretches Salvage skipped.
-	Skipped []Damage
-	// Last is the segment appends go to: the last one read, or the first, created.
-	Last uint64
+// pos is a place in the log: a segment and an offset in it.
+type pos struct {
+	seg uint64
+	off int64
 }
 
-// Damage is a damaged stretch of a segment.
-type Damage struct {
-	File   string
-	Offset int64 // where it starts
-	Bytes  int64 // how long it is
-	// GoodAfter counts the good batches a cut at the end of the last segment dropped because
-	// they came after the damage: after a power loss, unsynced writes reach the disk in any
-	// order, so a hole may precede batches that landed (see Open).
-	GoodAfter int
-}
-
-const (
-	headerSize = 16 // segment header: magic (8 bytes), segment number (8)
-	frameSize  = 8  // batch frame: length (4), checksum (4)
-	magic      = "WARRENW1"
-	suffix     = ".wal"
-)
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// after reports whether p is after q.
+func (p pos) after(q pos) bool { return p.seg > q.seg || p.seg == q.seg && p.off > q.off }
 
 // Log is a segmented, append-only log of records. It is safe for concurrent use.
 //
@@ -134,15 +120,25 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // time, so that a write waits for no fsync in flight, and a waiter whose records it does not
 // cover waits for it and syncs again.
 //
+// What it writes lets Open tell a torn write from damage (see Open and format.go): each batch
+// says how much of its segment was durable when it was written (syncedTo, which only an fsync
+// that covered the bytes advances, whoever ran it: syncBeside, the remover, a rotation); a
+// segment the log moves past is sealed, after the next one exists (rotate); Close seals the
+// last segment that holds batches, so that every byte written is checked at the next Open; a
+// segment goes only once a synced batch or header says the log starts after it (markedStart,
+// removeBeside).
+//
 // A write that fails for want of space (ENOSPC, EDQUOT) stalls the log instead of failing it:
 // the part of a batch that reached the file is cut off (the segment is truncated back to its
-// last whole batch), the records not written are kept, in order, ahead of those appended since,
-// and the log tries again after a backoff (10 ms, doubling to 1 s), until a write succeeds.
-// Meanwhile Append still takes records (a caller that must not add to the log checks Err
-// first), Wait and WaitWritten wait for the retry (or their ctx), Sync returns ErrStalled, and
-// nothing else writes. A failed fsync, or another write error, fails the log instead (see
-// ErrFailed). Closing ends a stall: it tries once more, and fails the log if the write still
-// finds no space.
+// last whole batch, which no mark of a synced offset goes past), the records not written are
+// kept, in order, ahead of those appended since, and the log tries again after a backoff (10
+// ms, doubling to 1 s), until a write succeeds. Meanwhile Append still takes records (a caller
+// that must not add to the log checks Err first), Wait and WaitWritten wait for the retry (or
+// their ctx), Sync returns ErrStalled, and nothing else writes: no segment is removed whose
+// start batch the stall holds back. A segment whose header, or whose predecessor's seal, found
+// no space is removed again, so the log is as before the move and the retry starts it anew. A
+// failed fsync, or another write error, fails the log instead (see ErrFailed). Closing ends a
+// stall: it tries once more, and fails the log if the write still finds no space.
 type Log struct {
 	fs   FS
 	opts Options
@@ -162,7 +158,11 @@ type Log struct {
 	writing    bool   // a writer owns the files (writeLocked)
 	rotating   bool   // the writer is moving to a new segment: cur is about to be closed
 	syncing    bool   // syncBeside's fsync is in flight
-	cur        File   // the segment the last writer's turn ended in: what syncBeside syncs
+	// cur is the segment the last writer's turn ended in: what syncBeside syncs; curAt, where
+	// that turn ended in it (an fsync of cur that starts after the turn covers the bytes
+	// before curAt).
+	cur   File
+	curAt pos
 	// stall is ErrStalled wrapping the error of the write that found no space, while the log
 	// is stalled; backoff is the delay before the next retry (retrier).
 	stall   error
@@ -182,6 +182,12 @@ type Log struct {
 	remover    background     // removes released segments, after FlushDelay
 	retrier    background     // writes what a stall kept, after backoff
 	timers     sync.WaitGroup // the background timers' callbacks in flight
+	// start is the oldest segment the log needs; markedStart, the start the last batch or
+	// header written says (a segment before it may go once that is synced).
+	start, markedStart uint64
+	markedAt           pos               // the end of the batch or header that says markedStart
+	syncedTo           pos               // what is known durable: the segments before it, and its bytes before off
+	segFirst           map[uint64]uint64 // the number of each segment's first record (for start batches)
 
 	// OnStall's calls: notifyMu orders them; told is the state last told. Taken with no other
 	// lock held; mu is taken under it.
@@ -189,274 +195,72 @@ type Log struct {
 	told     bool
 
 	// Owned by the writer.
-	file    File   // the segment being appended to
-	fileSeg uint64 // its number
-	fileOff int64  // its size
-	dirty   bool   // written since the last sync
-
+	file        File   // the segment being appended to
+	fileSeg     uint64 // its number
+	fileOff     int64  // its size
+	fileFirst   uint64 // the number of its first record
+	fileRecords uint64 // the records in it
+	dirty       bool   // written since the last sync
 }
 
-// chunk is records appended for one segment, behind a reserved frame.
+// chunk is records appended for one segment, behind the room for their batch's frame.
 type chunk struct {
 	seg uint64
-	buf []byte // frameSize reserved bytes, then the records
+	buf []byte // reserve bytes, then the records
+	n   int    // how many records
 	end LSN    // the position after its last record
 }
 
-// Open opens the log in fs, creating it if it is empty, and hands every record it holds to
-// replay, in order, with the number of the segment it is in; rec is valid only during the call.
-// An error from replay stops Open and is returned.
-//
-// The last segment is cut at its first bad batch, and the cut is reported in the Recovery: a
-// crash tore the write in progress, or, after a power loss, left unsynced writes on the disk in
-// any order, so a hole may come before batches that landed (Damage.GoodAfter counts them). None
-// of that was synced, since a sync covers everything before it; so the cut loses nothing
-// SyncAlways confirmed. (Damage to synced bytes of the last segment looks the same, and is
-// treated the same: reported, not refused.) Every other segment was synced whole when the log
-// moved past it, so damage there is corruption: Open fails with an error wrapping ErrCorrupt that
-// names the file and the offset, unless Options.Salvage, which skips the damaged batch.
-func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log, Recovery, error) {
-	if opts.SegmentSize <= 0 {
-		opts.SegmentSize = 512 << 10
-	}
-	if opts.FlushDelay <= 0 {
-		opts.FlushDelay = time.Millisecond
-	}
-	if opts.Interval <= 0 {
-		opts.Interval = 100 * time.Millisecond
-	}
-	l := &Log{fs: fs, opts: opts}
-	l.cond.L = &l.mu
-	var rec Recovery
-	names, err := fs.List()
-	if err != nil {
-		return nil, rec, err
-	}
-	var segs []uint64
-	for _, name := range names {
-		if n, ok := segmentNumber(name); ok {
-			segs = append(segs, n)
-		}
-	}
-	for i, n := range segs {
-		last := i == len(segs)-1
-		if err := l.recover(n, last, &rec, replay); err != nil {
-			return nil, rec, err
-		}
-		rec.Segments++
-	}
-	if len(segs) == 0 {
-		if err := l.startSegment(1); err != nil {
-			return nil, rec, err
-		}
-	} else {
-		n := segs[len(segs)-1]
-		f, err := fs.Open(segmentName(n))
-		if err != nil {
-			return nil, rec, err
-		}
-		size, err := f.Size()
-		if err != nil {
-			f.Close()
-			return nil, rec, err
-		}
-		// Its tail may be unsynced (a crash of the last life): it is synced before the log
-		// moves past it, as every segment is.
-		l.file, l.fileSeg, l.fileOff, l.dirty = f, n, size, true
-	}
-	l.lastSeg, l.segBytes = l.fileSeg, l.fileOff
-	l.writtenSeg = l.fileSeg
-	rec.Last = l.fileSeg
-	l.first = l.fileSeg
-	if len(segs) > 0 {
-		l.first = segs[0]
-	}
-	return l, rec, nil
+// setStart sets where the log starts, what the last header or batch written says of it, and
+// the first segment there. Open calls it.
+func (l *Log) setStart(start, marked, first uint64) {
+	l.start, l.markedStart, l.release, l.first = start, marked, start, first
 }
 
-// segmentName is the file name of segment n.
-func segmentName(n uint64) string { return fmt.Sprintf("%016x%s", n, suffix) }
-
-// segmentNumber parses a segment's file name.
-func segmentNumber(name string) (uint64, bool) {
-	hex, ok := strings.CutSuffix(name, suffix)
-	if !ok || len(hex) != 16 {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(hex, 16, 64)
-	return n, err == nil && n > 0
-}
-
-// recover reads segment n, handing its records to replay; last says whether it is the last
-// segment, whose torn tail is cut off.
-func (l *Log) recover(n uint64, last bool, rec *Recovery, replay func(uint64, []byte) error) error {
-	name := segmentName(n)
-	f, err := l.fs.Open(name)
+// startSegment creates the segment of header h and makes it the one written to. Only Open calls
+// it (the writer moves to a new segment with rotate).
+func (l *Log) startSegment(h header) error {
+	f, err := l.createSegment(h)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return err
-	}
-	data := make([]byte, size)
-	if n, err := f.ReadAt(data, 0); int64(n) != size {
-		return fmt.Errorf("wal: read %s: %w", name, err)
-	}
-	if len(data) < headerSize || string(data[:8]) != magic || binary.LittleEndian.Uint64(data[8:16]) != n {
-		if last {
-			// Nothing of it was synced (a sync covers its header): a power loss tore it, or
-			// it was created and never written past its header. It starts again empty.
-			return l.cut(f, name, 0, size, rec, n, goodAfter(data, headerSize-1, n))
-		}
-		return fmt.Errorf("wal: %s offset 0: bad segment header: %w", name, ErrCorrupt)
-	}
-	off := int64(headerSize)
-	for off < size {
-		recs, next, ok := batchAt(data, off, n)
-		if ok {
-			for len(recs) > 0 {
-				r, rest, ok := nextRecord(recs)
-				if !ok {
-					return fmt.Errorf("wal: %s offset %d: bad record in a good batch: %w", name, off, ErrCorrupt)
-				}
-				if err := replay(n, r); err != nil {
-					return err
-				}
-				rec.Records++
-				recs = rest
-			}
-			off = next
-			continue
-		}
-		if last {
-			return l.cut(f, name, off, size, rec, n, goodAfter(data, off, n))
-		}
-		if !l.opts.Salvage {
-			return fmt.Errorf("wal: %s offset %d: bad batch: %w", name, off, ErrCorrupt)
-		}
-		skip := off + 1
-		for skip < size {
-			if _, _, ok := batchAt(data, skip, n); ok {
-				break
-			}
-			skip++
-		}
-		rec.Skipped = append(rec.Skipped, Damage{File: name, Offset: off, Bytes: skip - off})
-		off = skip
-	}
+	l.file, l.fileSeg, l.fileOff, l.dirty = f, h.seg, headerSize, true
+	l.fileFirst, l.fileRecords = h.first, 0
+	l.cur, l.curAt = f, pos{h.seg, headerSize}
 	return nil
 }
 
-// cut truncates the last segment at off, where a torn write begins.
-func (l *Log) cut(f File, name string, off, size int64, rec *Recovery, n uint64, goodAfter int) error {
-	if off < headerSize {
-		// Nothing of it is usable: it is written again with a header.
-		if err := f.Truncate(0); err != nil {
-			return err
-		}
-		if _, err := f.Write(segmentHeader(n)); err != nil {
-			return err
-		}
-		rec.Truncated = &Damage{File: name, Offset: 0, Bytes: size, GoodAfter: goodAfter}
-		return f.Sync()
-	}
-	if err := f.Truncate(off); err != nil {
-		return err
-	}
-	rec.Truncated = &Damage{File: name, Offset: off, Bytes: size - off, GoodAfter: goodAfter}
-	return f.Sync()
-}
-
-// batchAt checks the batch at off in a segment's data, and returns its records and where the
-// next batch starts.
-func batchAt(data []byte, off int64, seg uint64) (recs []byte, next int64, ok bool) {
-	if int64(len(data))-off < frameSize {
-		return nil, 0, false
-	}
-	n := int64(binary.LittleEndian.Uint32(data[off:]))
-	sum := binary.LittleEndian.Uint32(data[off+4:])
-	end := off + frameSize + n
-	if n == 0 || end > int64(len(data)) {
-		return nil, 0, false
-	}
-	recs = data[off+frameSize : end]
-	if checksum(seg, off, recs) != sum {
-		return nil, 0, false
-	}
-	return recs, end, true
-}
-
-// goodAfter counts the good batches after the bad one at off.
-func goodAfter(data []byte, off int64, seg uint64) int {
-	n := 0
-	for at := off + 1; at+frameSize <= int64(len(data)); at++ {
-		if _, next, ok := batchAt(data, at, seg); ok {
-			n++
-			at = next - 1
-		}
-	}
-	return n
-}
-
-// checksum is the CRC-32C of a batch's records, seeded with its segment and offset, so that a
-// batch found elsewhere than where it was written fails its check.
-func checksum(seg uint64, off int64, recs []byte) uint32 {
-	var seed [16]byte
-	binary.LittleEndian.PutUint64(seed[:8], seg)
-	binary.LittleEndian.PutUint64(seed[8:], uint64(off))
-	return crc32.Update(crc32Seed(&seed), castagnoli, recs)
-}
-
-// crc32Seed is the CRC-32C of a batch's seed, computed here byte by byte from the table so that
-// the seed stays on the stack (crc32.Checksum would move it to the heap, once per batch).
-func crc32Seed(seed *[16]byte) uint32 {
-	crc := ^uint32(0)
-	for _, b := range seed {
-		crc = castagnoli[byte(crc)^b] ^ crc>>8
-	}
-	return ^crc
-}
-
-// nextRecord splits the first record off a batch's records.
-func nextRecord(b []byte) (rec, rest []byte, ok bool) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) {
-		return nil, nil, false
-	}
-	return b[k : k+int(n)], b[k+int(n):], true
-}
-
-func segmentHeader(n uint64) []byte {
-	h := make([]byte, headerSize)
-	copy(h, magic)
-	binary.LittleEndian.PutUint64(h[8:], n)
-	return h
-}
-
-// startSegment creates segment n and makes it the one written to. Only the writer, or Open,
-// calls it. A segment whose header it could not write is removed again, so that the writer can
-// start it again once there is space.
-func (l *Log) startSegment(n uint64) error {
-	name := segmentName(n)
-	f, err := l.fs.Create(name)
+// createSegment creates the segment of header h, writes its header and makes its name durable.
+// A segment it could not finish is removed again (dropSegment), so that the writer can create
+// it again once there is space.
+func (l *Log) createSegment(h header) (File, error) {
+	f, err := l.fs.Create(segmentName(h.seg))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := f.Write(segmentHeader(n)); err != nil {
-		f.Close()
-		if rerr := l.fs.Remove(name); rerr != nil {
-			return fmt.Errorf("wal: remove %s, whose header failed (%v): %w", name, err, rerr)
-		}
-		return err
+	if _, err = f.Write(h.encode()); err == nil {
+		err = l.fs.SyncDir()
 	}
-	if err := l.fs.SyncDir(); err != nil {
-		f.Close()
-		return err
+	if err != nil {
+		return nil, l.dropSegment(f, h.seg, err)
 	}
-	l.file, l.fileSeg, l.fileOff, l.dirty = f, n, headerSize, true
-	return nil
+	return f, nil
+}
+
+// dropSegment closes and removes segment n, which the writer created and could not move to
+// because of err, with the removal durable (a power loss then leaves no empty segment behind),
+// and returns err; or an error that does not wrap it, so that the log fails rather than
+// stalls, if the segment cannot be removed (the retry could not create it again).
+func (l *Log) dropSegment(f File, n uint64, err error) error {
+	f.Close()
+	rerr := l.fs.Remove(segmentName(n))
+	if rerr == nil {
+		rerr = l.fs.SyncDir()
+	}
+	if rerr != nil {
+		return fmt.Errorf("wal: remove %s, which could not be started (%v): %v", segmentName(n), err, rerr)
+	}
+	return err
 }
 
 // Append copies recs into the log, and returns the position after them and the segment they go
@@ -482,13 +286,14 @@ func (l *Log) Append(recs ...[]byte) (LSN, uint64, error) {
 	}
 	if len(l.pending) == 0 || l.pending[len(l.pending)-1].seg != l.lastSeg {
 		l.pending = append(l.pending, chunk{seg: l.lastSeg, buf: l.newBuffer()})
-		l.segBytes += frameSize
+		l.segBytes += reserve
 	}
 	c := &l.pending[len(l.pending)-1]
 	for _, r := range recs {
 		c.buf = binary.AppendUvarint(c.buf, uint64(len(r)))
 		c.buf = append(c.buf, r...)
 	}
+	c.n += len(recs)
 	l.segBytes += size
 	l.appended += LSN(size)
 	c.end = l.appended
@@ -498,24 +303,14 @@ func (l *Log) Append(recs ...[]byte) (LSN, uint64, error) {
 	return l.appended, l.lastSeg, nil
 }
 
-// uvarintLen returns the length of x's uvarint encoding.
-func uvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
-}
-
-// newBuffer returns an empty chunk buffer with its frame reserved.
+// newBuffer returns an empty chunk buffer with the room for its frame reserved.
 func (l *Log) newBuffer() []byte {
 	if n := len(l.spare); n > 0 {
 		b := l.spare[n-1]
 		l.spare = l.spare[:n-1]
-		return b[:frameSize]
+		return b[:reserve]
 	}
-	return make([]byte, frameSize, 4096)
+	return make([]byte, reserve, 4096)
 }
 
 // Wait returns once everything appended before lsn is written (and synced, under SyncAlways),
@@ -569,7 +364,9 @@ func (l *Log) syncAllLocked() error {
 			first := l.first
 			l.removeBeside()
 			if l.first == first && !l.removing && l.err == nil {
-				return nil // nothing more it may remove yet: the writer has not reached the segment
+				// Nothing more it may remove yet: the writer has not reached the segment, or
+				// a stall holds the start batch the removal needs.
+				return l.stall
 			}
 		}
 	}
@@ -621,19 +418,30 @@ func (l *Log) wake() {
 }
 
 // writeLocked takes the writer's turn and writes everything pending, each segment's records as
-// one batch; it releases mu during the I/O. The caller holds mu, and no writer is active. A
-// write that fails for want of space stalls the log (keeping what it did not write); any other
-// error fails it.
+// one batch, and then a start batch if the log's start moved since a batch or header last said
+// it (removeBeside); it releases mu during the I/O. The caller holds mu, and no writer is
+// active. A write that fails for want of space stalls the log (keeping what it did not write,
+// the start batch included); any other error fails it.
 func (l *Log) writeLocked() {
 	l.writing = true
 	chunks, before, wasStalled := l.pending, l.written, l.stall != nil
 	l.pending = nil
 	l.rotating = len(chunks) > 0 && chunks[len(chunks)-1].seg != l.fileSeg
+	w := writeState{start: l.start, startFirst: l.segFirst[l.start], needStart: l.markedStart < l.start}
+	if l.syncedTo.seg == l.fileSeg {
+		w.synced = l.syncedTo.off
+	}
 	l.mu.Unlock()
-	done, rotated, err := l.write(chunks)
+	done, rotated, err := l.write(chunks, &w)
 	l.mu.Lock()
+	for _, c := range w.created {
+		l.segFirst[c.seg] = c.first
+	}
+	if w.markedAt.seg != 0 {
+		l.markedStart, l.markedAt = w.start, w.markedAt
+	}
 	l.writing, l.rotating = false, false
-	l.cur, l.writtenSeg = l.file, l.fileSeg
+	l.cur, l.curAt, l.writtenSeg = l.file, pos{l.fileSeg, l.fileOff}, l.fileSeg
 	if done > 0 {
 		l.written = chunks[done-1].end
 		l.writtenNow.Store(uint64(l.written))
@@ -668,7 +476,7 @@ func (l *Log) writeLocked() {
 		if l.opts.Sync == SyncInterval {
 			l.arm(&l.syncer, l.opts.Interval, (*Log).syncTick)
 		}
-	case noSpace(err) && !l.closing:
+	case stalls(err) && !l.closing:
 		l.pending = append(slices.Clone(chunks[done:]), l.pending...)
 		l.stallLocked(err)
 	default:
@@ -690,38 +498,70 @@ func (l *Log) failLocked(err error) {
 	}
 }
 
-// write writes chunks, each as one batch, starting segments as they come. Only the writer
-// calls it, with mu released. It returns how many chunks it wrote, the index of the chunk
-// before which it last started a segment (-1 if it started none), and the error that stopped
-// it.
-func (l *Log) write(chunks []chunk) (done, rotated int, err error) {
+// writeState is what a writer knows, from the log's state under mu, while it writes with mu
+// released.
+type writeState struct {
+	start, startFirst uint64 // the log's start, and its first record's number
+	needStart         bool   // no batch or header written says start yet
+	markedAt          pos    // where this write said start, if it did
+	// synced is how many bytes of the current segment are known durable: syncedTo when the
+	// turn began (an fsync that ends during the turn is not counted: the next turn's batches
+	// say it).
+	synced  int64
+	created []segStart
+}
+
+// segStart is a segment a writer started, and its first record's number.
+type segStart struct{ seg, first uint64 }
+
+// write writes chunks, each as one batch, starting segments as they come, and then a start
+// batch if one is needed. Only the writer calls it, with mu released. It returns how many
+// chunks it wrote, the index of the chunk before which it last started a segment (-1 if it
+// started none), and the error that stopped it.
+func (l *Log) write(chunks []chunk, w *writeState) (done, rotated int, err error) {
 	rotated = -1
 	for i, c := range chunks {
-		if len(c.buf) == frameSize {
+		if c.n == 0 {
 			continue
 		}
 		if c.seg != l.fileSeg {
-			if err := l.rotate(c.seg); err != nil {
+			if err := l.rotate(c.seg, w); err != nil {
 				return i, rotated, err
 			}
 			rotated = i
 		}
-		recs := c.buf[frameSize:]
-		binary.LittleEndian.PutUint32(c.buf, uint32(len(recs)))
-		binary.LittleEndian.PutUint32(c.buf[4:], checksum(l.fileSeg, l.fileOff, recs))
-		if n, err := l.file.Write(c.buf); err != nil {
-			return i, rotated, l.cutBack(n, err)
+		if err := l.writeBatch(batchData, c.buf, c.n, w); err != nil {
+			return i, rotated, err
 		}
-		l.fileOff += int64(len(c.buf))
-		l.dirty = true
+	}
+	if w.needStart {
+		if err := l.writeBatch(batchStart, startBatch(w.start, w.startFirst), 0, w); err != nil {
+			return len(chunks), rotated, err
+		}
+		w.needStart, w.markedAt = false, pos{l.fileSeg, l.fileOff}
 	}
 	return len(chunks), rotated, nil
 }
 
+// writeBatch writes a batch of n records, or a seal or start batch, whose body follows
+// buf[:reserve], to the current segment. A batch kept by a stall is framed again when it is
+// written again: its body does not move.
+func (l *Log) writeBatch(kind byte, buf []byte, n int, w *writeState) error {
+	b := frame(buf, kind, l.fileSeg, l.fileOff, w.synced, l.fileRecords)
+	if k, err := l.file.Write(b); err != nil {
+		return l.cutBack(k, err)
+	}
+	l.fileOff += int64(len(b))
+	l.fileRecords += uint64(n)
+	l.dirty = true
+	return nil
+}
+
 // cutBack deals with a write that failed after n of its bytes reached the segment: when it
 // failed for want of space, they are cut off, so that the retry writes the batch whole where
-// it belongs and no later batch follows a torn one. It returns the write's error, or the
-// truncation's, which fails the log.
+// it belongs and no later batch follows a torn one. (They are past fileOff, so no batch's mark
+// of the synced bytes covers them.) It returns the write's error, or the truncation's, which
+// fails the log.
 func (l *Log) cutBack(n int, err error) error {
 	if n == 0 || !noSpace(err) {
 		return err // another error fails the log: Open cuts the torn batch
@@ -734,27 +574,63 @@ func (l *Log) cutBack(n int, err error) error {
 	return err
 }
 
-// rotate finishes the current segment, synced whatever the policy (once per segment: so that
-// damage in any segment but the last is corruption, never a crash's doing), and starts segment
-// n. If n cannot be started, the current segment stays the one written to.
-func (l *Log) rotate(n uint64) error {
-	if err := l.syncFile(); err != nil {
+// rotate moves the log from its current segment to segment n, in an order that lets Open tell
+// a crash during the move from damage:
+//
+//  1. segment n is created with its header, and its name made durable: its header says how
+//     much of the current segment is known durable;
+//  2. the current segment gets a seal, and is synced, whatever the policy: once per segment,
+//     so that damage in a sealed segment is corruption, never a crash's doing;
+//  3. records go to segment n.
+//
+// So a sealed segment is complete and has a next one (a missing last segment is corruption),
+// and a segment that holds a batch follows a sealed one. A crash between 1 and 2 leaves an
+// unsealed segment, maybe torn, and after it one without batches: Open finishes the move.
+// Closing (Close), the current segment was synced whole, and segment n's header is synced too.
+//
+// If 1 fails, or the seal finds no space (no whole seal reached the file: its torn part is cut
+// off), segment n is removed again and the current segment stays the one written to, unsealed,
+// as before the move; a stall's retry moves again. A failed sync fails the log (syncError),
+// and segment n stays: the seal may be on the disk, and a sealed segment needs a next one.
+func (l *Log) rotate(n uint64, w *writeState) error {
+	h := header{seg: n, first: l.fileFirst + l.fileRecords, start: w.start, startFirst: w.startFirst, prevSynced: w.synced}
+	f, err := l.createSegment(h)
+	if err != nil {
 		return err
 	}
-	old := l.file
-	if err := l.startSegment(n); err != nil {
+	if err := l.writeBatch(batchSeal, sealBatch(), 0, w); err != nil {
+		if noSpace(err) {
+			return l.dropSegment(f, n, err)
+		}
+		f.Close()
 		return err
 	}
-	return old.Close()
+	err = l.syncFile()
+	if err == nil {
+		err = l.file.Close()
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	l.file, l.fileSeg, l.fileOff, l.dirty = f, n, headerSize, true
+	l.fileFirst, l.fileRecords = h.first, 0
+	if w.needStart {
+		w.needStart, w.markedAt = false, pos{n, headerSize} // its header says start
+	}
+	w.synced = 0 // nothing of n is known durable
+	w.created = append(w.created, segStart{n, h.first})
+	return nil
 }
 
-// syncFile syncs the current segment if it was written since the last sync.
+// syncFile syncs the current segment if it was written since the last sync. Its error is a
+// syncError: a failed fsync fails the log, whatever its cause.
 func (l *Log) syncFile() error {
 	if !l.dirty {
 		return nil
 	}
 	if err := l.file.Sync(); err != nil {
-		return err
+		return syncError{err}
 	}
 	l.dirty = false
 	return nil
@@ -853,8 +729,10 @@ func (l *Log) background(b *background) {
 // the writer, if any, is not moving to a new segment; mu is released during the fsync. A
 // writer that rotates meanwhile syncs the segment itself before it closes it (and the fsync
 // here then fails with fs.ErrClosed, or covers it anyway): the next sync covers the rest.
+// Once the fsync returns, what it covered is synced, and syncedTo says so: the bytes of cur
+// before curAt, written before it began (not those of a write beside it).
 func (l *Log) syncBeside() {
-	f, end := l.cur, l.written
+	f, end, at := l.cur, l.written, l.curAt
 	l.syncing = true
 	l.mu.Unlock()
 	err := f.Sync()
@@ -863,6 +741,7 @@ func (l *Log) syncBeside() {
 	switch {
 	case err == nil:
 		l.synced = max(l.synced, end)
+		l.syncedUpTo(at)
 	case errors.Is(err, iofs.ErrClosed):
 		// Rotated (and synced) or closed meanwhile: the next sync covers what is left.
 	default:
@@ -890,34 +769,48 @@ func (l *Log) ReleaseBelow(n uint64) {
 // releasing reports whether released segments wait to be removed. The caller holds mu.
 func (l *Log) releasing() bool { return min(l.release, l.lastSeg) > l.first }
 
+// syncedUpTo notes that what comes before p is durable. The caller holds mu.
+func (l *Log) syncedUpTo(p pos) {
+	if p.after(l.syncedTo) {
+		l.syncedTo = p
+	}
+}
+
 // removeBeside removes the released segments without holding the writer's turn, so that
 // neither a publisher's confirm nor an acknowledgement's flush waits for the fsyncs a removal
 // takes. The caller holds mu, no writer is active and no removal is in flight; mu is released
 // during the I/O.
 //
 // What the log's user appended again before releasing the segments (the topology, moved
-// messages: releasedAt) replaces their records, so it is written and synced before any
-// removal: first written (by this goroutine, as the writer, if nobody has; during a stall it
-// waits for the retrier), then synced beside a writer as syncBeside does (a segment the writer
+// messages: releasedAt) replaces their records, and a start batch (or a header) must say that
+// the log starts after them, or Open would take them for missing; so both are written and
+// synced before any removal: first written (by this goroutine, as the writer, if nobody has;
+// during a stall it removes nothing and leaves the writing to the retrier, whose success arms
+// the remover again), then synced beside a writer as syncBeside does (a segment the writer
 // rotates past meanwhile is synced by the rotation). Only segments before writtenSeg go: each
 // was synced whole when the writer moved past it, and none is the one being written.
 func (l *Log) removeBeside() {
-	for l.err == nil && !l.closed && (l.writing || l.removing || l.written < l.releasedAt) {
-		switch {
-		case l.writing || l.removing:
+	for l.err == nil && !l.closed {
+		below := min(l.release, l.writtenSeg)
+		if l.writing || l.removing {
 			l.cond.Wait()
-		case l.stall != nil:
-			return // the retrier writes first, and arms nothing here: Sync or the next release removes
-		default:
+		} else if l.written < l.releasedAt || l.first < below && l.markedStart < below {
+			if l.stall != nil {
+				return
+			}
+			l.start = max(l.start, below)
 			l.writeLocked()
+		} else {
+			break
 		}
 	}
-	first, below := l.first, min(l.release, l.writtenSeg)
+	first, below := l.first, min(l.release, l.writtenSeg, l.markedStart)
 	if l.err != nil || l.closed || first >= below {
 		return
 	}
 	l.removing = true
-	f, need := l.cur, l.synced < l.releasedAt
+	f, at := l.cur, l.curAt
+	need := l.synced < l.releasedAt || l.markedAt.after(l.syncedTo)
 	l.mu.Unlock()
 	var err error
 	if need {
@@ -935,6 +828,12 @@ func (l *Log) removeBeside() {
 	}
 	l.mu.Lock()
 	l.removing = false
+	if need && err == nil {
+		l.syncedUpTo(at)
+	}
+	for n := l.first; n < first; n++ {
+		delete(l.segFirst, n)
+	}
 	l.first = first
 	if err != nil {
 		l.failLocked(err)
@@ -948,6 +847,13 @@ func (l *Log) removeBeside() {
 // write is lost and Close returns an error wrapping ErrFailed and the want of space. It
 // returns the log's failure, if it failed before. Later calls return nil; the log's other
 // methods return ErrClosed, and a Wait for a position Close wrote returns nil.
+//
+// Closing, the log seals its last segment if it holds batches and starts an empty one after
+// it (rotate), with both synced: every segment that holds a record is then sealed, so that the
+// next Open checks every byte of them, and finds any damage since, even to their end. If the
+// seal or the new segment finds no space, nothing is lost (everything was synced before), and
+// the log is left as a crash would leave it, which opens: Close fails it and returns an error
+// wrapping ErrFailed and the want of space.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -956,12 +862,42 @@ func (l *Log) Close() error {
 	}
 	l.closingLocked()
 	err := l.syncAllLocked()
+	if !l.shutLocked() { // a concurrent Close finished first
+		l.mu.Unlock()
+		return nil
+	}
+	seal := err == nil && l.err == nil && l.fileOff > headerSize
+	if l.syncedTo == (pos{l.fileSeg, l.fileOff}) {
+		l.dirty = false // an fsync beside the writer covered all of it: seal syncs it no more
+	}
+	w := writeState{start: l.start, startFirst: l.segFirst[l.start]}
+	l.mu.Unlock()
+	l.timers.Wait()
+	// The log is closed: nobody else writes, syncs or removes any more.
+	if seal {
+		if err = l.seal(&w); err != nil {
+			l.mu.Lock()
+			l.failLocked(err)
+			err = l.err
+			l.noteHealthLocked()
+			l.mu.Unlock()
+		}
+	}
+	if cerr := l.file.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// shutLocked closes the log to its callers once no write, sync or removal is in flight, and
+// stops its timers (their callbacks in flight return at once; the caller waits for them with mu
+// released). It reports false if the log was closed meanwhile. The caller holds mu.
+func (l *Log) shutLocked() bool {
 	for l.writing || l.syncing || l.removing {
 		l.cond.Wait()
 	}
-	if l.closed { // a concurrent Close finished first
-		l.mu.Unlock()
-		return nil
+	if l.closed {
+		return false
 	}
 	l.stop(&l.syncer)
 	l.stop(&l.flusher)
@@ -970,12 +906,18 @@ func (l *Log) Close() error {
 	l.closed = true
 	l.noteHealthLocked()
 	l.cond.Broadcast()
-	f := l.file
-	l.file = nil
-	l.mu.Unlock()
-	l.timers.Wait()
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	return true
+}
+
+// seal seals the last segment of a closing log, synced whole, and starts an empty one after it,
+// whose header is synced too.
+func (l *Log) seal(w *writeState) error {
+	if err := l.syncFile(); err != nil {
+		return err
 	}
-	return err
+	w.synced = l.fileOff
+	if err := l.rotate(l.fileSeg+1, w); err != nil {
+		return err
+	}
+	return l.syncFile()
 }

@@ -48,7 +48,7 @@ func record(i int) []byte {
 }
 
 // appendAll appends records from..to-1, in batches of up to batch, waiting for each batch.
-func appendAll(t *testing.T, l *Log, from, to, batch int) {
+func appendAll(t testing.TB, l *Log, from, to, batch int) {
 	t.Helper()
 	for i := from; i < to; {
 		var recs [][]byte
@@ -59,6 +59,32 @@ func appendAll(t *testing.T, l *Log, from, to, batch int) {
 		require.NoError(t, err)
 		require.NoError(t, l.Wait(t.Context(), lsn))
 	}
+}
+
+// appendEach appends records 0..n-1 one at a time, waiting for each, and returns the segment
+// each went to.
+func appendEach(t *testing.T, l *Log, n int) []uint64 {
+	t.Helper()
+	var segs []uint64
+	for i := range n {
+		lsn, seg, err := l.Append(record(i))
+		require.NoError(t, err)
+		require.NoError(t, l.Wait(t.Context(), lsn))
+		segs = append(segs, seg)
+	}
+	return segs
+}
+
+// crash stops l as a crash of the process does: what it wrote stays as it is, unsynced and
+// unsealed, and nothing more is written.
+func crash(t testing.TB, l *Log) {
+	t.Helper()
+	require.NoError(t, l.WaitWritten(context.Background(), 0))
+	l.mu.Lock()
+	l.shutLocked()
+	l.mu.Unlock()
+	l.timers.Wait()
+	require.NoError(t, l.file.Close())
 }
 
 // requireRecords checks that r holds records 0..n-1 in order.
@@ -83,7 +109,7 @@ func TestLogRoundTrip(t *testing.T) {
 
 			l, r, rec := openLog(t, fs, Options{Sync: mode})
 			requireRecords(t, r, 500)
-			require.Nil(t, rec.Truncated)
+			require.Empty(t, rec.Cut)
 			appendAll(t, l, 500, 600, 3) // appends to the recovered last segment
 			require.NoError(t, l.Close())
 			_, r, _ = openLog(t, fs, Options{Sync: mode})
@@ -96,13 +122,7 @@ func TestLogSegments(t *testing.T) {
 	fs := OSFS{Dir: t.TempDir()}
 	opts := Options{SegmentSize: 4096}
 	l, _, _ := openLog(t, fs, opts)
-	var segs []uint64
-	for i := range 400 {
-		lsn, seg, err := l.Append(record(i))
-		require.NoError(t, err)
-		require.NoError(t, l.Wait(t.Context(), lsn))
-		segs = append(segs, seg)
-	}
+	segs := appendEach(t, l, 400)
 	require.NoError(t, l.Close())
 	names, err := fs.List()
 	require.NoError(t, err)
@@ -137,7 +157,8 @@ func TestLogSegments(t *testing.T) {
 	require.NoError(t, l.Sync())
 	names, err = fs.List()
 	require.NoError(t, err)
-	require.Equal(t, []string{segmentName(segs[len(segs)-1])}, names, "all but the last")
+	require.Len(t, names, 1, "all but the last")
+	require.Equal(t, segmentName(l.fileSeg), names[0])
 	require.NoError(t, l.Close())
 }
 
@@ -191,144 +212,6 @@ func TestLogRemovesBesideTheWriter(t *testing.T) {
 			require.Equal(t, record(200), r.recs[len(r.recs)-1])
 		})
 	}
-}
-
-// corrupt flips one byte of a segment file at offset off (from the end when negative).
-func corrupt(t *testing.T, fs OSFS, seg uint64, off int64) {
-	t.Helper()
-	path := filepath.Join(fs.Dir, segmentName(seg))
-	data, err := os.ReadFile(path)
-	require.NoError(t, err)
-	if off < 0 {
-		off += int64(len(data))
-	}
-	data[off] ^= 0x40
-	require.NoError(t, os.WriteFile(path, data, 0o644))
-}
-
-func TestLogTornTail(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		tear func(t *testing.T, path string)
-	}{
-		{"half a batch", func(t *testing.T, path string) {
-			data, err := os.ReadFile(path)
-			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(path, data[:len(data)-5], 0o644))
-		}},
-		{"garbage", func(t *testing.T, path string) {
-			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-			require.NoError(t, err)
-			_, err = f.Write([]byte{200, 1, 0, 0, 9, 9, 9, 9, 1, 2, 3})
-			require.NoError(t, err)
-			require.NoError(t, f.Close())
-		}},
-		{"zeros", func(t *testing.T, path string) {
-			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-			require.NoError(t, err)
-			_, err = f.Write(make([]byte, 4096))
-			require.NoError(t, err)
-			require.NoError(t, f.Close())
-		}},
-		{"a flipped bit in the last batch", func(t *testing.T, path string) {
-			data, err := os.ReadFile(path)
-			require.NoError(t, err)
-			data[len(data)-3] ^= 1
-			require.NoError(t, os.WriteFile(path, data, 0o644))
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fs := OSFS{Dir: t.TempDir()}
-			l, _, _ := openLog(t, fs, Options{})
-			appendAll(t, l, 0, 50, 10)
-			require.NoError(t, l.Close())
-			tc.tear(t, filepath.Join(fs.Dir, segmentName(1)))
-
-			l, r, rec := openLog(t, fs, Options{})
-			require.NotNil(t, rec.Truncated, "a torn tail is reported")
-			require.Equal(t, segmentName(1), rec.Truncated.File)
-			want := 50
-			if tc.name != "garbage" && tc.name != "zeros" {
-				want = 40 // the last batch was torn
-			}
-			requireRecords(t, r, want)
-			appendAll(t, l, want, want+10, 5)
-			require.NoError(t, l.Close())
-			_, r, rec = openLog(t, fs, Options{})
-			require.Nil(t, rec.Truncated, "cut once, clean after")
-			requireRecords(t, r, want+10)
-		})
-	}
-}
-
-func TestLogCorruption(t *testing.T) {
-	setup := func(t *testing.T) OSFS {
-		fs := OSFS{Dir: t.TempDir()}
-		l, _, _ := openLog(t, fs, Options{SegmentSize: 2048})
-		appendAll(t, l, 0, 200, 4)
-		require.NoError(t, l.Close())
-		return fs
-	}
-	t.Run("an earlier segment", func(t *testing.T) {
-		fs := setup(t)
-		corrupt(t, fs, 2, headerSize+frameSize+3)
-		_, _, err := Open(fs, Options{}, func(uint64, []byte) error { return nil })
-		require.ErrorIs(t, err, ErrCorrupt)
-		require.ErrorContains(t, err, segmentName(2))
-		require.ErrorContains(t, err, fmt.Sprintf("offset %d", headerSize))
-
-		l, r, rec := openLog(t, fs, Options{Salvage: true})
-		require.Len(t, rec.Skipped, 1)
-		require.Equal(t, segmentName(2), rec.Skipped[0].File)
-		require.Less(t, len(r.recs), 200)
-		require.Greater(t, len(r.recs), 190, "one batch lost, the rest kept")
-		require.NoError(t, l.Close())
-	})
-	t.Run("the last segment, before good batches", func(t *testing.T) {
-		fs := setup(t)
-		names, err := fs.List()
-		require.NoError(t, err)
-		last, _ := segmentNumber(names[len(names)-1])
-		corrupt(t, fs, last, headerSize+frameSize+1)
-		l, r, rec := openLog(t, fs, Options{})
-		require.NotNil(t, rec.Truncated, "cut at the damage, as after a power loss")
-		require.Equal(t, int64(headerSize), rec.Truncated.Offset)
-		require.Positive(t, rec.Truncated.GoodAfter, "and the batches after it are counted")
-		require.Less(t, len(r.recs), 200)
-		requireRecords(t, r, len(r.recs))
-		require.NoError(t, l.Close())
-	})
-	t.Run("a bad header", func(t *testing.T) {
-		fs := setup(t)
-		corrupt(t, fs, 1, 9) // the segment number
-		_, _, err := Open(fs, Options{}, func(uint64, []byte) error { return nil })
-		require.ErrorIs(t, err, ErrCorrupt)
-		require.ErrorContains(t, err, segmentName(1))
-	})
-	t.Run("a bad header of the last segment", func(t *testing.T) {
-		// Nothing in it was synced (a sync covers the header): it is cut, not refused.
-		fs := setup(t)
-		names, err := fs.List()
-		require.NoError(t, err)
-		last, _ := segmentNumber(names[len(names)-1])
-		corrupt(t, fs, last, 3) // the magic
-		l, r, rec := openLog(t, fs, Options{})
-		require.NotNil(t, rec.Truncated)
-		require.Equal(t, int64(0), rec.Truncated.Offset)
-		require.Positive(t, rec.Truncated.GoodAfter)
-		require.Less(t, len(r.recs), 200)
-		appendAll(t, l, 300, 310, 5)
-		require.NoError(t, l.Close())
-		_, r2, rec := openLog(t, fs, Options{})
-		require.Nil(t, rec.Truncated, "written again with a header")
-		require.Equal(t, len(r.recs)+10, len(r2.recs))
-	})
-	t.Run("replay fails", func(t *testing.T) {
-		fs := setup(t)
-		boom := errors.New("boom")
-		_, _, err := Open(fs, Options{}, func(uint64, []byte) error { return boom })
-		require.ErrorIs(t, err, boom)
-	})
 }
 
 // countingFS counts the syncs of its files, and calls hook (if set) before each; and counts
@@ -473,6 +356,10 @@ func TestLogGroupCommit(t *testing.T) {
 	}
 }
 
+// closeSyncs is how many syncs Close does after writes: the last segment, its seal (Close
+// seals it), the header of the empty segment after it.
+const closeSyncs = 3
+
 func TestLogSyncInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var syncs atomic.Int64
@@ -488,7 +375,7 @@ func TestLogSyncInterval(t *testing.T) {
 		require.Equal(t, base+1, syncs.Load(), "idle: no timer runs")
 		appendAll(t, l, 10, 11, 1)
 		require.NoError(t, l.Close())
-		require.Equal(t, base+2, syncs.Load(), "Close syncs")
+		require.Equal(t, base+1+closeSyncs, syncs.Load(), "Close syncs")
 	})
 }
 
@@ -500,56 +387,7 @@ func TestLogSyncNever(t *testing.T) {
 	appendAll(t, l, 0, 100, 1)
 	require.Equal(t, base, syncs.Load())
 	require.NoError(t, l.Close())
-	require.Equal(t, base+1, syncs.Load(), "Close syncs")
-}
-
-// FuzzRecover: whatever a segment holds, Open returns an error or records, and never panics;
-// what it returns once it opens again (after cutting a torn tail) is what it returned the
-// first time.
-func FuzzRecover(f *testing.F) {
-	fs := OSFS{Dir: f.TempDir()}
-	l, _, err := Open(fs, Options{}, func(uint64, []byte) error { return nil })
-	if err != nil {
-		f.Fatal(err)
-	}
-	for i := range 5 {
-		lsn, _, _ := l.Append(record(i), record(i+1))
-		if err := l.Wait(f.Context(), lsn); err != nil {
-			f.Fatal(err)
-		}
-	}
-	if err := l.Close(); err != nil {
-		f.Fatal(err)
-	}
-	good, err := os.ReadFile(filepath.Join(fs.Dir, segmentName(1)))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(good, false)
-	f.Add(good[:len(good)-7], false)
-	f.Add(append(bytes.Clone(good), 1, 2, 3), true)
-	f.Add(good[:headerSize], false)
-	f.Fuzz(func(t *testing.T, data []byte, salvage bool) {
-		fs := NewMemFS()
-		seg, err := fs.Create(segmentName(1))
-		require.NoError(t, err)
-		_, err = seg.Write(data)
-		require.NoError(t, err)
-		require.NoError(t, seg.Close())
-		var first replayed
-		l, _, err := Open(fs, Options{Salvage: salvage}, first.add)
-		if err != nil {
-			require.ErrorIs(t, err, ErrCorrupt)
-			return
-		}
-		require.NoError(t, l.Close())
-		var again replayed
-		l, rec, err := Open(fs, Options{Salvage: salvage}, again.add)
-		require.NoError(t, err)
-		require.Nil(t, rec.Truncated)
-		require.Equal(t, first.recs, again.recs)
-		require.NoError(t, l.Close())
-	})
+	require.Equal(t, base+closeSyncs, syncs.Load(), "Close syncs")
 }
 
 // TestLogRandomBatches appends random records in random batches from a few writers and
@@ -677,7 +515,7 @@ func TestLogCrashes(t *testing.T) {
 					require.NoError(t, l2.Wait(t.Context(), lsn))
 					require.NoError(t, l2.Close())
 					_, r, rec := openLog(t, fs, opts)
-					require.Nil(t, rec.Truncated)
+					require.Empty(t, rec.Cut)
 					requireRecords(t, r, len(r.recs))
 				}
 			})

@@ -35,6 +35,20 @@ func noSpace(err error) bool {
 	return errors.Is(err, ErrNoSpace) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
+// stalls reports whether err, which stopped a writer's turn, stalls the log rather than failing
+// it: a write's want of space, not a sync's (see ErrFailed).
+func stalls(err error) bool {
+	var se syncError
+	return noSpace(err) && !errors.As(err, &se)
+}
+
+// syncError is the error of an fsync the writer ran (a rotation's): it fails the log whatever
+// its cause, ENOSPC included, since the pages it could not write back may be gone.
+type syncError struct{ err error }
+
+func (e syncError) Error() string { return e.err.Error() }
+func (e syncError) Unwrap() error { return e.err }
+
 // stallLocked stalls the log after a write failed with err for want of space, and arms the
 // retrier. The caller holds mu.
 func (l *Log) stallLocked(err error) {

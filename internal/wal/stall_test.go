@@ -41,6 +41,22 @@ func (s *stallLog) heard() []error {
 	return append([]error(nil), s.told...)
 }
 
+// requireCrashOpens checks that mem, crashed now in each of modes (with the disk's room back),
+// opens without Salvage with nothing cut or skipped, and holds records 0 to n-1.
+func requireCrashOpens(t *testing.T, mem *MemFS, n int, modes ...CrashMode) {
+	t.Helper()
+	for _, mode := range modes {
+		fs := mem.Clone()
+		fs.Crash(mode, nil)
+		fs.Capacity(-1)
+		l, r, rec := openLog(t, fs, Options{})
+		require.Empty(t, rec.Cut, mode)
+		require.Empty(t, rec.Skipped, mode)
+		requireRecords(t, r, n)
+		require.NoError(t, l.Close())
+	}
+}
+
 // waitFor waits for lsn on a goroutine of its own, and returns where its result goes.
 func waitFor(ctx context.Context, l *Log, lsn LSN) <-chan error {
 	c := make(chan error, 1)
@@ -118,37 +134,74 @@ func TestLogStallResumes(t *testing.T) {
 		require.NoError(t, l.Close())
 		_, r, rec := openLog(t, l.mem, Options{})
 		requireRecords(t, r, 12)
-		require.Nil(t, rec.Truncated, "nothing torn was left")
+		require.Empty(t, rec.Cut, "nothing torn was left")
 	})
 }
 
-// TestLogStallNewSegment: a segment whose header finds no space is removed again, and started
-// again when the log resumes; the segment before it was synced whole before the log moved on.
+// TestLogStallNewSegment: moving to a new segment, the log creates it (header) and then seals
+// the one before; if either finds no space, the new segment is removed again and the one before
+// is left as it was, unsealed and the last (the seal's torn part cut off), so that a crash now
+// opens as if the move had not begun; the move starts again when the log resumes.
 func TestLogStallNewSegment(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		room int64 // bytes free when the move begins
+	}{
+		{"the header", 4},
+		{"the seal", headerSize + 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := openStallLog(t, Options{Sync: SyncNever, SegmentSize: 512})
+				appendAll(t, l.Log, 0, 3, 1)
+				before := l.mem.Contents(segmentName(1))
+				l.mem.Capacity(l.mem.Used() + tc.room)
+				lsn, _, err := l.Append(make([]byte, 500))
+				require.NoError(t, err)
+				done := waitFor(t.Context(), l.Log, lsn)
+				synctest.Wait()
+				requirePending(t, done, "stalled")
+				require.ErrorIs(t, l.Err(), ErrStalled)
+				names, err := l.mem.List()
+				require.NoError(t, err)
+				require.Equal(t, []string{segmentName(1)}, names, "the segment that could not start is gone")
+				require.Equal(t, before, l.mem.Contents(segmentName(1)), "the segment left is as it was: no seal, nothing torn")
+
+				requireCrashOpens(t, l.mem, 3, KeepWritten)
+
+				l.mem.Capacity(-1)
+				time.Sleep(10 * time.Millisecond)
+				synctest.Wait()
+				require.NoError(t, <-done)
+				require.NoError(t, l.Close())
+				_, r, rec := openLog(t, l.mem, Options{})
+				require.Empty(t, rec.Cut)
+				require.Len(t, r.recs, 4)
+				require.Equal(t, []uint64{1, 1, 1, 2}, r.segs)
+			})
+		})
+	}
+}
+
+// TestLogRotationSyncNoSpace: the fsync a move to a new segment makes of the segment it leaves
+// fails the log when it finds no space, as every failed fsync does: the pages it could not
+// write back may be gone, so it is no stall to wait out. (It stalled the log, whose retry then
+// synced what was left and confirmed records the failed fsync had dropped.)
+func TestLogRotationSyncNoSpace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := openStallLog(t, Options{Sync: SyncNever, SegmentSize: 512})
 		appendAll(t, l.Log, 0, 3, 1)
-		l.mem.Capacity(l.mem.Used() + 4) // not even a header
+		l.mem.FailSync(0, ErrNoSpace, DropUnsynced)
 		lsn, _, err := l.Append(make([]byte, 500))
 		require.NoError(t, err)
 		done := waitFor(t.Context(), l.Log, lsn)
+		time.Sleep(time.Second)
 		synctest.Wait()
-		requirePending(t, done, "stalled")
-		require.ErrorIs(t, l.Err(), ErrStalled)
-		names, err := l.mem.List()
-		require.NoError(t, err)
-		require.Equal(t, []string{segmentName(1)}, names, "the segment that could not start is gone")
-		require.Equal(t, l.mem.Contents(segmentName(1)), l.mem.Synced(segmentName(1)), "the segment left is synced whole")
-
-		l.mem.Capacity(-1)
-		time.Sleep(10 * time.Millisecond)
-		synctest.Wait()
-		require.NoError(t, <-done)
-		require.NoError(t, l.Close())
-		_, r, rec := openLog(t, l.mem, Options{})
-		require.Nil(t, rec.Truncated)
-		require.Len(t, r.recs, 4)
-		require.Equal(t, []uint64{1, 1, 1, 2}, r.segs)
+		err = <-done
+		require.ErrorIs(t, err, ErrFailed)
+		require.ErrorIs(t, err, ErrNoSpace)
+		require.False(t, errors.Is(l.Err(), ErrStalled), "a failure, not a stall")
+		require.ErrorIs(t, l.Close(), ErrFailed)
 	})
 }
 
@@ -183,9 +236,87 @@ func TestLogCloseStalled(t *testing.T) {
 				}
 				require.ErrorIs(t, l.Err(), map[bool]error{true: ErrClosed, false: ErrFailed}[space])
 				_, r, rec := openLog(t, l.mem, Options{})
-				require.Nil(t, rec.Truncated)
+				require.Empty(t, rec.Cut)
 				requireRecords(t, r, map[bool]int{true: 6, false: 5}[space])
 			})
 		})
 	}
+}
+
+// TestLogCloseFull: everything is written and synced, and Close's seal (the empty segment's
+// header, or the seal itself) finds no space: Close fails with the want of space, loses nothing,
+// and leaves the log as a crash would, which opens whole without Salvage, the crash or not.
+func TestLogCloseFull(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		room int64
+	}{
+		{"the next header", 0},
+		{"the seal", headerSize + 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := openStallLog(t, Options{Sync: SyncAlways})
+				appendAll(t, l.Log, 0, 5, 1)
+				l.mem.Capacity(l.mem.Used() + tc.room)
+				err := l.Close()
+				require.ErrorIs(t, err, ErrFailed)
+				require.ErrorIs(t, err, ErrNoSpace)
+				require.Len(t, l.heard(), 0, "no stall: nothing was left to write")
+				names, err := l.mem.List()
+				require.NoError(t, err)
+				require.Equal(t, []string{segmentName(1)}, names, "the segment that could not start is gone")
+
+				requireCrashOpens(t, l.mem, 5, KeepWritten, KeepSynced)
+			})
+		})
+	}
+}
+
+// TestLogStallRelease: segments released go only after a synced start batch says the log
+// starts after them; when that start batch finds no space, the log stalls and removes nothing
+// (a crash then opens the whole log, none of it missing), and once it resumes the start batch is
+// written and the segments go, with nothing asking for them again.
+func TestLogStallRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := openStallLog(t, Options{Sync: SyncAlways, SegmentSize: 1024})
+		segs := appendEach(t, l.Log, 80)
+		last := segs[len(segs)-1]
+		require.Greater(t, last, uint64(3))
+		require.NoError(t, l.Sync())
+		names, err := l.mem.List()
+		require.NoError(t, err)
+
+		l.mem.Capacity(l.mem.Used() + 5) // the start batch's first 5 bytes fit
+		l.ReleaseBelow(3)
+		time.Sleep(time.Millisecond) // the remover
+		synctest.Wait()
+		require.ErrorIs(t, l.Err(), ErrStalled, "the start batch found no space")
+		after, err := l.mem.List()
+		require.NoError(t, err)
+		require.Equal(t, names, after, "nothing removed while its start batch is not written")
+		require.ErrorIs(t, l.Sync(), ErrStalled, "Sync cannot remove them either, and says why")
+		requireCrashOpens(t, l.mem, 80, KeepWritten, KeepSynced)
+
+		l.mem.Capacity(-1)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, l.Err(), "resumed")
+		after, err = l.mem.List()
+		require.NoError(t, err)
+		require.Equal(t, names[2:], after, "released segments go once the log resumes")
+		require.NoError(t, l.Close())
+
+		_, r, rec := openLog(t, l.mem, Options{})
+		require.Empty(t, rec.Cut)
+		require.Empty(t, rec.Skipped)
+		want := 0
+		for _, s := range segs {
+			if s >= 3 {
+				want++
+			}
+		}
+		require.Len(t, r.recs, want)
+		require.Equal(t, record(80-want), r.recs[0])
+	})
 }
