@@ -317,6 +317,47 @@ func TestConnectionBlocked(t *testing.T) {
 	require.True(t, next().Active)
 }
 
+// A publish that waits for the broker's memory alarm to clear blocks its connection with
+// RabbitMQ's reason, "low on memory"; it goes on, and the connection is unblocked, once
+// consumers bring the broker back within its budget.
+func TestConnectionBlockedOnMemory(t *testing.T) {
+	b := warren.New(warren.WithMemoryLimit(1)) // one message sets the alarm
+	defer b.Close()
+	q, err := b.DeclareQueue("q")
+	require.NoError(t, err)
+	conn := dial(t, b)
+	blockings := conn.NotifyBlocked(make(chan amqp091.Blocking, 2))
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Confirm(false))
+	confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, 2))
+	ctx := context.Background()
+	for _, body := range []string{"1", "2"} {
+		require.NoError(t, ch.PublishWithContext(ctx, "", "q", false, false, amqp091.Publishing{Body: []byte(body)}))
+	}
+	next := func() amqp091.Blocking {
+		select {
+		case bl := <-blockings:
+			return bl
+		case <-time.After(5 * time.Second):
+			t.Fatal("no connection.blocked/unblocked")
+			return amqp091.Blocking{}
+		}
+	}
+	bl := next()
+	require.True(t, bl.Active)
+	require.Equal(t, "low on memory", bl.Reason)
+	require.True(t, b.Memory().Alarm)
+	require.True(t, (<-confirms).Ack, "the first went in")
+	require.Equal(t, 1, q.Len(), "the second waits")
+	d, err := q.Get(ctx, warren.AutoAck())
+	require.NoError(t, err)
+	require.Equal(t, "1", string(d.Message.Body))
+	require.False(t, next().Active)
+	require.True(t, (<-confirms).Ack, "the second went in once the first was consumed")
+	require.Equal(t, 1, q.Len())
+}
+
 // The server speaks TLS when given a configuration (amqps).
 func TestTLS(t *testing.T) {
 	b := warren.New()
