@@ -279,6 +279,18 @@ func TestProtocolHeader(t *testing.T) {
 	require.Equal(t, "AMQP\x00\x00\x09\x01", string(got))
 }
 
+// nextBlocking returns the next connection.blocked or connection.unblocked the client heard.
+func nextBlocking(t *testing.T, blockings <-chan amqp091.Blocking) amqp091.Blocking {
+	t.Helper()
+	select {
+	case bl := <-blockings:
+		return bl
+	case <-time.After(5 * time.Second):
+		t.Fatal("no connection.blocked/unblocked")
+		return amqp091.Blocking{}
+	}
+}
+
 // A publish that waits for room in a full Block queue blocks its connection:
 // connection.blocked, then connection.unblocked once it got room.
 func TestConnectionBlocked(t *testing.T) {
@@ -294,15 +306,7 @@ func TestConnectionBlocked(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, ch.PublishWithContext(ctx, "", "bounded", false, false, amqp091.Publishing{Body: []byte("1")}))
 	require.NoError(t, ch.PublishWithContext(ctx, "", "bounded", false, false, amqp091.Publishing{Body: []byte("2")}))
-	next := func() amqp091.Blocking {
-		select {
-		case bl := <-blockings:
-			return bl
-		case <-time.After(5 * time.Second):
-			t.Fatal("no connection.blocked/unblocked")
-			return amqp091.Blocking{}
-		}
-	}
+	next := func() amqp091.Blocking { return nextBlocking(t, blockings) }
 	bl := next()
 	require.True(t, bl.Active)
 	require.Contains(t, bl.Reason, "block")
@@ -335,15 +339,7 @@ func TestConnectionBlockedOnMemory(t *testing.T) {
 	for _, body := range []string{"1", "2"} {
 		require.NoError(t, ch.PublishWithContext(ctx, "", "q", false, false, amqp091.Publishing{Body: []byte(body)}))
 	}
-	next := func() amqp091.Blocking {
-		select {
-		case bl := <-blockings:
-			return bl
-		case <-time.After(5 * time.Second):
-			t.Fatal("no connection.blocked/unblocked")
-			return amqp091.Blocking{}
-		}
-	}
+	next := func() amqp091.Blocking { return nextBlocking(t, blockings) }
 	bl := next()
 	require.True(t, bl.Active)
 	require.Equal(t, "low on memory", bl.Reason)
