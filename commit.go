@@ -53,9 +53,9 @@ func (q *Queue) commit() (lsn wal.LSN) {
 		q.cfg.alerts.Age > 0 || q.core.gets.live > 0 && q.cfg.ackTimeout > 0 || q.roomDue != 0 {
 		q.armLocked()
 	}
-	if d := q.core.held - q.heldAdded; d != 0 {
-		q.heldAdded = q.core.held
-		q.b.mem.add(d)
+	if used := q.core.held - q.core.ready.paged.footprint(); used != q.heldAdded {
+		q.b.mem.add(used - q.heldAdded)
+		q.heldAdded = used
 	}
 	if len(q.blocked) > 0 && q.core.room(q.blocked[0].need) {
 		close(q.blocked[0].ready) // the first waiting publisher tries again

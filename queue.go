@@ -32,7 +32,7 @@ type Queue struct {
 	timerAt     int64              // the deadline the timer is armed for; 0 when stopped
 	flushing    bool               // a goroutine is applying effects (see commit)
 	flushedDead uint64             // dead letters published (or discarded by the queue's end), of core.queuedDead
-	heldAdded   int64              // the part of core.held added to the broker's memory budget (commit)
+	heldAdded   int64              // what the queue's messages take in memory, as last added to the broker's memory budget (commit)
 	flushed     sync.Cond          // on mu: flushedDead grew
 	blocked     []blockedPublisher // publishers waiting for room (Block), first come first woken
 	lastUsed    int64              // when the queue was last used, for Expires
