@@ -35,6 +35,10 @@ func (q *Queue) commit() (lsn wal.LSN) {
 		// Under mu, so that the log's order is the critical sections'.
 		lsn = q.b.store.logEffects(q, q.core.effects[q.log.logged:])
 		q.log.logged = len(q.core.effects)
+		q.core.ready.placePending(uint64(lsn))
+	}
+	if len(q.core.ready.paged.dropped) > 0 && q.log != nil {
+		q.settleDroppedLocked()
 	}
 	if q.panics != nil {
 		defer q.logPanics(q.panics) // after mu is released
@@ -49,7 +53,7 @@ func (q *Queue) commit() (lsn wal.LSN) {
 			q.doomed = nil
 		}
 	}
-	if q.timerAt != 0 || q.core.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.core.delayed != nil || q.ackTimed > 0 ||
+	if q.timerAt != 0 || q.core.ready.expiries.Len() > 0 || q.core.ready.paged.n > 0 || q.cfg.expires > 0 || q.core.delayed != nil || q.ackTimed > 0 ||
 		q.cfg.alerts.Age > 0 || q.core.gets.live > 0 && q.cfg.ackTimeout > 0 || q.roomDue != 0 {
 		q.armLocked()
 	}

@@ -335,7 +335,7 @@ func (c *queueCore) take() (entry, bool) {
 func (c *queueCore) takeBefore(before uint64) (entry, bool) {
 	for from := uint64(0); ; {
 		var first entry // its env nil: none (ascend yields live entries only)
-		c.ready.ascend(from, func(e entry) bool {
+		c.ready.ascendWithPaged(from, func(e entry) bool {
 			first = e
 			return false
 		})
@@ -349,7 +349,10 @@ func (c *queueCore) takeBefore(before uint64) (entry, bool) {
 			from = uint64(first.rank+1) << seqBits
 			continue
 		}
-		e, _ := c.ready.remove(first.key())
+		e, ok := c.ready.removeWithPaged(first.key())
+		if !ok { // a chunk that cannot be read back: the move stops there
+			return entry{}, false
+		}
 		if !c.expired(e) {
 			return e, true
 		}
@@ -392,6 +395,7 @@ func (c *queueCore) purge(reason Reason) int {
 		c.count(EventDropped, reason, uint64(n))
 		c.held -= c.ready.footprint()
 	}
+	c.ready.paged.why = reason
 	c.ready.clear()
 	return n
 }

@@ -1062,23 +1062,11 @@ func (r *coreRun) opSelect() string {
 
 // takePaged takes m out of the chunk it is paged in, reading it back, as a selector's scan does.
 func (r *coreRun) takePaged(m *coreMsg) (entry, bool) {
-	p := &r.c.ready.paged
-	if p.n == 0 {
-		return entry{}, false
-	}
-	t := &p.levels[m.rank]
-	for i := range t.len() {
-		c := t.slot(i)
-		if !c.holds(m.seq) {
-			continue
-		}
-		ents, _ := r.readChunk(m.rank, c)
-		taken, ok := r.c.ready.takeFromChunk(m.rank, c.firstKey(m.rank), ents, func(e entry) bool { return e.seq == m.seq })
-		holds(r.t, ok && len(taken) == 1, "take %d from its chunk", m.seq)
+	e, ok := r.c.ready.takePaged(entry{seq: m.seq, rank: m.rank})
+	if ok {
 		r.cover["a selector's take off disk"]++
-		return taken[0], true
 	}
-	return entry{}, false
+	return e, ok
 }
 
 // outstanding picks an outstanding delivery and its holder; nil if there is none.
@@ -1363,14 +1351,16 @@ func (r *coreRun) opPurge() string {
 // each with an effect.
 func (r *coreRun) checkDropped(paged int) {
 	n := 0
-	for _, c := range r.c.ready.takeDropped() {
+	chunks, _ := r.c.ready.takeDropped()
+	for _, c := range chunks {
 		n += c.n
 	}
 	if r.observed {
 		paged = 0
 	}
 	eq(r.t, paged, n, "messages in the chunks let go of")
-	eq(r.t, 0, len(r.c.ready.takeDropped()), "chunks let go of, once taken")
+	chunks, _ = r.c.ready.takeDropped()
+	eq(r.t, 0, len(chunks), "chunks let go of, once taken")
 }
 
 // opEnd ends the queue, sometimes right after other operations whose effects (dead letters) the

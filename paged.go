@@ -1,6 +1,7 @@
 package warren
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -34,9 +35,17 @@ import (
 
 // pageLoc is where a chunk's messages can be read back: the shell's business, kept by the core.
 type pageLoc struct {
-	seg uint64 // the log segment their records are in: a chunk never spans two
+	seg uint64 // the log segment their records are in: a chunk never spans two; 0: pending
 	lsn uint64 // the log position after its newest record, to wait for before reading it
 }
+
+// A chunk paged out in a critical section is pending (its loc.seg 0) until the section's commit
+// has logged its messages' records: only then is their segment known. Until then the envelopes
+// stay in pagedTails.pending, from which a read in the same section takes them, and the chunk
+// takes only messages of the same section (a pending chunk extends only a pending one). commit
+// then places the chunk (placePending), and merges it into the chunk before it when they are in
+// one segment and one run of the level's admissions. A chunk whose records the log did not take
+// (a failed log) stays pending, its envelopes in memory.
 
 // chunk describes paged messages of one level, consecutive in that level's order.
 type chunk struct {
@@ -47,7 +56,9 @@ type chunk struct {
 	deadline    int64    // the earliest deadline among them; 0 for none
 	loc         pageLoc  // where to read them
 	gone        []uint64 // sequence ids in (first, last] taken out since they were paged, ascending
-	admit       uint64   // its level's admissions when last was paged out (pagedTails.admits)
+	admit0      uint64   // its level's admissions when first was paged out (pagedTails.admits)
+	admit       uint64   // and when last was
+	disk        int64    // the bytes of its live messages' records, for the store's liveness
 }
 
 // firstKey is the key of the chunk's first live message, at rank.
@@ -82,9 +93,12 @@ type pagedTails struct {
 	// the pager, set by whoever sets window. An error leaves the chunk paged, and is kept in err.
 	read func(rank uint8, c *chunk) ([]entry, error)
 	err  error // the last read's error, nil once a read succeeds
+	// pending are the messages of pending chunks, with their envelopes, in the order paged
+	pending []entry
 	// dropped are chunks let go of whole (a purge, the queue's end), whose messages the shell
 	// settles on disk; it takes them (takeDropped).
 	dropped []chunk
+	why     Reason // why the last were: the purge's or the end's reason
 }
 
 // footprint returns the paged messages' footprint (memory.go): what they would take in memory.
@@ -121,14 +135,20 @@ func (r *readySet) pageOut(e entry, loc pageLoc) {
 		}
 	}
 	if c == nil {
-		t.push(chunk{first: e.seq, loc: loc})
+		t.push(chunk{first: e.seq, loc: loc, admit0: admit})
 		c = t.slot(t.len() - 1)
+	}
+	if loc.seg == 0 {
+		p.pending = append(p.pending, e)
 	}
 	r.unindexChunk(e.rank, c)
 	c.last, c.n, c.loc.lsn, c.admit = e.seq, c.n+1, max(c.loc.lsn, loc.lsn), admit
 	size := int64(int(e.env.size))
 	c.bytes += size
 	c.extra += e.env.overhead()
+	if loc.seg != 0 {
+		c.disk += recordSize(e)
+	}
 	if e.deadline != 0 && (c.deadline == 0 || e.deadline < c.deadline) {
 		c.deadline = e.deadline
 	}
@@ -287,6 +307,9 @@ func (r *readySet) takeFromChunk(rank uint8, first uint64, ents []entry, take fu
 	r.unindexChunk(rank, c)
 	for _, e := range taken {
 		size := int64(int(e.env.size))
+		if c.loc.seg != 0 {
+			c.disk -= recordSize(e)
+		}
 		c.bytes -= size
 		c.extra -= e.env.overhead()
 		p.bytes -= size
@@ -350,11 +373,12 @@ func (r *readySet) dropPaged() []chunk {
 	return all
 }
 
-// takeDropped returns and forgets the chunks let go of whole since it was last called.
-func (r *readySet) takeDropped() []chunk {
+// takeDropped returns and forgets the chunks let go of whole since it was last called, and why
+// they were.
+func (r *readySet) takeDropped() ([]chunk, Reason) {
 	d := r.paged.dropped
 	r.paged.dropped = nil
-	return d
+	return d, r.paged.why
 }
 
 // fault brings into memory the chunk popMin is held up by, reading it through the pager, and
@@ -364,7 +388,7 @@ func (r *readySet) fault() bool {
 	if !ok || r.paged.read == nil {
 		return false
 	}
-	ents, err := r.paged.read(rank, r.firstChunk(rank))
+	ents, err := r.readChunk(rank, r.firstChunk(rank))
 	r.paged.err = err
 	return err == nil && r.pageIn(rank, ents)
 }
@@ -373,9 +397,9 @@ func (r *readySet) fault() bool {
 // (an observed purge). A chunk the pager fails to read stays paged.
 func (r *readySet) pageInAll() {
 	p := &r.paged
-	for rank := 0; p.n > 0 && p.read != nil && rank < len(p.levels); rank++ {
+	for rank := 0; p.n > 0 && rank < len(p.levels); rank++ {
 		for p.levels[rank].len() > 0 {
-			ents, err := p.read(uint8(rank), r.firstChunk(uint8(rank)))
+			ents, err := r.readChunk(uint8(rank), r.firstChunk(uint8(rank)))
 			if p.err = err; err != nil || !r.pageIn(uint8(rank), ents) {
 				break
 			}
@@ -398,6 +422,9 @@ func (r *readySet) unpageNewest(e entry) bool {
 	r.unindexChunk(e.rank, last)
 	size := int64(int(e.env.size))
 	last.n--
+	if last.loc.seg != 0 {
+		last.disk -= recordSize(e)
+	}
 	last.bytes -= size
 	last.extra -= e.env.overhead()
 	last.gone = append(last.gone, e.seq) // its deadline may stay the chunk's: an early bound, made exact when it is read
@@ -422,7 +449,7 @@ const pageRetry = time.Second
 // to read stays, its error kept, and is read again after pageRetry: its messages expire late.
 func (r *readySet) readDue(now int64) []entry {
 	p := &r.paged
-	if p.n == 0 || p.read == nil {
+	if p.n == 0 {
 		return nil
 	}
 	var due []uint64 // the chunks' first keys
@@ -440,7 +467,7 @@ func (r *readySet) readDue(now int64) []entry {
 		if !ok {
 			continue
 		}
-		ents, err := p.read(rank, c)
+		ents, err := r.readChunk(rank, c)
 		p.err = err
 		if err != nil { // try again later, not at once: the timer would spin on a chunk it cannot read
 			r.unindexChunk(rank, c)
@@ -452,4 +479,208 @@ func (r *readySet) readDue(now int64) []entry {
 		taken = append(taken, t...)
 	}
 	return taken
+}
+
+// recordSize returns the bytes of e's record in the log, as the store counts them; 0 before it
+// is logged.
+func recordSize(e entry) int64 {
+	if e.env.more == nil {
+		return 0
+	}
+	return e.env.more.size
+}
+
+// readChunk reads rank's chunk c back: a pending chunk from pending, else through the pager.
+func (r *readySet) readChunk(rank uint8, c *chunk) ([]entry, error) {
+	if c.loc.seg != 0 {
+		if r.paged.read == nil {
+			return nil, errNoPager
+		}
+		return r.paged.read(rank, c)
+	}
+	var ents []entry
+	for _, e := range r.paged.pending {
+		if e.rank == rank && c.holds(e.seq) {
+			ents = append(ents, e)
+		}
+	}
+	return ents, nil
+}
+
+// errNoPager is a read of a chunk on disk by a set given no pager: it cannot happen.
+var errNoPager = errorf("%w: a paged chunk but no pager", ErrStorage)
+
+// placePending places the pending chunks now that commit logged their messages' records, up to
+// the log position lsn: each message's envelope says its segment and record size (store.go).
+// A chunk whose messages the log did not take stays pending.
+func (r *readySet) placePending(lsn uint64) {
+	p := &r.paged
+	if len(p.pending) == 0 {
+		return
+	}
+	var kept []entry
+	for rank := range p.levels {
+		t := &p.levels[rank]
+		// The pending chunks are the last of their tail (a pending chunk is made after the
+		// others), but for those left pending by a failed log, which may be anywhere.
+		for i := t.len() - 1; i >= 0; i-- {
+			c := t.slot(i)
+			if c.loc.seg != 0 {
+				continue
+			}
+			var seg uint64
+			var disk int64
+			placed := true
+			var mine []entry
+			for _, e := range p.pending {
+				if e.rank != uint8(rank) || !c.holds(e.seq) {
+					continue
+				}
+				mine = append(mine, e)
+				if e.env.more == nil || e.env.more.seg == 0 || seg != 0 && e.env.more.seg != seg {
+					placed = false
+				}
+				if e.env.more != nil {
+					seg = e.env.more.seg
+					disk += e.env.more.size
+				}
+			}
+			if !placed || len(mine) == 0 {
+				kept = append(kept, mine...)
+				continue
+			}
+			c.loc, c.disk = pageLoc{seg: seg, lsn: lsn}, disk
+			r.mergeBack(uint8(rank), i)
+		}
+	}
+	if kept != nil {
+		slices.SortFunc(kept, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	}
+	clear(p.pending)
+	p.pending = append(p.pending[:0], kept...)
+}
+
+// mergeBack merges rank's chunk i, just placed, into the chunk before it, if they are in one
+// segment, one run of the level's admissions, and a chunk's size.
+func (r *readySet) mergeBack(rank uint8, i int) {
+	t := &r.paged.levels[rank]
+	if i == 0 || i != t.len()-1 {
+		return
+	}
+	c, prev := t.slot(i), t.slot(i-1)
+	if prev.loc.seg != c.loc.seg || prev.admit+1 != c.admit0 || prev.n+c.n > r.paged.maxChunk() {
+		return
+	}
+	r.unindexChunk(rank, prev)
+	r.unindexChunk(rank, c)
+	prev.last, prev.n, prev.admit = c.last, prev.n+c.n, c.admit
+	prev.bytes += c.bytes
+	prev.extra += c.extra
+	prev.disk += c.disk
+	prev.loc.lsn = max(prev.loc.lsn, c.loc.lsn)
+	if c.deadline != 0 && (prev.deadline == 0 || c.deadline < prev.deadline) {
+		prev.deadline = c.deadline
+	}
+	prev.gone = append(prev.gone, c.gone...)
+	t.popBack()
+	r.indexChunk(rank, prev)
+}
+
+// scanWithPaged is scanRank over the paged messages too: it calls fn for each ready entry of rank
+// with a key of at least from, in order, those on disk read back (and left there) a chunk at a
+// time, until fn returns false; it reports whether fn never did. A chunk that cannot be read
+// stops it, with the pager's error.
+func (r *readySet) scanWithPaged(rank uint8, from uint64, fn func(entry) bool) (bool, error) {
+	p := &r.paged
+	if p.n == 0 || int(rank) >= len(p.levels) || p.levels[rank].len() == 0 {
+		return r.scanRank(rank, from, fn), nil
+	}
+	t := &p.levels[rank]
+	ci := 0
+	for ci < t.len() && uint64(rank)<<seqBits|t.slot(ci).last < from {
+		ci++
+	}
+	var (
+		buf []entry
+		at  int
+		err error
+	)
+	next := func() (entry, bool) { // the next paged entry from from on
+		for at >= len(buf) {
+			if ci >= t.len() || err != nil {
+				return entry{}, false
+			}
+			buf, err = r.readChunk(rank, t.slot(ci))
+			ci, at = ci+1, 0
+			for at < len(buf) && buf[at].key() < from {
+				at++
+			}
+		}
+		return buf[at], true
+	}
+	stopped := false
+	r.scanRank(rank, from, func(m entry) bool {
+		for e, ok := next(); ok && e.key() < m.key(); e, ok = next() {
+			at++
+			if !fn(e) {
+				stopped = true
+				return false
+			}
+		}
+		stopped = !fn(m)
+		return !stopped
+	})
+	for e, ok := next(); ok && !stopped; e, ok = next() {
+		at++
+		stopped = !fn(e)
+	}
+	if err != nil {
+		p.err = err
+	}
+	return !stopped && err == nil, err
+}
+
+// ascendWithPaged is ascend over the paged messages too (scanWithPaged).
+func (r *readySet) ascendWithPaged(from uint64, fn func(entry) bool) error {
+	for rank := int(from >> seqBits); rank <= len(r.lower); rank++ {
+		if ok, err := r.scanWithPaged(uint8(rank), max(from, uint64(rank)<<seqBits), fn); !ok {
+			return err
+		}
+	}
+	return nil
+}
+
+// takePaged takes the paged message e (as a scan read it back) out of its chunk, reading the
+// chunk again, and returns it; false if it is not paged.
+func (r *readySet) takePaged(e entry) (entry, bool) {
+	p := &r.paged
+	if p.n == 0 || int(e.rank) >= len(p.levels) {
+		return entry{}, false
+	}
+	t := &p.levels[e.rank]
+	for i := range t.len() {
+		c := t.slot(i)
+		if !c.holds(e.seq) {
+			continue
+		}
+		ents, err := r.readChunk(e.rank, c)
+		if p.err = err; err != nil {
+			return entry{}, false
+		}
+		taken, ok := r.takeFromChunk(e.rank, c.firstKey(e.rank), ents, func(o entry) bool { return o.seq == e.seq })
+		if !ok || len(taken) != 1 {
+			return entry{}, false
+		}
+		return taken[0], true
+	}
+	return entry{}, false
+}
+
+// remove is readySet.remove over the paged messages too: a message on disk is read back and
+// taken out of its chunk.
+func (r *readySet) removeWithPaged(key uint64) (entry, bool) {
+	if e, ok := r.remove(key); ok {
+		return e, true
+	}
+	return r.takePaged(keyEntry(key))
 }
