@@ -269,3 +269,48 @@ func TestPagedReads(t *testing.T) {
 		assert.Equal(t, append(want, names(78, 100)...), browsed, "what is left, in order")
 	})
 }
+
+// TestPagedCompaction: a paged backlog in the oldest segments does not keep the log growing
+// while other messages churn through it: compaction writes its chunks again at the head, whole,
+// and the backlog is still there, in order, after a reopen.
+func TestPagedCompaction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := openTest(t, fs, pagedOptions(4)...)
+		defer b.Close()
+		ctx := context.Background()
+		jobs := durableQueue(t, b, "jobs")
+		busy := durableQueue(t, b, "busy")
+		for i := range 300 {
+			persistent(t, b, "jobs", fmt.Sprintf("job %03d", i))
+		}
+		require.Equal(t, 296, pagedLen(jobs))
+		most := 0
+		for i := range 3000 {
+			persistent(t, b, "busy", fmt.Sprintf("churn %04d", i))
+			d, err := busy.Get(ctx)
+			require.NoError(t, err)
+			require.NoError(t, d.Ack())
+			if i%100 == 99 {
+				synctest.Wait()
+				require.NoError(t, b.store.log.Sync())
+				most = max(most, len(segmentNames(t, fs)))
+			}
+		}
+		// The backlog's records take about 5 segments of 4 KiB; the churn wrote about 30.
+		assert.LessOrEqual(t, most, 16, "the log stays within twice what is live and a few segments")
+		require.Equal(t, 296, pagedLen(jobs))
+		require.NoError(t, b.Close())
+
+		b = openTest(t, fs, pagedOptions(4)...)
+		defer b.Close()
+		jobs, err := b.Queue("jobs")
+		require.NoError(t, err)
+		for i := range 300 {
+			d, err := jobs.Get(ctx)
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprintf("job %03d", i), string(d.Message.Body))
+			require.NoError(t, d.Ack())
+		}
+	})
+}
