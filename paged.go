@@ -684,3 +684,64 @@ func (r *readySet) removeWithPaged(key uint64) (entry, bool) {
 	}
 	return r.takePaged(keyEntry(key))
 }
+
+// restorePaged adds to the ready set, as the core's restore does, messages a durable queue
+// restores from the log that stay there: each newer than every message of its level restored
+// into memory, in key order, each with its envelope as made from its publish record (its
+// segment and size). Their chunks are cut at each segment and at each gap of more than
+// maxRestoreGap sequence ids in a level: the ids in a gap may be other messages of the queue
+// (settled, or in memory), so each one a chunk spans goes into its gone.
+func (c *queueCore) restorePaged(ents []entry) {
+	if len(ents) == 0 {
+		return
+	}
+	r := &c.ready
+	p := &r.paged
+	c.count(EventEnqueued, "", uint64(len(ents)))
+	for _, e := range ents {
+		c.held += e.env.footprint()
+		if p.levels == nil {
+			p.levels = make([]ring[chunk], len(r.lower)+1)
+			p.expiries = newExpiryIndex()
+			p.min = noFloor
+		}
+		t := &p.levels[e.rank]
+		var ch *chunk
+		if t.len() > 0 {
+			last := t.slot(t.len() - 1)
+			if last.loc.seg == e.env.more.seg && last.n < p.maxChunk() && e.seq-last.last <= maxRestoreGap {
+				ch = last
+				for s := last.last + 1; s < e.seq; s++ {
+					ch.gone = append(ch.gone, s)
+				}
+			}
+		}
+		if ch == nil {
+			// Restored chunks take no arriving message: their admissions are none of the level's.
+			t.push(chunk{first: e.seq, loc: pageLoc{seg: e.env.more.seg}, admit0: noAdmit, admit: noAdmit})
+			ch = t.slot(t.len() - 1)
+		}
+		r.unindexChunk(e.rank, ch)
+		size := int64(int(e.env.size))
+		ch.last, ch.n = e.seq, ch.n+1
+		ch.bytes += size
+		ch.extra += e.env.overhead()
+		ch.disk += recordSize(e)
+		if e.deadline != 0 && (ch.deadline == 0 || e.deadline < ch.deadline) {
+			ch.deadline = e.deadline
+		}
+		r.indexChunk(e.rank, ch)
+		p.n++
+		p.bytes += size
+		p.extra += e.env.overhead()
+		r.bytes += size
+		p.min = min(p.min, e.key())
+	}
+}
+
+// maxRestoreGap is the most sequence ids between two messages of a level that a chunk made at
+// restore spans: each is kept in the chunk's gone.
+const maxRestoreGap = 16
+
+// noAdmit is the admissions of a chunk made at restore: no arriving message follows it.
+const noAdmit = ^uint64(0) - 1

@@ -71,6 +71,8 @@ func TestPagedDeliversInOrder(t *testing.T) {
 		q, err := b.Queue("jobs")
 		require.NoError(t, err)
 		require.Equal(t, n/2, q.Len())
+		assert.Equal(t, n/2-8, pagedLen(q), "restored: all but the window stay on disk")
+		assert.Less(t, b.Memory().Used, int64(64<<10), "after the reopen too")
 		for i := n / 2; i < n; i++ {
 			get(q, i)
 		}
