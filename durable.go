@@ -137,7 +137,10 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	r := newReplay()
 	wopts := b.cfg.wal
 	wopts.OnStall = b.logStall
-	wopts.OnSkip = func(wal.Damage) { r.skipped() }
+	// The log keeps its options for its life: the replay must not stay reachable through this
+	// closure once Open is done with it (it held the whole backlog's bodies: 240 B a message).
+	skips := r
+	wopts.OnSkip = func(wal.Damage) { skips.skipped() } // called by wal.Open only
 	log, rec, err := wal.Open(fs, wopts, func(seg uint64, raw []byte) error {
 		rc, err := decodeRecord(raw)
 		if err != nil {
@@ -146,6 +149,7 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 		r.apply(seg, rc)
 		return nil
 	})
+	skips = nil
 	if errors.Is(err, wal.ErrCorrupt) {
 		err = errorf("%w: %w", ErrCorrupt, err)
 	}
