@@ -239,17 +239,11 @@ func TestCheckerAndOrder(t *testing.T) {
 func TestRecoverySteps(t *testing.T) {
 	const n = 3000
 	dir := t.TempDir()
-	fill, b := RunFill(dir, n)
-	if !fill.OK || b == nil {
-		t.Fatalf("fill: %+v", fill)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
+	fill := fillClosed(t, dir, n, SyncNever)
 	if fill.Metrics["backlog_disk_bytes"] < n*BodySize {
 		t.Fatalf("the log holds %v bytes for %d messages of %d bytes", fill.Metrics["backlog_disk_bytes"], n, BodySize)
 	}
-	open := RunOpen(t.Context(), "recovery/open-clean", dir, n)
+	open := RunOpen(t.Context(), "recovery/open-clean", dir, n, SyncNever)
 	t.Logf("open: %v", open.Metrics)
 	if !open.OK {
 		t.Fatalf("open: %+v", open)
@@ -262,4 +256,93 @@ func TestRecoverySteps(t *testing.T) {
 	if !steady.OK || steady.Metrics["disk_max_bytes"] <= 0 || steady.Metrics["live_bytes"] <= 0 {
 		t.Fatalf("steady: %+v", steady)
 	}
+}
+
+// TestBacklogSteps runs -backlog's steps at toy size in this process, on the systems that need
+// no server: each system's fill and drain with its readings; warren-durable's open after a
+// clean Close (recovery's steps, under SyncInterval) with the heap read; W1 on an empty queue
+// and into the backlog.
+func TestBacklogSteps(t *testing.T) {
+	const n, w1 = 3000, 2000
+	for _, s := range BacklogSystems {
+		if NeedsRabbit(s.Spec) {
+			continue
+		}
+		r := RunBacklog(t.Context(), s.Name, BacklogFillDrain, n, w1)
+		t.Logf("%s: %v", s.Name, r.Metrics)
+		if !r.OK || r.System != s.Name || r.Messages != n {
+			t.Fatalf("%s: %+v", s.Name, r)
+		}
+		m := r.Metrics
+		if m["full_heap_live_bytes"] <= 0 || m["full_rss_bytes"] <= 0 || m["drain_peak_rss_bytes"] <= 0 || m["drain_peak_heap_live_bytes"] <= 0 || m["drain_rate"] <= 0 {
+			t.Fatalf("%s: memory or drain not read: %v", s.Name, m)
+		}
+		if m["total_wchar_bytes"] < m["fill_wchar_bytes"] {
+			t.Fatalf("%s: the fill and the drain wrote less than the fill: %v", s.Name, m)
+		}
+		spec, err := Lookup(s.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spec.Durable {
+			// Every body went to disk: at least the body bytes were written, and held at the
+			// full backlog.
+			if m["fill_wchar_bytes"] < n*BodySize || m["full_disk_bytes"] < n*BodySize {
+				t.Fatalf("%s: the fill wrote %v bytes and the disk holds %v for %d bodies of %d bytes", s.Name, m["fill_wchar_bytes"], m["full_disk_bytes"], n, BodySize)
+			}
+		} else if _, ok := m["full_disk_bytes"]; ok || m["fill_wchar_bytes"] >= n*BodySize {
+			t.Fatalf("%s: in memory, yet disk or writes: %v", s.Name, m)
+		}
+	}
+
+	dir := t.TempDir()
+	fillClosed(t, dir, n, SyncInterval)
+	open := RunOpen(t.Context(), "backlog/open-clean", dir, n, SyncInterval)
+	if !open.OK || open.Metrics["open_heap_live_bytes"] <= 0 || open.Metrics["drain_peak_rss_bytes"] <= 0 {
+		t.Fatalf("open: %+v", open)
+	}
+
+	for _, step := range []string{BacklogW1Empty, BacklogW1Full} {
+		r := RunBacklog(t.Context(), "warren-durable", step, n, w1)
+		t.Logf("%s: %v", step, r.Metrics)
+		want := w1
+		if step == BacklogW1Full {
+			want += n
+		}
+		if !r.OK || r.Messages != want || r.Metrics["rate"] <= 0 {
+			t.Fatalf("%s: %+v", step, r)
+		}
+	}
+}
+
+// TestReadIO checks the parsing of /proc/<pid>/io, and that a write counts in wchar.
+func TestReadIO(t *testing.T) {
+	before, err := readIO("/proc/self/io")
+	if err != nil {
+		t.Skipf("no /proc/self/io here: %v", err)
+	}
+	if err := os.WriteFile(t.TempDir()+"/x", make([]byte, 1<<16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	after, err := readIO("/proc/self/io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after.minus(before); d.wchar < 1<<16 {
+		t.Fatalf("wrote 64 KiB, wchar grew by %d", d.wchar)
+	}
+}
+
+// fillClosed fills a backlog of n messages in dir under the sync policy named sync (RunFill)
+// and closes the broker.
+func fillClosed(t *testing.T, dir string, n int, sync string) Result {
+	t.Helper()
+	fill, b := RunFill(dir, n, sync)
+	if !fill.OK || b == nil {
+		t.Fatalf("fill: %+v", fill)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return fill
 }
