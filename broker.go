@@ -38,6 +38,8 @@ type Broker struct {
 	idle      idleWaiters    // WaitIdle (idle.go)
 	// unroutable counts publishes that reached no queue (BrokerStats).
 	unroutable atomic.Uint64
+	// mem is the budget for the messages the broker holds (memory.go).
+	mem memoryBudget
 	// store is the log of a durable broker (store.go); nil for one in memory only.
 	store *store
 	// noWait is a context that is already done: an internal publish (a dead letter) passes it so
@@ -107,6 +109,7 @@ func New(opts ...BrokerOption) *Broker {
 	for _, fn := range b.cfg.listeners {
 		b.Listen(fn)
 	}
+	b.mem.limit = memoryLimitFor(b.cfg)
 	b.routers.New = func() any { return new(router) }
 	noWait, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -151,6 +154,7 @@ func (b *Broker) Close() error {
 		}
 		b.mu.Lock()
 		b.closed.Store(true)
+		b.mem.close() // publishers waiting for memory see the broker closed
 		ended := slices.Collect(maps.Values(b.queues))
 		for _, q := range ended {
 			b.endQueueLocked(q, ErrClosed, ReasonClosed, nil)
@@ -162,6 +166,7 @@ func (b *Broker) Close() error {
 		for _, q := range ended {
 			q.flushOutbox() // what the queues held, evented as dropped
 		}
+		b.announceMemory() // the queues' end cleared the alarm
 		// Every feeder was started, and every move lent its message, under its queue's mu
 		// before that queue ended, so none can be added from here on. A move settles before
 		// the log closes: its message, in its destination's log, is not left in its source's.

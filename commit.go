@@ -53,6 +53,10 @@ func (q *Queue) commit() (lsn wal.LSN) {
 		q.cfg.alerts.Age > 0 || q.core.gets.live > 0 && q.cfg.ackTimeout > 0 || q.roomDue != 0 {
 		q.armLocked()
 	}
+	if d := q.core.held - q.heldAdded; d != 0 {
+		q.heldAdded = q.core.held
+		q.b.mem.add(d)
+	}
 	if len(q.blocked) > 0 && q.core.room(q.blocked[0].need) {
 		close(q.blocked[0].ready) // the first waiting publisher tries again
 		q.blocked = q.blocked[1:]
@@ -60,6 +64,7 @@ func (q *Queue) commit() (lsn wal.LSN) {
 	if q.flushing || len(q.core.effects) == 0 {
 		q.mu.Unlock()
 		q.b.idle.pokeIfWaiting()
+		q.b.announceMemory()
 		return lsn
 	}
 	q.flushing = true
@@ -88,6 +93,7 @@ func (q *Queue) commit() (lsn wal.LSN) {
 	q.mu.Unlock()
 	// Only now: a WaitIdle that began during the flush saw it in progress and waits for this.
 	q.b.idle.pokeIfWaiting()
+	q.b.announceMemory()
 	return lsn
 }
 

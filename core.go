@@ -50,6 +50,9 @@ import (
 //   - unacked is the number of outstanding deliveries; each holder's live is its share.
 //   - Nothing is taken or delivered after its deadline (ttl.go), except a TTL-0 message in the
 //     critical section it arrived in (arriving).
+//   - held is the footprint (memory.go) of the messages the queue holds: ready, delayed and
+//     outstanding. It changes where the counters do: up with each Enqueued, down with each
+//     terminal effect of a message that had entered.
 type queueCore struct {
 	cfg    *queueConfig // the queue's, fixed at declare
 	epoch  time.Time    // the zero of the queue's clock (see ttl.go)
@@ -70,6 +73,7 @@ type queueCore struct {
 	pruneStamps int         // prune stamps when there are this many
 
 	n          counters
+	held       int64  // the footprint of what the queue holds, for the broker's memory budget (memory.go)
 	queuedDead uint64 // dead letters ever recorded; the shell counts those flushed
 	effects    []effect
 	heard      *atomic.Pointer[[]*listener] // the broker's listeners: record effects while not nil
@@ -137,6 +141,14 @@ func (c *queueCore) observed() bool { return c.heard.Load() != nil }
 // effects are made.
 func (c *queueCore) record(kind EventKind, e entry, tag string, reason Reason) {
 	c.count(kind, reason, 1)
+	switch kind {
+	case EventEnqueued:
+		c.held += e.env.footprint()
+	case EventAcked, EventExpired, eventDeadLetter, EventDropped, EventMoved:
+		if !(effect{e: e, reason: reason}).refused() {
+			c.held -= e.env.footprint()
+		}
+	}
 	if kind == EventDelivered && e.redelivered {
 		c.n.redelivered++
 	}
@@ -160,6 +172,7 @@ func (c *queueCore) recordDelivered(e entry, tag string) {
 // recordAcked is record(EventAcked, e, tag, ""), small enough to inline.
 func (c *queueCore) recordAcked(e entry, tag string) {
 	c.n.acked++
+	c.held -= e.env.footprint()
 	if c.observed() {
 		c.keep(EventAcked, e, tag, "")
 	}
@@ -224,6 +237,7 @@ func (c *queueCore) mark() int { return len(c.effects) }
 // publish no consumer took is never recorded as enqueued.
 func (c *queueCore) enqueued(e entry, at int, reason Reason) {
 	c.n.enqueued++
+	c.held += e.env.footprint()
 	if c.heard.Load() != nil {
 		c.keepAt(at, &e, reason)
 	}
@@ -370,6 +384,7 @@ func (c *queueCore) purge(reason Reason) int {
 		})
 	} else {
 		c.count(EventDropped, reason, uint64(n))
+		c.held -= c.ready.footprint()
 	}
 	c.ready.clear()
 	return n
@@ -790,6 +805,9 @@ func (c *queueCore) end(why Reason) {
 	clear(c.effects[len(kept):])
 	c.effects = kept
 	for _, ef := range dead {
+		if !ef.refused() {
+			c.held += ef.e.env.footprint() // it left once already, as a dead letter
+		}
 		c.drop(ef.e, why)
 	}
 }
@@ -806,6 +824,12 @@ func (c *queueCore) reset(free *btree.FreeListG[entry]) {
 // effect is recorded, since they are in the log already.
 func (c *queueCore) restore(ready []entry, delayed []delayedEntry, nextSeq uint64) {
 	c.count(EventEnqueued, "", uint64(len(ready)+len(delayed)))
+	for _, e := range ready {
+		c.held += e.env.footprint()
+	}
+	for _, k := range delayed {
+		c.held += k.e.env.footprint()
+	}
 	live := ready[:0]
 	for _, e := range ready {
 		if c.mayReturn(e) { // a delivery out at the crash, now past the delivery limit

@@ -792,10 +792,17 @@ func (r *coreRun) nextDeadline() int64 {
 // ---------------------------------------------------------------------------------------------
 // The operations: each does to the core what the shell does, and the same to the model.
 
-// newEnv returns a new message, with a unique body.
+// newEnv returns a new message, with a unique body; one in four has headers, so that its
+// footprint (memory.go) counts them.
 func (r *coreRun) newEnv() *envelope {
 	r.bodies++
-	return coreEnv(r.bodies, r.rng.IntN(24), uint8(r.rng.IntN(8)))
+	env := coreEnv(r.bodies, r.rng.IntN(24), uint8(r.rng.IntN(8)))
+	if r.rng.IntN(4) == 0 {
+		m := env.message()
+		m.Headers = Table{"h": strings.Repeat("x", r.rng.IntN(64))}
+		env = testEnvelope(m, coreExchange)
+	}
+	return env
 }
 
 func (r *coreRun) randTTL() time.Duration {
@@ -1518,6 +1525,21 @@ func (r *coreRun) check() {
 		ended += uint64(len(r.ready) + len(r.delayed) + total)
 	}
 	eq(t, c.n.enqueued, ended, "messages entered = messages ended + messages in the queue: %+v", c.n)
+
+	// The memory budget's law: the queue's footprint is that of the messages it holds.
+	var held int64
+	if r.ended == "" {
+		for _, m := range r.ready {
+			held += m.env.footprint()
+		}
+		for _, k := range r.delayed {
+			held += k.m.env.footprint()
+		}
+		for _, d := range all {
+			held += r.of[d].env.footprint()
+		}
+	}
+	eq(t, held, c.held, "footprint of what the queue holds")
 }
 
 // flush does what the shell's flush does with the dead letters of a step: it publishes them, and

@@ -128,6 +128,7 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 		bcc = env.more.bcc
 	}
 	dl := b.newEnvelope(&msg, nil, "") // the copy: routed, enqueued and evented as one message
+	dl.countHeaders(tableCost(msg.Headers, 0))
 	outcome := func(kind EventKind, why Reason) {
 		if b.listening() {
 			b.emit(Event{Kind: kind, Queue: src.name, Exchange: src.cfg.dlx, RoutingKey: key, Message: dl.messagePtr(), Reason: why})

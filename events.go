@@ -123,33 +123,45 @@ const (
 	// EventQueueDeleted.
 	EventMoved
 
+	// EventMemoryAlarm: the messages the broker holds passed its memory budget
+	// ([WithMemoryLimit]); publishes wait until EventMemoryAlarmCleared. Value is the memory
+	// they take, by the broker's estimate, and Limit the budget.
+	EventMemoryAlarm
+
+	// EventMemoryAlarmCleared: the messages the broker holds are back within its memory budget;
+	// waiting publishes go on. Value and Limit as for EventMemoryAlarm. The two alternate,
+	// starting with EventMemoryAlarm.
+	EventMemoryAlarmCleared
+
 	// eventDeadLetter is not emitted: the effect of a message leaving for the dead-letter
 	// exchange (core.go), which the flush publishes.
 	eventDeadLetter
 )
 
 var eventNames = [...]string{
-	EventHandlerPanicked: "handler-panicked",
-	EventExchangeCreated: "exchange-created",
-	EventExchangeDeleted: "exchange-deleted",
-	EventQueueCreated:    "queue-created",
-	EventQueueDeleted:    "queue-deleted",
-	EventBindingCreated:  "binding-created",
-	EventBindingDeleted:  "binding-deleted",
-	EventConsumerCreated: "consumer-created",
-	EventConsumerDeleted: "consumer-deleted",
-	EventPublished:       "published",
-	EventUnroutable:      "unroutable",
-	EventEnqueued:        "enqueued",
-	EventDelivered:       "delivered",
-	EventAcked:           "acked",
-	EventRequeued:        "requeued",
-	EventExpired:         "expired",
-	EventDeadLettered:    "dead-lettered",
-	EventDropped:         "dropped",
-	EventMoved:           "moved",
-	EventAlert:           "alert",
-	EventLogRepaired:     "log-repaired",
+	EventHandlerPanicked:    "handler-panicked",
+	EventExchangeCreated:    "exchange-created",
+	EventExchangeDeleted:    "exchange-deleted",
+	EventQueueCreated:       "queue-created",
+	EventQueueDeleted:       "queue-deleted",
+	EventBindingCreated:     "binding-created",
+	EventBindingDeleted:     "binding-deleted",
+	EventConsumerCreated:    "consumer-created",
+	EventConsumerDeleted:    "consumer-deleted",
+	EventPublished:          "published",
+	EventUnroutable:         "unroutable",
+	EventEnqueued:           "enqueued",
+	EventDelivered:          "delivered",
+	EventAcked:              "acked",
+	EventRequeued:           "requeued",
+	EventExpired:            "expired",
+	EventDeadLettered:       "dead-lettered",
+	EventDropped:            "dropped",
+	EventMoved:              "moved",
+	EventAlert:              "alert",
+	EventLogRepaired:        "log-repaired",
+	EventMemoryAlarm:        "memory-alarm",
+	EventMemoryAlarmCleared: "memory-alarm-cleared",
 }
 
 func (k EventKind) String() string {
@@ -192,6 +204,7 @@ const (
 	ReasonMoved           Reason = "moved"             // EventEnqueued: it came with [Queue.Move]
 	ReasonQueueDeleted    Reason = "queue-deleted"     // its queue was deleted, for whatever reason
 	ReasonClosed          Reason = "closed"            // the broker closed
+	ReasonMemoryAlarm     Reason = "memory-alarm"      // refused on arrival by a reject-publish queue while the broker's memory alarm was set ([WithMemoryLimit])
 
 	// Why a message came back (EventRequeued, EventEnqueued).
 	ReasonNack       Reason = "nack"        // Nack, NackUpTo, NackWithDelay, or a Serve handler's error

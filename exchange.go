@@ -567,10 +567,11 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 	if err != nil {
 		return 0, 0, err
 	}
+	var headerCost int
 	if msg.Headers != nil {
 		// The log encodes AMQP field values only (codec.go): a durable broker checks their types
 		// before a persistent message can reach a durable queue.
-		if err := checkHeaders(msg.Headers, b.store != nil && msg.Persistent); err != nil {
+		if headerCost, err = checkHeaders(msg.Headers, b.store != nil && msg.Persistent); err != nil {
 			return 0, 0, errorf("publish: %w", err)
 		}
 	}
@@ -600,6 +601,11 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 	}
 	r.routeLocked(b, x, key, msg.Headers, nil)
 	b.mu.RUnlock()
+	if b.memoryAlarm(cfg, r.queues) {
+		if err := b.waitMemory(ctx, cfg.blocked); err != nil {
+			return 0, 0, err
+		}
+	}
 	if b.store != nil && msg.Persistent {
 		// Refused before any queue, or listener, sees it: a publisher told it failed may
 		// publish it again, and the first copy must not be there.
@@ -609,6 +615,9 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 	}
 
 	env := b.newEnvelope(msg, x, key)
+	if msg.Headers != nil {
+		env.countHeaders(headerCost)
+	}
 	if bcc, ok := msg.Headers["BCC"]; ok {
 		// Stripped from the delivered message, kept for dead-letter routing.
 		h := make(Table, len(msg.Headers)-1)
@@ -687,6 +696,11 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 	var q *Queue
 	if v, ok := b.byName.Load(key); ok {
 		q = v.(*Queue) // it may be ending: enqueue says so, under its lock
+		if b.mem.over.Load() && b.memoryAlarm(cfg, []*Queue{q}) {
+			if err := b.waitMemory(ctx, cfg.blocked); err != nil {
+				return 0, 0, err
+			}
+		}
 		if q.log != nil && msg.Persistent {
 			if err := b.store.refusePublish([]*Queue{q}); err != nil {
 				return 0, 0, err // as send refuses it

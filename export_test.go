@@ -17,3 +17,17 @@ func (q *Queue) LookForRoom() {
 	}
 	q.commit()
 }
+
+// ReadMemTotal and ReadCgroupLimit read what the default memory budget is made of (memory.go).
+var (
+	ReadMemTotal    = readMemTotal
+	ReadCgroupLimit = readCgroupLimit
+)
+
+// HeaderCosts returns what checkHeaders' walk and tableCost make of a table's memory: the two
+// must agree, since a dead letter's or a replayed message's headers are counted by the one and
+// a publish's by the other.
+func HeaderCosts(t Table) (walked, estimated int) {
+	walked, _ = checkHeaders(t, false)
+	return walked, tableCost(t, 0)
+}

@@ -96,10 +96,12 @@ func checkTable(t Table) error {
 // publish: whatever walks a message's tables (the admin's message view, the AMQP listener's
 // encoder, headers matching) would recurse without end. Values of other types are not looked
 // into; with types, they are refused as checkTable refuses them. It allocates nothing, and is
-// linear in the size of the tables and arrays, O(depth) more for each of them.
-func checkHeaders(h Table, types bool) error {
+// linear in the size of the tables and arrays, O(depth) more for each of them. It returns what
+// the headers take in memory, as tableCost estimates it (memory.go), from the same walk.
+func checkHeaders(h Table, types bool) (int, error) {
 	c := fieldCheck{label: "header", types: types}
-	return c.table(h)
+	err := c.table(h)
+	return c.cost, err
 }
 
 // maxFieldDepth bounds how deeply tables and arrays nest: a top-level table's values are at
@@ -117,6 +119,7 @@ type fieldCheck struct {
 	// path holds the tables and arrays from the top-level table (path[0]) to the one whose values
 	// are being checked: a value that is one of them is a cycle.
 	path [maxFieldDepth + 2]container
+	cost int // what the tables walked take in memory, as tableCost estimates it
 }
 
 // container identifies a table (by its map) or an array (by its elements and length).
@@ -133,12 +136,14 @@ func (c *fieldCheck) table(t map[string]any) error {
 		return nil
 	}
 	c.path[0] = container{p: mapPointer(t)}
+	c.cost += tableHeader
 	return c.values(t, 0)
 }
 
 // values checks t's values, at depth.
 func (c *fieldCheck) values(t map[string]any, depth int) error {
 	for k, v := range t {
+		c.cost += mapEntryCost + len(k)
 		if err := c.value(v, depth); err != nil {
 			return errorf("%s %q: %w", c.label, k, err)
 		}
@@ -160,6 +165,7 @@ func (c *fieldCheck) value(v any, depth int) error {
 	switch v := v.(type) {
 	case nil, bool, int8, int16, int32, int64, int, uint8, uint16, uint32, float32, float64,
 		string, []byte, time.Time, Decimal:
+		c.cost += valueCost(v, depth)
 		return nil
 	case Table:
 		table, id = v, container{p: mapPointer(v)}
@@ -181,8 +187,10 @@ func (c *fieldCheck) value(v any, depth int) error {
 	}
 	c.path[depth+1] = id
 	if table != nil {
+		c.cost += tableHeader
 		return c.values(table, depth+1)
 	}
+	c.cost += arraySlot * len(array)
 	for _, e := range array {
 		if err := c.value(e, depth+1); err != nil {
 			return err
@@ -287,4 +295,5 @@ type envelopeMore struct {
 	size  int64        // the bytes of its body's record
 	pass  uint64       // the compaction pass that last wrote its body (compact.go)
 	refs  atomic.Int32 // the durable queues that hold it
+	cost  uint32       // what it keeps, in bytes, for the memory budget (moreCost)
 }

@@ -82,6 +82,9 @@ type brokerConfig struct {
 	wal    wal.Options // a durable broker's log (durable.go)
 	// listeners are registered before the broker does anything (WithListener).
 	listeners []func(Event)
+	// memoryLimit is WithMemoryLimit's, when memoryLimitSet (memory.go).
+	memoryLimit    int64
+	memoryLimitSet bool
 }
 
 func defaultBrokerConfig() brokerConfig {
@@ -523,7 +526,8 @@ func ExpireAfter(d time.Duration) PublishOption {
 	})
 }
 
-// WhileBlocked makes a publish that waits for room in a full [Block] queue call fn(true) as it
+// WhileBlocked makes a publish that waits for room in a full [Block] queue, or for the broker's
+// memory alarm to clear ([WithMemoryLimit]; [Broker.Memory] tells which), call fn(true) as it
 // starts waiting and fn(false) once it stops (it got room, or its ctx ended), once per wait, on
 // the publishing goroutine and with no lock of the broker held. An AMQP server tells its
 // client with connection.blocked and connection.unblocked. fn must not block. Default: none.

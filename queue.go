@@ -32,6 +32,7 @@ type Queue struct {
 	timerAt     int64              // the deadline the timer is armed for; 0 when stopped
 	flushing    bool               // a goroutine is applying effects (see commit)
 	flushedDead uint64             // dead letters published (or discarded by the queue's end), of core.queuedDead
+	heldAdded   int64              // the part of core.held added to the broker's memory budget (commit)
 	flushed     sync.Cond          // on mu: flushedDead grew
 	blocked     []blockedPublisher // publishers waiting for room (Block), first come first woken
 	lastUsed    int64              // when the queue was last used, for Expires
@@ -113,6 +114,13 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 			q.core.drop(entry{env: env}, q.endReasonLocked()) // routed here, and the queue went meanwhile
 			q.commit()
 			return 0, err
+		}
+		if q.cfg.refusesOnAlarm() && q.b.mem.over.Load() && opt.deadReason == "" && !opt.moving && !opt.immediate {
+			// The broker is over its memory budget (memory.go): refused, and not dead-lettered,
+			// since the dead letter would take the memory the refusal saves.
+			q.core.drop(entry{env: env}, ReasonMemoryAlarm)
+			q.commit()
+			return 0, errorf("queue %q: the broker is over its memory limit: %w", q.name, ErrQueueFull)
 		}
 		if !q.cfg.limited() || q.cfg.overflow == DropHead || q.core.room(int(env.size)) {
 			break

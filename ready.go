@@ -70,6 +70,7 @@ type readySet struct {
 	dead     int
 	expiries *btree.BTreeG[expiry]
 	bytes    int64 // body bytes of the live entries
+	extra    int64 // their footprints beyond their bodies (envelope.footprint)
 	// floors[rank] is the least key of that rank put back (not pushed: a push is the newest of
 	// its rank) since the queue last read it (see Queue.cursorsLocked): selector cursors of the
 	// rank past it must move back. lowered says whether any floor is set.
@@ -390,9 +391,12 @@ func (r *readySet) clear() int {
 	r.run, r.runAt = nil, 0
 	r.dead = 0
 	r.expiries.Clear(false)
-	r.bytes = 0
+	r.bytes, r.extra = 0, 0
 	return n
 }
+
+// footprint returns the footprint of the live entries (envelope.footprint).
+func (r *readySet) footprint() int64 { return r.bytes + r.extra }
 
 // oldestSeq returns the least sequence id of the ready set: the message that has waited longest,
 // which with priorities or returns need not be the next one delivered. O(levels · log n): by the
@@ -607,6 +611,7 @@ func searchKey(n int, at func(int) entry, k uint64) int {
 // index accounts for an entry entering the ready set: its body bytes and its deadline.
 func (r *readySet) index(e entry) {
 	r.bytes += int64(int(e.env.size))
+	r.extra += e.env.overhead()
 	if e.deadline != 0 {
 		r.expiries.ReplaceOrInsert(expiry{e.deadline, e.key()})
 	}
@@ -615,6 +620,7 @@ func (r *readySet) index(e entry) {
 // unindex accounts for an entry leaving the ready set.
 func (r *readySet) unindex(e entry) {
 	r.bytes -= int64(int(e.env.size))
+	r.extra -= e.env.overhead()
 	if e.deadline != 0 {
 		r.expiries.Delete(expiry{e.deadline, e.key()})
 	}

@@ -394,6 +394,9 @@ func (q *Queue) restore(r *replay) error {
 				ex = &Exchange{name: x} // gone since: its name is all a delivery says of it
 			}
 			b.env = q.b.envelopeOf(&msg, ex, key, true)
+			if msg.Headers != nil {
+				b.env.countHeaders(tableCost(msg.Headers, 0))
+			}
 			b.env.more.logID, b.env.more.seg, b.env.more.size = m.msgID, b.seg, int64(len(b.msg))
 		}
 		b.env.more.refs.Add(1)

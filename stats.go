@@ -99,12 +99,13 @@ type BrokerStats struct {
 	Exchanges  int          `json:"exchanges"`
 	Queues     []QueueStats `json:"queues"`     // sorted by name
 	Unroutable uint64       `json:"unroutable"` // publishes that reached no queue
+	Memory     MemoryStats  `json:"memory"`     // the memory budget ([Broker.Memory])
 }
 
 // Stats returns a snapshot of every queue and the broker's own counters. Queues are read one
 // after another, each in its own critical section: the snapshot is not atomic across queues.
 func (b *Broker) Stats() BrokerStats {
-	s := BrokerStats{Unroutable: b.unroutable.Load()}
+	s := BrokerStats{Unroutable: b.unroutable.Load(), Memory: b.Memory()}
 	b.mu.RLock()
 	s.Exchanges = len(b.exchanges) // counted, not listed and sorted as Exchanges does
 	b.mu.RUnlock()

@@ -359,6 +359,9 @@ func (b *Broker) envelopeOf(msg *Message, x *Exchange, key string, logged bool) 
 	}
 	env.exchange, env.routingKey = x, key
 	env.setMessage(msg)
+	if env.more != nil {
+		env.more.cost = moreCost(env.more)
+	}
 	return env
 }
 

@@ -504,7 +504,11 @@ func (c *conn) blocked(waiting bool) {
 	if waiting {
 		c.flush() // the replies so far, before the publish waits
 		if c.blockable {
-			c.sendMethod(0, &wire.ConnectionBlocked{Reason: "a queue with the block overflow is full"})
+			reason := "a queue with the block overflow is full"
+			if c.b != nil && c.b.Memory().Alarm {
+				reason = "low on memory" // RabbitMQ's words for its memory alarm
+			}
+			c.sendMethod(0, &wire.ConnectionBlocked{Reason: reason})
 		}
 		// Heartbeat checks pause while the connection is blocked, as RabbitMQ's do: the watcher
 		// ends the connection when the peer is gone, not when it is silent. Set here rather

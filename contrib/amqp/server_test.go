@@ -279,6 +279,18 @@ func TestProtocolHeader(t *testing.T) {
 	require.Equal(t, "AMQP\x00\x00\x09\x01", string(got))
 }
 
+// nextBlocking returns the next connection.blocked or connection.unblocked the client heard.
+func nextBlocking(t *testing.T, blockings <-chan amqp091.Blocking) amqp091.Blocking {
+	t.Helper()
+	select {
+	case bl := <-blockings:
+		return bl
+	case <-time.After(5 * time.Second):
+		t.Fatal("no connection.blocked/unblocked")
+		return amqp091.Blocking{}
+	}
+}
+
 // A publish that waits for room in a full Block queue blocks its connection:
 // connection.blocked, then connection.unblocked once it got room.
 func TestConnectionBlocked(t *testing.T) {
@@ -294,15 +306,7 @@ func TestConnectionBlocked(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, ch.PublishWithContext(ctx, "", "bounded", false, false, amqp091.Publishing{Body: []byte("1")}))
 	require.NoError(t, ch.PublishWithContext(ctx, "", "bounded", false, false, amqp091.Publishing{Body: []byte("2")}))
-	next := func() amqp091.Blocking {
-		select {
-		case bl := <-blockings:
-			return bl
-		case <-time.After(5 * time.Second):
-			t.Fatal("no connection.blocked/unblocked")
-			return amqp091.Blocking{}
-		}
-	}
+	next := func() amqp091.Blocking { return nextBlocking(t, blockings) }
 	bl := next()
 	require.True(t, bl.Active)
 	require.Contains(t, bl.Reason, "block")
@@ -315,6 +319,39 @@ func TestConnectionBlocked(t *testing.T) {
 	// A server closing while a publish waits for room does not wait for room.
 	require.NoError(t, ch.PublishWithContext(ctx, "", "bounded", false, false, amqp091.Publishing{Body: []byte("3")}))
 	require.True(t, next().Active)
+}
+
+// A publish that waits for the broker's memory alarm to clear blocks its connection with
+// RabbitMQ's reason, "low on memory"; it goes on, and the connection is unblocked, once
+// consumers bring the broker back within its budget.
+func TestConnectionBlockedOnMemory(t *testing.T) {
+	b := warren.New(warren.WithMemoryLimit(1)) // one message sets the alarm
+	defer b.Close()
+	q, err := b.DeclareQueue("q")
+	require.NoError(t, err)
+	conn := dial(t, b)
+	blockings := conn.NotifyBlocked(make(chan amqp091.Blocking, 2))
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Confirm(false))
+	confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, 2))
+	ctx := context.Background()
+	for _, body := range []string{"1", "2"} {
+		require.NoError(t, ch.PublishWithContext(ctx, "", "q", false, false, amqp091.Publishing{Body: []byte(body)}))
+	}
+	next := func() amqp091.Blocking { return nextBlocking(t, blockings) }
+	bl := next()
+	require.True(t, bl.Active)
+	require.Equal(t, "low on memory", bl.Reason)
+	require.True(t, b.Memory().Alarm)
+	require.True(t, (<-confirms).Ack, "the first went in")
+	require.Equal(t, 1, q.Len(), "the second waits")
+	d, err := q.Get(ctx, warren.AutoAck())
+	require.NoError(t, err)
+	require.Equal(t, "1", string(d.Message.Body))
+	require.False(t, next().Active)
+	require.True(t, (<-confirms).Ack, "the second went in once the first was consumed")
+	require.Equal(t, 1, q.Len())
 }
 
 // The server speaks TLS when given a configuration (amqps).
