@@ -47,7 +47,7 @@ func backlogChild(o options) int {
 // backlogStep runs one step of the fill-drain or W1 kind on system in a child.
 func backlogStep(o options, system, step string) bench.Result {
 	args := []string{"-child", "-backlog", "-system", system, "-step", step,
-		"-backlog-n", strconv.Itoa(o.backlogN), "-backlog-w1", strconv.Itoa(o.backlogW1),
+		"-n", strconv.Itoa(o.backlogN), "-backlog-w1", strconv.Itoa(o.backlogW1),
 		"-timeout", o.timeout.String(), "-rabbit-window", strconv.Itoa(bench.RabbitConfirmWindow)}
 	if bench.DurableDir != "" {
 		args = append(args, "-dir", bench.DurableDir)
@@ -83,19 +83,22 @@ type backlogReport struct {
 func backlogParent(o options) error {
 	if o.quick {
 		unlessSet("runs", &o.runs, 1)
-		unlessSet("backlog-n", &o.backlogN, 20_000)
+		unlessSet("n", &o.backlogN, 20_000)
 		unlessSet("backlog-w1", &o.backlogW1, 20_000)
 	}
 	if o.runs < 1 || o.backlogN < 1 || o.backlogW1 < 1 {
-		return errors.New("-runs, -backlog-n and -backlog-w1 must be at least 1")
+		return errors.New("-runs, -n and -backlog-w1 must be at least 1")
+	}
+	if o.systems == "" {
+		o.systems = backlogDefaultSystems()
 	}
 	var systems []string
-	for s := range strings.SplitSeq(o.backlogSystems, ",") {
+	for s := range strings.SplitSeq(o.systems, ",") {
 		s = strings.TrimSpace(s)
 		if _, err := bench.BacklogSpec(s); err != nil {
 			return err
 		}
-		if o.quick && !flagSet("backlog-systems") && bench.NeedsRabbit(s) {
+		if o.quick && !flagSet("systems") && bench.NeedsRabbit(s) {
 			continue // a quick run needs no RabbitMQ unless asked
 		}
 		systems = append(systems, s)

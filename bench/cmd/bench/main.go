@@ -53,7 +53,6 @@ type options struct {
 	backlog            bool // the backlog measurement (backlog.go)
 	backlogN           int
 	backlogW1          int
-	backlogSystems     string
 
 	// child mode
 	child   bool
@@ -72,7 +71,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.systems, "systems", "", "comma-separated systems (default: the suite's): "+strings.Join(bench.Systems(), ","))
+	flag.StringVar(&o.systems, "systems", "", "comma-separated systems (default: the suite's): "+strings.Join(bench.Systems(), ",")+"; with -backlog: "+backlogDefaultSystems())
 	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workloads (W1,W2,W3,W4,S1,S2,D1,D2) or cases (S1/1M, S2/10kq, D2/64, …); default: the suite's ("+bench.MemoryWorkloads+"; with -durable "+bench.DurableWorkloads+"); all: every one")
 	flag.BoolVar(&o.durable, "durable", false, "the durable suite: systems "+strings.Join(bench.SuiteSystems(true), ",")+", workloads "+bench.DurableWorkloads+", -scale "+durableScale+", -out results/durable")
 	flag.BoolVar(&o.recovery, "recovery", false, "measure warren's recovery (open after a clean close and after a kill -9) and its log's disk use, into -out (default results/durable): recovery.md, recovery.json")
@@ -80,10 +79,9 @@ func main() {
 	flag.StringVar(&o.steady, "steady-depths", "10000,1000000", "-recovery: the depths at which a queue is held steady while messages flow through it, to watch the log's disk use")
 	flag.IntVar(&o.steadyN, "steady-n", 2_000_000, "-recovery: messages through the steady queue at each depth")
 	flag.BoolVar(&o.coldOpen, "cold-open", false, "-recovery: also time an open after dropping the page cache (sync; echo 3 > /proc/sys/vm/drop_caches: root)")
-	flag.BoolVar(&o.backlog, "backlog", false, "measure what a deep backlog in one durable queue costs each of -backlog-systems (heap, RSS, disk, bytes written; fill, drain, warren's open; W1 into the backlog), into -out (default results/backlog): backlog.md, backlog.json")
-	flag.IntVar(&o.backlogN, "backlog-n", 10_000_000, "-backlog: the backlog's messages")
+	flag.BoolVar(&o.backlog, "backlog", false, "measure what a backlog of -n messages in one durable queue costs each of -systems (heap, RSS, disk, bytes written; fill, drain, warren's open; W1 into the backlog), into -out (default results/backlog): backlog.md, backlog.json")
+	flag.IntVar(&o.backlogN, "n", 10_000_000, "-backlog: the backlog's messages")
 	flag.IntVar(&o.backlogW1, "backlog-w1", 1_000_000, "-backlog: the messages of W1 on an empty queue and into the full backlog")
-	flag.StringVar(&o.backlogSystems, "backlog-systems", backlogDefaultSystems(), "-backlog: comma-separated systems")
 	flag.StringVar(&bench.DurableDir, "dir", bench.DurableDir, "where the durable systems and -recovery make their temporary directories (default $TMPDIR, else /tmp); it must be a real disk, not a tmpfs")
 	flag.IntVar(&o.runs, "runs", 3, "fresh-process runs per system and case; the report shows medians")
 	flag.BoolVar(&o.quick, "quick", false, "smoke run: toy sizes, 1 run, no rabbitmq unless -systems names it")
