@@ -13,8 +13,8 @@ import (
 // each system, in memory (the Go heap and the process's RSS), on disk, and in bytes written,
 // and how fast it fills and drains. Each step runs in a fresh process: the fill and the drain
 // of one system in one process (runBacklog with a probe); for warren-durable also the open
-// of a filled log after a clean Close and after SIGKILL (recovery.go's steps), and W1 on an
-// empty queue against W1 into a full backlog (runStream with a backlog).
+// of a filled log after a clean Close and after SIGKILL (recovery.go's steps); for every
+// system W1 on an empty queue against W1 into a full backlog (runStream with a backlog).
 
 // BacklogSystems are the -backlog mode's systems, in report order, each with the registered
 // system it runs: warren-durable is the durable suite's SyncInterval(100 ms) system, and
@@ -75,10 +75,25 @@ func RunBacklog(ctx context.Context, system, step string, n, w1 int) Result {
 		r.Error = fmt.Sprintf("unknown backlog step %q", step)
 		return r
 	}
+	// The peak RSS of the process that holds the messages: this one's (VmHWM), or for a client
+	// of the RabbitMQ node the node's, sampled.
+	var node *peaks
+	if s, err := Lookup(spec); err == nil && s.ClientOnly && step != BacklogFillDrain {
+		p, err := newProbe(s, nil)
+		if err != nil {
+			r.Error = err.Error()
+			return r
+		}
+		node = watch(p)
+	}
 	r = Run(ctx, spec, c, sz)
 	r.System = system
 	r.Metrics["backlog_messages"] = float64(n)
 	r.Metrics["peak_rss_bytes"] = float64(r.PeakRSS)
+	if node != nil {
+		node.stop(&r, "node")
+		r.Metrics["peak_rss_bytes"] = r.Metrics["node_peak_rss_bytes"]
+	}
 	return r
 }
 

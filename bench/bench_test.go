@@ -37,14 +37,7 @@ const rabbitEnv = "WARREN_RABBITMQ_URL"
 // RabbitMQ, when $WARREN_RABBITMQ_URL says where one is (else it skips; set, the node must be
 // reachable).
 func TestRabbitWorkloadsVerify(t *testing.T) {
-	url := os.Getenv(rabbitEnv)
-	if url == "" {
-		t.Skipf("%s is not set: no RabbitMQ to run rabbitmq and rabbitmq-client against (./rabbitmq.sh start, then %s=%s)", rabbitEnv, rabbitEnv, RabbitURL)
-	}
-	RabbitURL = url
-	if err := ProbeRabbit(); err != nil {
-		t.Fatalf("%s is set: RabbitMQ must be reachable there: %v", rabbitEnv, err)
-	}
+	needRabbit(t)
 	sz := QuickSizes()
 	sz.W1, sz.W2, sz.W3, sz.S2Messages = 2000, 2000, 2000, 1000
 	sz.W4Queue, sz.W4Requeue, sz.S1Measure, sz.S1Batch = 2000, 200, 1000, 250
@@ -59,6 +52,20 @@ func TestRabbitWorkloadsVerify(t *testing.T) {
 		for _, c := range cases {
 			verifyCase(t, system, c, sz)
 		}
+	}
+}
+
+// needRabbit points the bench at the RabbitMQ that $WARREN_RABBITMQ_URL names, or skips the
+// test when it is not set; set, the node must be reachable.
+func needRabbit(t *testing.T) {
+	t.Helper()
+	url := os.Getenv(rabbitEnv)
+	if url == "" {
+		t.Skipf("%s is not set: no RabbitMQ to run the systems that need one against (./rabbitmq.sh start, then %s=%s)", rabbitEnv, rabbitEnv, RabbitURL)
+	}
+	RabbitURL = url
+	if err := ProbeRabbit(); err != nil {
+		t.Fatalf("%s is set: RabbitMQ must be reachable there: %v", rabbitEnv, err)
 	}
 }
 
@@ -259,58 +266,90 @@ func TestRecoverySteps(t *testing.T) {
 }
 
 // TestBacklogSteps runs -backlog's steps at toy size in this process, on the systems that need
-// no server: each system's fill and drain with its readings; warren-durable's open after a
-// clean Close (recovery's steps, under SyncInterval) with the heap read; W1 on an empty queue
-// and into the backlog.
+// no server: each system's fill and drain with its readings, W1 on an empty queue and into the
+// backlog; warren-durable's open after a clean Close (recovery's steps, under SyncInterval)
+// with the heap read.
 func TestBacklogSteps(t *testing.T) {
-	const n, w1 = 3000, 2000
 	for _, s := range BacklogSystems {
-		if NeedsRabbit(s.Spec) {
-			continue
-		}
-		r := RunBacklog(t.Context(), s.Name, BacklogFillDrain, n, w1)
-		t.Logf("%s: %v", s.Name, r.Metrics)
-		if !r.OK || r.System != s.Name || r.Messages != n {
-			t.Fatalf("%s: %+v", s.Name, r)
-		}
-		m := r.Metrics
-		if m["full_heap_live_bytes"] <= 0 || m["full_rss_bytes"] <= 0 || m["drain_peak_rss_bytes"] <= 0 || m["drain_peak_heap_live_bytes"] <= 0 || m["drain_rate"] <= 0 {
-			t.Fatalf("%s: memory or drain not read: %v", s.Name, m)
-		}
-		if m["total_wchar_bytes"] < m["fill_wchar_bytes"] {
-			t.Fatalf("%s: the fill and the drain wrote less than the fill: %v", s.Name, m)
-		}
-		spec, err := Lookup(s.Spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if spec.Durable {
-			// Every body went to disk: at least the body bytes were written, and held at the
-			// full backlog.
-			if m["fill_wchar_bytes"] < n*BodySize || m["full_disk_bytes"] < n*BodySize {
-				t.Fatalf("%s: the fill wrote %v bytes and the disk holds %v for %d bodies of %d bytes", s.Name, m["fill_wchar_bytes"], m["full_disk_bytes"], n, BodySize)
-			}
-		} else if _, ok := m["full_disk_bytes"]; ok || m["fill_wchar_bytes"] >= n*BodySize {
-			t.Fatalf("%s: in memory, yet disk or writes: %v", s.Name, m)
+		if !NeedsRabbit(s.Spec) {
+			checkBacklogSteps(t, s.Name)
 		}
 	}
 
+	const n = 3000
 	dir := t.TempDir()
 	fillClosed(t, dir, n, SyncInterval)
 	open := RunOpen(t.Context(), "backlog/open-clean", dir, n, SyncInterval)
 	if !open.OK || open.Metrics["open_heap_live_bytes"] <= 0 || open.Metrics["drain_peak_rss_bytes"] <= 0 {
 		t.Fatalf("open: %+v", open)
 	}
+}
+
+// TestRabbitBacklogSteps runs -backlog's steps at toy size on rabbitmq-durable, when
+// $WARREN_RABBITMQ_URL says where rabbitmq.sh's node is: the readings are the node's (its
+// beam.smp's RSS and bytes written, its data directory).
+func TestRabbitBacklogSteps(t *testing.T) {
+	needRabbit(t)
+	for _, s := range BacklogSystems {
+		if NeedsRabbit(s.Spec) {
+			checkBacklogSteps(t, s.Name)
+		}
+	}
+}
+
+// checkBacklogSteps runs the backlog steps that are a bench case on system at toy size, and
+// checks their readings: the fill and the drain with memory, disk and bytes written, W1 on an
+// empty queue and into the backlog.
+func checkBacklogSteps(t *testing.T, system string) {
+	t.Helper()
+	const n, w1 = 3000, 2000
+	spec, err := BacklogSpec(system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := Lookup(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := RunBacklog(t.Context(), system, BacklogFillDrain, n, w1)
+	t.Logf("%s: %v", system, r.Metrics)
+	if !r.OK || r.System != system || r.Messages != n {
+		t.Fatalf("%s: %+v", system, r)
+	}
+	m := r.Metrics
+	if m["full_rss_bytes"] <= 0 || m["drain_peak_rss_bytes"] <= 0 || m["drain_rate"] <= 0 {
+		t.Fatalf("%s: memory or drain not read: %v", system, m)
+	}
+	// The heap is read where the messages are in this process.
+	if _, ok := m["full_heap_live_bytes"]; ok == info.ClientOnly || !info.ClientOnly && m["drain_peak_heap_live_bytes"] <= 0 {
+		t.Fatalf("%s: the heap read %v, in this process %v: %v", system, ok, !info.ClientOnly, m)
+	}
+	if m["total_wchar_bytes"] < m["fill_wchar_bytes"] {
+		t.Fatalf("%s: the fill and the drain wrote less than the fill: %v", system, m)
+	}
+	if info.Durable {
+		// Every body went to disk: at least the body bytes were written, and held at the
+		// full backlog.
+		if m["fill_wchar_bytes"] < n*BodySize || m["full_disk_bytes"]-m["start_disk_bytes"] < n*BodySize {
+			t.Fatalf("%s: the fill wrote %v bytes and the disk grew by %v for %d bodies of %d bytes", system, m["fill_wchar_bytes"], m["full_disk_bytes"]-m["start_disk_bytes"], n, BodySize)
+		}
+	} else if _, ok := m["full_disk_bytes"]; ok || m["fill_wchar_bytes"] >= n*BodySize {
+		t.Fatalf("%s: in memory, yet disk or writes: %v", system, m)
+	}
 
 	for _, step := range []string{BacklogW1Empty, BacklogW1Full} {
-		r := RunBacklog(t.Context(), "warren-durable", step, n, w1)
-		t.Logf("%s: %v", step, r.Metrics)
+		r := RunBacklog(t.Context(), system, step, n, w1)
+		t.Logf("%s %s: %v", system, step, r.Metrics)
 		want := w1
 		if step == BacklogW1Full {
 			want += n
 		}
-		if !r.OK || r.Messages != want || r.Metrics["rate"] <= 0 {
-			t.Fatalf("%s: %+v", step, r)
+		if !r.OK || r.Messages != want || r.Metrics["rate"] <= 0 || r.Metrics["peak_rss_bytes"] <= 0 {
+			t.Fatalf("%s %s: %+v", system, step, r)
+		}
+		// A client of the node reports the node's RSS, which holds the messages.
+		if _, ok := r.Metrics["node_peak_rss_bytes"]; ok != info.ClientOnly {
+			t.Fatalf("%s %s: the node's RSS read %v, a client of the node %v", system, step, ok, info.ClientOnly)
 		}
 	}
 }

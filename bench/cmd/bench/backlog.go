@@ -21,7 +21,7 @@ import (
 //     the full backlog, drain it (every message once, in order), sampling the heap and RSS.
 //   - warren-durable's open, after a clean Close and after SIGKILL: -recovery's fill and open
 //     steps (recovery.go) under the backlog's sync policy and size.
-//   - the warren systems' W1 on an empty queue, and W1 into the full backlog.
+//   - every system's W1 on an empty queue, and W1 into the full backlog.
 
 // backlogTimeout is a -backlog child's default limit: a slow peer fills and drains 10M
 // messages in one child.
@@ -159,13 +159,11 @@ func backlogParent(o options) error {
 					}
 				}
 			}
-			if strings.HasPrefix(s, "warren-") {
-				for _, step := range []string{bench.BacklogW1Empty, bench.BacklogW1Full} {
-					t0 := time.Now()
-					r := backlogStep(o, s, step)
-					add(r)
-					logf("run %d/%d %s %s: %s (%.0fs)", run, o.runs, s, step, backlogSummary(r), time.Since(t0).Seconds())
-				}
+			for _, step := range []string{bench.BacklogW1Empty, bench.BacklogW1Full} {
+				t0 := time.Now()
+				r := backlogStep(o, s, step)
+				add(r)
+				logf("run %d/%d %s %s: %s (%.0fs)", run, o.runs, s, step, backlogSummary(r), time.Since(t0).Seconds())
 			}
 		}
 	}
@@ -395,7 +393,7 @@ func (rep *backlogReport) markdown() string {
 			}
 		}
 		if len(w1) > 0 {
-			fmt.Fprintf(&b, "#### Publish into the backlog: W1 (1 → 1) for %s more messages\n\n| | W1 on an empty queue | W1 into the %s backlog | into ÷ empty | peak RSS (empty · into) |\n|---|---:|---:|---:|---:|\n", fmtCount(rep.w1(n)), fmtCount(n))
+			fmt.Fprintf(&b, "#### Publish into the backlog: W1 (1 → 1) for %s more messages\n\n| | W1 on an empty queue | W1 into the %s backlog | into ÷ empty | peak RSS, empty · into (RabbitMQ: beam.smp) |\n|---|---:|---:|---:|---:|\n", fmtCount(rep.w1(n)), fmtCount(n))
 			for _, s := range w1 {
 				empty, full := g[group{n, s, "backlog/" + bench.BacklogW1Empty}], g[group{n, s, "backlog/" + bench.BacklogW1Full}]
 				ratio := "—"
@@ -445,6 +443,6 @@ const backlogMethod = `Method. One durable queue; N persistent messages of 128 b
 - **Disk**: the bytes of the regular files under the system's data directory (warren: its log's segments; JetStream: its store directory; RabbitMQ: the node's whole ` + "`RABBITMQ_MNESIA_BASE`" + `, which holds a little more than this queue).
 - **Bytes written**: deltas of the same process's ` + "`/proc/<pid>/io`" + `, from the start of the fill to the full backlog (fill) and to the end of the drain (fill + drain; read once the process has written nothing for 300 ms, at most 3 s after the last ack), over the body bytes published (N × 128). ` + "`wchar`" + ` counts every write(2) of the process, to files, pipes and sockets alike: for RabbitMQ it includes the frames the node sends the client over TCP (confirms, deliveries); warren and the embedded JetStream write nothing but their files (the in-process client is a pipe in memory). ` + "`write_bytes`" + ` counts what reached the storage layer (page-cache pages dirtied, whole 4 KiB pages; what was deleted before being written back is not subtracted).
 - **Open** (warren-durable): -recovery's steps at this size and sync policy: one process fills the log and closes the broker (or is killed with SIGKILL after its last confirm), another times ` + "`warren.Open`" + ` until the queue's ` + "`Len()`" + ` is N, reads the RSS, collects and reads the heap after the first delivery, then drains and checks the queue.
-- **Publish into the backlog**: W1 (one publisher with deferred confirms, at most 4000 unconfirmed; one consumer, prefetch 256, an ack each) for the W1 messages, timed from the first publish until all are confirmed and as many have been consumed; on an empty queue, and with the queue holding the full backlog first (filled as above, then a GC), so that the consumer takes the backlog's head while the publisher appends. The rest of the backlog is then drained and checked too.
+- **Publish into the backlog**: W1 (one publisher with deferred confirms, at most 4000 unconfirmed; one consumer, prefetch 256, an ack each) for the W1 messages, timed from the first publish until all are confirmed and as many have been consumed; on an empty queue, and with the queue holding the full backlog first (filled as above, then a GC), so that the consumer takes the backlog's head while the publisher appends. The rest of the backlog is then drained and checked too. Peak RSS: over the whole step, the backlog's fill included, of the process that holds the messages: the child's ` + "`VmHWM`" + `, RabbitMQ's node sampled every 100 ms.
 
 `
