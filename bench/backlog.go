@@ -7,6 +7,8 @@ import (
 	"runtime/metrics"
 	"sync"
 	"time"
+
+	"github.com/warrenmq/warren"
 )
 
 // The backlog measurement (cmd/bench -backlog): what a deep backlog in one durable queue costs
@@ -103,6 +105,9 @@ type probe struct {
 	pid  int                        // 0: this process
 	disk func() (int64, int, error) // the data directory's bytes and files; nil: the system keeps none
 	io0  ioCounters                 // at the start of the fill
+	// budget is a warren broker's memory budget (Broker.Memory): what the broker counts its
+	// messages as taking, against its limit; nil for the other systems.
+	budget func() warren.MemoryStats
 }
 
 // newProbe is the probe of system sys: for a client of the RabbitMQ node (spec.ClientOnly),
@@ -120,7 +125,19 @@ func newProbe(spec Spec, sys System) (*probe, error) {
 	if du, ok := sys.(DiskUser); ok && spec.Durable {
 		p.disk = du.DiskUsage
 	}
+	if ws, ok := sys.(*warrenSys); ok {
+		p.budget = ws.b.Memory
+	}
 	return p, nil
+}
+
+// putBudget records a warren broker's memory budget as metrics: prefix_budget_used_bytes,
+// what the broker counts its messages as taking; budget_limit_bytes, its limit (0: none); and
+// budget_alarms, how often the alarm was set (publishes waited) since the broker started.
+func putBudget(r *Result, prefix string, m warren.MemoryStats) {
+	r.Metrics[prefix+"_budget_used_bytes"] = float64(m.Used)
+	r.Metrics["budget_limit_bytes"] = float64(m.Limit)
+	r.Metrics["budget_alarms"] = float64(m.Alarms)
 }
 
 func (p *probe) proc(file string) string {
@@ -184,7 +201,7 @@ func (p *probe) putIO(r *Result, prefix string, bodies int) error {
 
 // full records the readings at the full backlog: the bytes the fill wrote, then, after a
 // collection, the Go heap's live bytes (a system in this process), the RSS, their growth
-// since start per message, and the disk.
+// since start per message, a warren broker's memory budget, and the disk.
 func (p *probe) full(r *Result, n int) error {
 	if err := p.putIO(r, "fill", n); err != nil {
 		return err
@@ -197,6 +214,9 @@ func (p *probe) full(r *Result, n int) error {
 	}
 	m["full_rss_bytes"] = float64(p.rss())
 	m["full_rss_per_msg"] = (m["full_rss_bytes"] - m["start_rss_bytes"]) / float64(n)
+	if p.budget != nil {
+		putBudget(r, "full", p.budget())
+	}
 	return p.putDisk(r, "full_disk_bytes")
 }
 

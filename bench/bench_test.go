@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -280,7 +281,7 @@ func TestBacklogSteps(t *testing.T) {
 	dir := t.TempDir()
 	fillClosed(t, dir, n, SyncInterval)
 	open := RunOpen(t.Context(), "backlog/open-clean", dir, n, SyncInterval)
-	if !open.OK || open.Metrics["open_heap_live_bytes"] <= 0 || open.Metrics["drain_peak_rss_bytes"] <= 0 {
+	if !open.OK || open.Metrics["open_heap_live_bytes"] <= 0 || open.Metrics["drain_peak_rss_bytes"] <= 0 || open.Metrics["open_budget_used_bytes"] < n*BodySize {
 		t.Fatalf("open: %+v", open)
 	}
 }
@@ -326,6 +327,10 @@ func checkBacklogSteps(t *testing.T, system string) {
 	}
 	if m["total_wchar_bytes"] < m["fill_wchar_bytes"] {
 		t.Fatalf("%s: the fill and the drain wrote less than the fill: %v", system, m)
+	}
+	// A warren broker counts at least every body in its memory budget.
+	if used, ok := m["full_budget_used_bytes"]; ok != strings.HasPrefix(system, "warren-") || ok && (used < n*BodySize || m["budget_limit_bytes"] <= 0) {
+		t.Fatalf("%s: the memory budget read %v, used %v, limit %v", system, ok, used, m["budget_limit_bytes"])
 	}
 	if info.Durable {
 		// Every body went to disk: at least the body bytes were written, and held at the

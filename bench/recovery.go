@@ -172,6 +172,7 @@ func openBacklog(ctx context.Context, dir string, want int, sync string, r *Resu
 	r.Metrics["open_ms"] = float64(open.Microseconds()) / 1000
 	r.Metrics["open_rss_bytes"] = float64(CurrentRSS())
 	r.Metrics["repaired_events"] = float64(repaired.Load())
+	putBudget(r, "open", b.Memory())
 	if n != want {
 		return fmt.Errorf("after open the queue holds %d messages, want %d", n, want)
 	}

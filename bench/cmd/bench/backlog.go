@@ -286,6 +286,8 @@ func fmtX(v float64) string { return fmt.Sprintf("%.2f×", v) }
 
 func fmtPerMsg(v float64) string { return fmt.Sprintf("%.0f B", v) }
 
+func fmtInt(v float64) string { return fmt.Sprintf("%.0f", v) }
+
 func (rep *backlogReport) markdown() string {
 	var b strings.Builder
 	b.WriteString("## A deep backlog in one durable queue: memory, disk, bytes written\n\n")
@@ -339,6 +341,9 @@ func (rep *backlogReport) markdown() string {
 				{"… its growth over the fill, per message", "full_heap_per_msg", fmtPerMsg},
 				{"RSS at the full backlog (RabbitMQ: beam.smp)", "full_rss_bytes", fmtMB},
 				{"… its growth over the fill, per message", "full_rss_per_msg", fmtPerMsg},
+				{"warren's memory budget: what it counts the backlog as (Broker.Memory's Used)", "full_budget_used_bytes", perMsg(n)},
+				{"… the budget's limit (the default: 40% of the memory the process may use)", "budget_limit_bytes", fmtMB},
+				{"… times its alarm was set (publishes waited)", "budget_alarms", fmtInt},
 				{"disk at the full backlog (÷ body bytes)", "full_disk_bytes", ofBodies(n)},
 				{"bytes written (wchar) ÷ body bytes: fill", "fill_wa", fmtX},
 				{"bytes written (wchar) ÷ body bytes: fill + drain", "total_wa", fmtX},
@@ -372,10 +377,11 @@ func (rep *backlogReport) markdown() string {
 				{"Open until the queue's Len() is the backlog", "open", "open_ms", fmtMs},
 				{"Go heap live after the Open, after a GC", "open", "open_heap_live_bytes", perMsg(n)},
 				{"RSS right after the Open", "open", "open_rss_bytes", perMsg(n)},
+				{"memory budget's Used after the Open", "open", "open_budget_used_bytes", perMsg(n)},
 				{"drain after the Open, msg/s", "open", "drain_rate", fmtRate},
 				{"Go heap live, peak during that drain", "open", "drain_peak_heap_live_bytes", fmtMB},
 				{"RSS, peak during that drain", "open", "drain_peak_rss_bytes", fmtMB},
-				{"repair events at the Open", "open", "repaired_events", func(v float64) string { return fmt.Sprintf("%.0f", v) }},
+				{"repair events at the Open", "open", "repaired_events", fmtInt},
 			} {
 				fmt.Fprintf(&b, "| %s |", rw.label)
 				for _, v := range backlogOpens {
