@@ -65,6 +65,7 @@ type backlogSession struct {
 	Elapsed  float64  `json:"elapsed_seconds"`
 	Runs     int      `json:"runs"`
 	Messages int      `json:"messages"`
+	BodySize int      `json:"body_bytes"` // each message's body
 	W1       int      `json:"w1_messages"`
 	Systems  []string `json:"systems"`
 	// Skipped: system → why it was not run (RabbitMQ not reachable).
@@ -104,7 +105,7 @@ func backlogParent(o options) error {
 		systems = append(systems, s)
 	}
 	sess := backlogSession{Machine: describeMachine(), Command: strings.TrimSpace("go run ./cmd/bench " + strings.Join(os.Args[1:], " ")),
-		Runs: o.runs, Messages: o.backlogN, W1: o.backlogW1, Systems: systems, Skipped: map[string]string{}}
+		Runs: o.runs, Messages: o.backlogN, BodySize: bench.BodySize, W1: o.backlogW1, Systems: systems, Skipped: map[string]string{}}
 	sess.Machine.TempFS = tempFS()
 	if slices.ContainsFunc(systems, bench.NeedsRabbit) {
 		if err := bench.ProbeRabbit(); err != nil {
@@ -275,10 +276,10 @@ func perMsg(n int) func(float64) string {
 	return func(v float64) string { return fmt.Sprintf("%s (%.0f B/msg)", fmtMB(v), v/float64(n)) }
 }
 
-// ofBodies formats bytes with their ratio to the backlog's body bytes.
-func ofBodies(n int) func(float64) string {
+// ofBodies formats bytes with their ratio to the body bytes of n messages of size bytes.
+func ofBodies(n, size int) func(float64) string {
 	return func(v float64) string {
-		return fmt.Sprintf("%s (%.2f×)", fmtBytes(v), v/float64(n*bench.BodySize))
+		return fmt.Sprintf("%s (%.2f×)", fmtBytes(v), v/float64(n*size))
 	}
 }
 
@@ -293,7 +294,7 @@ func (rep *backlogReport) markdown() string {
 	b.WriteString("## A deep backlog in one durable queue: memory, disk, bytes written\n\n")
 	for _, s := range rep.Sessions {
 		m := s.Machine
-		fmt.Fprintf(&b, "- `%s`: %d × %d-byte messages, %d run(s) of each step, each step a fresh process, %s in all. %s. Machine: %d CPUs (%s), %s RAM, %s, %s. Data directories in %s. Load average (1, 5, 15 min) at the start %s, at the end %s.", s.Command, s.Messages, bench.BodySize, s.Runs,
+		fmt.Fprintf(&b, "- `%s`: %d × %d-byte messages, %d run(s) of each step, each step a fresh process, %s in all. %s. Machine: %d CPUs (%s), %s RAM, %s, %s. Data directories in %s. Load average (1, 5, 15 min) at the start %s, at the end %s.", s.Command, s.Messages, s.BodySize, s.Runs,
 			time.Duration(s.Elapsed*float64(time.Second)).Round(time.Second), m.Date, m.CPUs, m.CPU, m.RAM, m.Kernel, m.Go, m.TempFS, m.LoadStart, m.LoadEnd)
 		if m.RabbitMQ != "" {
 			fmt.Fprintf(&b, " RabbitMQ %s.", m.RabbitMQ)
@@ -321,9 +322,10 @@ func (rep *backlogReport) markdown() string {
 				systems = append(systems, s.Name)
 			}
 		}
-		fmt.Fprintf(&b, "### %s messages\n\n", fmtCount(n))
+		sess := rep.session(n)
+		fmt.Fprintf(&b, "### %s messages of %d bytes\n\n", fmtCount(n), sess.BodySize)
 		if len(systems) > 0 {
-			fmt.Fprintf(&b, "#### Fill, full backlog, drain (one process per system)\n\n| %d × %d B |", n, bench.BodySize)
+			fmt.Fprintf(&b, "#### Fill, full backlog, drain (one process per system)\n\n| %d × %d B |", n, sess.BodySize)
 			for _, s := range systems {
 				fmt.Fprintf(&b, " %s |", s)
 			}
@@ -344,7 +346,7 @@ func (rep *backlogReport) markdown() string {
 				{"warren's memory budget: what it counts the backlog as (Broker.Memory's Used)", "full_budget_used_bytes", perMsg(n)},
 				{"… the budget's limit (the default: 40% of the memory the process may use)", "budget_limit_bytes", fmtMB},
 				{"… times its alarm was set (publishes waited)", "budget_alarms", fmtInt},
-				{"disk at the full backlog (÷ body bytes)", "full_disk_bytes", ofBodies(n)},
+				{"disk at the full backlog (÷ body bytes)", "full_disk_bytes", ofBodies(n, sess.BodySize)},
 				{"bytes written (wchar) ÷ body bytes: fill", "fill_wa", fmtX},
 				{"bytes written (wchar) ÷ body bytes: fill + drain", "total_wa", fmtX},
 				{"storage writes (write_bytes) ÷ body bytes: fill", "fill_storage_wa", fmtX},
@@ -399,7 +401,7 @@ func (rep *backlogReport) markdown() string {
 			}
 		}
 		if len(w1) > 0 {
-			fmt.Fprintf(&b, "#### Publish into the backlog: W1 (1 → 1) for %s more messages\n\n| | W1 on an empty queue | W1 into the %s backlog | into ÷ empty | peak RSS, empty · into (RabbitMQ: beam.smp) |\n|---|---:|---:|---:|---:|\n", fmtCount(rep.w1(n)), fmtCount(n))
+			fmt.Fprintf(&b, "#### Publish into the backlog: W1 (1 → 1) for %s more messages\n\n| | W1 on an empty queue | W1 into the %s backlog | into ÷ empty | peak RSS, empty · into (RabbitMQ: beam.smp) |\n|---|---:|---:|---:|---:|\n", fmtCount(sess.W1), fmtCount(n))
 			for _, s := range w1 {
 				empty, full := g[group{n, s, "backlog/" + bench.BacklogW1Empty}], g[group{n, s, "backlog/" + bench.BacklogW1Full}]
 				ratio := "—"
@@ -432,14 +434,15 @@ func (rep *backlogReport) median(n int, system, kase, metric string) (float64, b
 	return v, ok
 }
 
-// w1 is W1's message count in the sessions of backlog size n.
-func (rep *backlogReport) w1(n int) int {
+// session is the last session of backlog size n: its W1 and body sizes.
+func (rep *backlogReport) session(n int) backlogSession {
+	var last backlogSession
 	for _, s := range rep.Sessions {
 		if s.Messages == n {
-			return s.W1
+			last = s
 		}
 	}
-	return 0
+	return last
 }
 
 const backlogMethod = `Method. One durable queue; N persistent messages of 128 bytes, sequence numbers 0 … N−1, published with nobody consuming, then drained by one consumer (prefetch 256, an ack per message) that checks every message arrives once and in order. warren publishes with ` + "`PublishBatch`" + ` of 256 (warren-durable: ` + "`warren.Open(dir, WithSync(SyncInterval(100ms)))`" + `, a durable queue, ` + "`Persistent: true`" + `; warren-memory: ` + "`warren.New()`" + `, nothing on disk); JetStream and RabbitMQ with their asynchronous confirms, at most 4000 unconfirmed, all confirmed before the fill ends (JetStream: a ` + "`FileStorage`" + ` stream with ` + "`WorkQueuePolicy`" + ` and one durable pull consumer; RabbitMQ: a durable classic queue with the node's default queue version, no ` + "`x-queue-version`" + ` argument, and ` + "`DeliveryMode`" + ` 2; RabbitMQ 3.10's default is version 1, ` + "`classic_queue.default_version`" + ` being unset, and a queue's ` + "`backing_queue_status`" + ` then reports ` + "`{version,1}`" + `: its messages, smaller than ` + "`queue_index_embed_msgs_below`" + ` (4096 B), are kept in the queue index).
