@@ -279,10 +279,15 @@ func TestBacklogSteps(t *testing.T) {
 
 	const n = 3000
 	dir := t.TempDir()
-	fillClosed(t, dir, n, SyncInterval)
+	fill := fillClosed(t, dir, n, SyncInterval)
 	open := RunOpen(t.Context(), "backlog/open-clean", dir, n, SyncInterval)
 	if !open.OK || open.Metrics["open_heap_live_bytes"] <= 0 || open.Metrics["drain_peak_rss_bytes"] <= 0 || open.Metrics["open_budget_used_bytes"] < n*BodySize {
 		t.Fatalf("open: %+v", open)
+	}
+	// The open measures the broker as the fill left it: its messages cost what they cost when
+	// published (a listener, say, would add a Message to each).
+	if o, f := open.Metrics["open_budget_used_bytes"], fill.Metrics["fill_budget_used_bytes"]; o > f {
+		t.Fatalf("the memory budget counts %v bytes after the open, %v after the fill", o, f)
 	}
 }
 
