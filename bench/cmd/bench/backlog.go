@@ -383,7 +383,7 @@ func (rep *backlogReport) markdown() string {
 				{"drain after the Open, msg/s", "open", "drain_rate", fmtRate},
 				{"Go heap live, peak during that drain", "open", "drain_peak_heap_live_bytes", fmtMB},
 				{"RSS, peak during that drain", "open", "drain_peak_rss_bytes", fmtMB},
-				{"repair events at the Open", "open", "repaired_events", fmtInt},
+				{"repairs at the Open (Broker.Recovery: ends cut, stretches skipped, queues damaged)", "open", "repaired_events", fmtInt},
 			} {
 				fmt.Fprintf(&b, "| %s |", rw.label)
 				for _, v := range backlogOpens {

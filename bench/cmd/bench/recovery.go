@@ -407,7 +407,7 @@ func (rep *recoveryReport) markdown(byCase map[string][]bench.Result) string {
 		{"open until the first delivery", "open", "first_delivery_ms", ms},
 		{"RSS right after the open", "open", "open_rss_bytes", fmtMB},
 		{"drain after the open (consume + ack), msg/s", "open", "drain_rate", fmtRate},
-		{"repair events at open (a torn or damaged end cut)", "open", "repaired_events", func(v float64) string { return fmt.Sprintf("%.0f", v) }},
+		{"repairs at open (Broker.Recovery: a torn or damaged end cut)", "open", "repaired_events", fmtInt},
 		{"fill (PublishBatch of 256, SyncNever), msg/s", "fill", "fill_rate", fmtRate},
 		{"Close after the fill", "fill", "close_ms", ms},
 	}
