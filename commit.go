@@ -35,6 +35,10 @@ func (q *Queue) commit() (lsn wal.LSN) {
 		// Under mu, so that the log's order is the critical sections'.
 		lsn = q.b.store.logEffects(q, q.core.effects[q.log.logged:])
 		q.log.logged = len(q.core.effects)
+		q.core.ready.placePending(uint64(lsn))
+	}
+	if len(q.core.ready.paged.dropped) > 0 && q.log != nil {
+		q.settleDroppedLocked()
 	}
 	if q.panics != nil {
 		defer q.logPanics(q.panics) // after mu is released
@@ -49,13 +53,13 @@ func (q *Queue) commit() (lsn wal.LSN) {
 			q.doomed = nil
 		}
 	}
-	if q.timerAt != 0 || q.core.ready.expiries.Len() > 0 || q.cfg.expires > 0 || q.core.delayed != nil || q.ackTimed > 0 ||
+	if q.timerAt != 0 || q.core.ready.expiries.Len() > 0 || q.core.ready.paged.n > 0 || q.cfg.expires > 0 || q.core.delayed != nil || q.ackTimed > 0 ||
 		q.cfg.alerts.Age > 0 || q.core.gets.live > 0 && q.cfg.ackTimeout > 0 || q.roomDue != 0 {
 		q.armLocked()
 	}
-	if d := q.core.held - q.heldAdded; d != 0 {
-		q.heldAdded = q.core.held
-		q.b.mem.add(d)
+	if used := q.core.held - q.core.ready.paged.footprint(); used != q.heldAdded {
+		q.b.mem.add(used - q.heldAdded)
+		q.heldAdded = used
 	}
 	if len(q.blocked) > 0 && q.core.room(q.blocked[0].need) {
 		close(q.blocked[0].ready) // the first waiting publisher tries again

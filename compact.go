@@ -242,4 +242,49 @@ func (s *store) moveLocked(q *Queue, cut, pass uint64) {
 	})
 	flush()
 	q.log.buf, q.log.recs = buf, recs
+	s.movePagedLocked(q, cut, onWall)
+}
+
+// movePagedLocked writes again, at the head of the log, q's paged messages whose chunks are in a
+// segment below cut: each chunk read back and written whole in one append, so that it is still
+// in one segment, which it then points to. A chunk that cannot be read stays, and keeps its
+// segment. The caller holds q's lock and mu.
+func (s *store) movePagedLocked(q *Queue, cut uint64, onWall func(int64) int64) {
+	r := &q.core.ready
+	for rank := range r.paged.levels {
+		t := &r.paged.levels[rank]
+		for i := range t.len() {
+			c := t.slot(i)
+			if c.loc.seg == 0 || c.loc.seg >= cut {
+				continue
+			}
+			ents, err := r.readChunk(uint8(rank), c)
+			if err != nil {
+				s.logger.Warn("warren: compaction could not read paged messages back; their segment stays", "queue", q.name, "err", err)
+				continue
+			}
+			buf, recs := q.log.buf[:0], q.log.recs[:0]
+			var disk int64
+			for _, e := range ents {
+				p := placement{msgID: e.env.more.logID, queueID: q.log.qid, seq: e.seq, returns: e.returns}
+				if e.deadline != 0 {
+					p.deadline = onWall(e.deadline)
+				}
+				start := len(buf)
+				var size int64
+				buf, size = appendPublish(buf, p, e.env)
+				disk += size
+				recs = append(recs, buf[start:len(buf):len(buf)])
+			}
+			q.log.buf, q.log.recs = buf, recs
+			lsn, seg, err := s.log.Append(recs...)
+			if err != nil {
+				return
+			}
+			s.live.add(c.loc.seg, -c.n, -c.disk)
+			s.live.add(seg, c.n, disk)
+			c.loc, c.disk = pageLoc{seg: seg, lsn: uint64(lsn)}, disk
+			s.lastSeg = max(s.lastSeg, seg) // the pass's own segments wake no pass
+		}
+	}
 }

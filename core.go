@@ -264,6 +264,9 @@ func (c *queueCore) admit(e *entry, ttl time.Duration) (now int64) {
 	if ttl >= 0 || c.ranked {
 		now = c.rank(e, ttl)
 	}
+	if c.ready.paged.window > 0 {
+		c.ready.paged.admitted(e.rank, len(c.ready.lower)+1)
+	}
 	return
 }
 
@@ -332,7 +335,7 @@ func (c *queueCore) take() (entry, bool) {
 func (c *queueCore) takeBefore(before uint64) (entry, bool) {
 	for from := uint64(0); ; {
 		var first entry // its env nil: none (ascend yields live entries only)
-		c.ready.ascend(from, func(e entry) bool {
+		c.ready.ascendWithPaged(from, func(e entry) bool {
 			first = e
 			return false
 		})
@@ -346,7 +349,10 @@ func (c *queueCore) takeBefore(before uint64) (entry, bool) {
 			from = uint64(first.rank+1) << seqBits
 			continue
 		}
-		e, _ := c.ready.remove(first.key())
+		e, ok := c.ready.removeWithPaged(first.key())
+		if !ok { // a chunk that cannot be read back: the move stops there
+			return entry{}, false
+		}
 		if !c.expired(e) {
 			return e, true
 		}
@@ -376,6 +382,9 @@ func (c *queueCore) drop(e entry, reason Reason) { c.record(EventDropped, e, "",
 
 // purge drops every ready message with reason and returns how many there were.
 func (c *queueCore) purge(reason Reason) int {
+	if c.observed() {
+		c.ready.pageInAll() // each message's drop is an effect, with its message
+	}
 	n := c.ready.len()
 	if c.observed() {
 		c.ready.ascend(0, func(e entry) bool {
@@ -386,6 +395,7 @@ func (c *queueCore) purge(reason Reason) int {
 		c.count(EventDropped, reason, uint64(n))
 		c.held -= c.ready.footprint()
 	}
+	c.ready.paged.why = reason
 	c.ready.clear()
 	return n
 }
@@ -546,12 +556,24 @@ func (c *queueCore) expired(e entry) bool {
 }
 
 // expireDue removes every ready message whose deadline is not after now and dead-letters it,
-// earliest deadline first.
+// earliest deadline first, paged messages included (their chunks are read back: readDue).
 func (c *queueCore) expireDue(now int64) {
+	due := c.ready.readDue(now)
+	if len(due) > 1 {
+		slices.SortFunc(due, func(a, b entry) int {
+			return cmp.Or(cmp.Compare(a.deadline, b.deadline), cmp.Compare(a.key(), b.key()))
+		})
+	}
 	for {
 		k, ok := c.ready.expiries.Min()
-		if !ok || k.deadline > now {
-			break
+		inMemory := ok && k.deadline <= now
+		if len(due) > 0 && (!inMemory || expiryLess(expiry{due[0].deadline, due[0].key()}, k)) {
+			c.deadLetter(due[0], ReasonExpired)
+			due = due[1:]
+			continue
+		}
+		if !inMemory {
+			return
 		}
 		e, ok := c.ready.remove(k.key)
 		if !ok { // cannot happen: the index holds only ready entries; do not spin on it
@@ -568,6 +590,11 @@ func (c *queueCore) nextDeadline() int64 {
 	var at int64
 	if k, ok := c.ready.expiries.Min(); ok {
 		at = k.deadline
+	}
+	if c.ready.paged.n > 0 {
+		if k, ok := c.ready.paged.expiries.Min(); ok && (at == 0 || k.deadline < at) {
+			at = k.deadline
+		}
 	}
 	if c.delayed != nil {
 		if k, ok := c.delayed.Min(); ok && (at == 0 || k.due < at) {

@@ -454,15 +454,25 @@ type coreRun struct {
 	ended      Reason
 	observed   bool   // someone listens: every effect is recorded, not only dead letters
 	refused    uint64 // messages refused, which never entered
+	// disk holds what the core paged out (paged.go), by seq, for its pager to read back: the
+	// model pages with a window of 1 to 4 messages in half the sequences.
+	disk map[uint64]entry
+	// reads counts the chunks read back, faults and expiries: the paging the sequence crossed.
+	reads int
+	// cover counts, over every sequence of the test, the steps that crossed the disk, by kind.
+	cover map[string]int
+	// early is the earliest deadline a chunk keeps as an early bound, before any of its messages'
+	// (checkPaged): the core's next deadline may be it.
+	early int64
 
 	span  map[uint64]int // the stream check: seq → spanReady or spanOut while its span is open
 	trace []string       // the steps so far
 }
 
-func newCoreRun(t *testing.T, seed uint64) *coreRun {
+func newCoreRun(t *testing.T, seed uint64, cover map[string]int) *coreRun {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	r := &coreRun{t: t, seed: seed, rng: rng, now: 1, nextSeq: 1, msgs: map[uint64]*coreMsg{}, entered: map[uint64]int64{}, of: map[*Delivery]*coreMsg{},
-		span: map[uint64]int{}}
+		span: map[uint64]int{}, cover: cover}
 	r.c = newTestCore(func(cfg *queueConfig) {
 		if rng.IntN(3) == 0 {
 			cfg.maxPriority = 1 + rng.IntN(5)
@@ -486,6 +496,11 @@ func newCoreRun(t *testing.T, seed uint64) *coreRun {
 		}
 	})
 	r.cfg = r.c.cfg
+	if rng.IntN(2) == 0 {
+		r.disk = map[uint64]entry{}
+		r.c.ready.paged.window = 1 + rng.IntN(4)
+		r.c.ready.paged.read = r.readChunk
+	}
 	if r.observed = rng.IntN(8) != 0; !r.observed {
 		r.c.heard.Store(nil)
 	}
@@ -493,7 +508,7 @@ func newCoreRun(t *testing.T, seed uint64) *coreRun {
 	r.feeder = r.addHolder("auto")
 	r.addHolder("")
 	r.addHolder("")
-	r.trace = append(r.trace, fmt.Sprintf("config %+v, observed %v", *r.cfg, r.observed))
+	r.trace = append(r.trace, fmt.Sprintf("config %+v, observed %v, page window %d", *r.cfg, r.observed, r.c.ready.paged.window))
 	return r
 }
 
@@ -792,6 +807,30 @@ func (r *coreRun) nextDeadline() int64 {
 // ---------------------------------------------------------------------------------------------
 // The operations: each does to the core what the shell does, and the same to the model.
 
+// arrive puts an arriving entry into the ready set, as the shell does: paged out when the set
+// pages (its record then on the model's disk), else pushed.
+func (r *coreRun) arrive(e entry) string {
+	if r.disk == nil || !r.c.ready.pages(e.rank) {
+		r.c.ready.push(e)
+		return ""
+	}
+	r.disk[e.seq] = e
+	r.c.ready.pageOut(e, pageLoc{seg: e.seq / 4, lsn: e.seq}) // chunks end at every fourth seq, as segments would
+	return ", paged out"
+}
+
+// readChunk is the model's pager: it reads a chunk's live messages back from disk.
+func (r *coreRun) readChunk(rank uint8, c *chunk) ([]entry, error) {
+	r.reads++
+	var ents []entry
+	for seq := c.first; seq <= c.last; seq++ {
+		if e, ok := r.disk[seq]; ok && e.rank == rank && c.holds(seq) {
+			ents = append(ents, e)
+		}
+	}
+	return ents, nil
+}
+
 // newEnv returns a new message, with a unique body; one in four has headers, so that its
 // footprint (memory.go) counts them.
 func (r *coreRun) newEnv() *envelope {
@@ -908,8 +947,7 @@ func (r *coreRun) opPublish() string {
 		how = "delivered on arrival"
 		r.delivered(h, m, deliverTo(c, h.h, e, false, 0), false)
 	case r.rng.IntN(2) == 0:
-		how = "pushed"
-		c.ready.push(e)
+		how = "pushed" + r.arrive(e)
 		r.push(m)
 	default:
 		immediate := r.rng.IntN(3) == 0
@@ -917,7 +955,7 @@ func (r *coreRun) opPublish() string {
 		if immediate {
 			how = "immediate"
 		}
-		c.ready.push(e)
+		how += r.arrive(e)
 		r.push(m)
 		c.arriving, r.arriving = e.seq, e.seq
 		for k := r.rng.IntN(3); k > 0 && h != nil; k-- {
@@ -928,6 +966,12 @@ func (r *coreRun) opPublish() string {
 		c.arriving, r.arriving = 0, 0
 		if immediate {
 			_, ok := c.ready.remove(e.key())
+			if !ok {
+				ok = c.ready.unpageNewest(e) // no consumer took it, and it is still on disk
+				if ok {
+					r.cover["an immediate message taken back off disk"]++
+				}
+			}
 			eq(t, r.remove(m), ok, "an immediate message no consumer took is still ready")
 			if ok {
 				c.drop(e, ReasonNoConsumers)
@@ -1005,12 +1049,24 @@ func (r *coreRun) opSelect() string {
 	}
 	m := live[r.rng.IntN(len(live))]
 	e, ok := r.c.ready.remove(m.key())
+	if !ok {
+		e, ok = r.takePaged(m) // a selector reads the backlog on disk
+	}
 	holds(r.t, ok, "remove %d", m.seq)
 	r.remove(m)
 	eqMsg(r.t, m, e, "removed")
 	d := deliverTo(r.c, h.h, e, false, 0)
 	r.delivered(h, m, d, false)
 	return fmt.Sprintf("select %d for %q", m.seq, h.h.tag)
+}
+
+// takePaged takes m out of the chunk it is paged in, reading it back, as a selector's scan does.
+func (r *coreRun) takePaged(m *coreMsg) (entry, bool) {
+	e, ok := r.c.ready.takePaged(entry{seq: m.seq, rank: m.rank})
+	if ok {
+		r.cover["a selector's take off disk"]++
+	}
+	return e, ok
 }
 
 // outstanding picks an outstanding delivery and its holder; nil if there is none.
@@ -1283,9 +1339,28 @@ func (r *coreRun) timer() string {
 }
 
 func (r *coreRun) opPurge() string {
+	paged := r.c.ready.paged.n
 	n := r.c.purge(ReasonPurged)
+	r.checkDropped(paged)
 	eq(r.t, r.purge(ReasonPurged), n, "purged")
 	return fmt.Sprintf("purge %d", n)
+}
+
+// checkDropped checks the chunks a purge or the queue's end let go of, for the shell to settle
+// on disk: every message paged before it, unless a listener made it read them back to drop
+// each with an effect.
+func (r *coreRun) checkDropped(paged int) {
+	n := 0
+	chunks, _ := r.c.ready.takeDropped()
+	for _, c := range chunks {
+		n += c.n
+	}
+	if r.observed {
+		paged = 0
+	}
+	eq(r.t, paged, n, "messages in the chunks let go of")
+	chunks, _ = r.c.ready.takeDropped()
+	eq(r.t, 0, len(chunks), "chunks let go of, once taken")
 }
 
 // opEnd ends the queue, sometimes right after other operations whose effects (dead letters) the
@@ -1301,7 +1376,9 @@ func (r *coreRun) opEnd() string {
 		}
 	}
 	why := []Reason{ReasonQueueDeleted, ReasonClosed}[r.rng.IntN(2)]
+	paged := r.c.ready.paged.n
 	r.c.end(why)
+	r.checkDropped(paged)
 	r.end(why)
 	return s.String() + "end (" + string(why) + ")"
 }
@@ -1377,7 +1454,18 @@ func (r *coreRun) run() {
 			i = -1
 		}
 		r.arrived = r.arrived[:0]
+		reads := r.reads
 		r.trace = append(r.trace, r.step(i))
+		step := r.trace[len(r.trace)-1]
+		switch {
+		case r.reads > reads && strings.HasPrefix(step, "sleep"):
+			r.cover["a chunk read for an expiry"]++
+		case r.reads > reads:
+			r.cover["a chunk read for a delivery, a drop or a purge"]++
+		}
+		if strings.Contains(step, "paged out") {
+			r.cover["a message paged out"]++
+		}
 		r.check()
 		if r.ended != "" {
 			r.c.reset(btree.NewFreeListG[entry](32))
@@ -1454,17 +1542,19 @@ func (r *coreRun) check() {
 
 	eq(t, r.now, c.clock(), "clock")
 	var ready []coreMsg
+	var withDeadline int
 	c.ready.ascend(0, func(e entry) bool {
 		ready = append(ready, *entryMsg(e))
-		return true
-	})
-	var wantReady []coreMsg
-	var withDeadline int
-	for _, m := range r.ready {
-		wantReady = append(wantReady, *m)
-		if m.deadline != 0 {
+		if e.deadline != 0 {
 			withDeadline++
 		}
+		return true
+	})
+	ready = append(ready, r.checkPaged()...)
+	slices.SortStableFunc(ready, func(a, b coreMsg) int { return a.cmp(&b) })
+	var wantReady []coreMsg
+	for _, m := range r.ready {
+		wantReady = append(wantReady, *m)
 	}
 	eqList(t, wantReady, ready, coreMsg.String, "ready, in delivery order")
 	eq(t, len(r.ready), c.ready.len(), "ready length")
@@ -1496,7 +1586,11 @@ func (r *coreRun) check() {
 		wantDelayed = append(wantDelayed, dueMsg{k.due, *k.m})
 	}
 	eqList(t, wantDelayed, delayed, func(k dueMsg) string { return fmt.Sprintf("%d: %s", k.due, k.m) }, "delayed")
-	eq(t, r.nextDeadline(), c.nextDeadline(), "next deadline")
+	next := r.nextDeadline()
+	if r.early != 0 && (next == 0 || r.early < next) {
+		next = r.early
+	}
+	eq(t, next, c.nextDeadline(), "next deadline")
 
 	eq(t, len(r.holders), len(c.holders), "holders")
 	total := 0
@@ -1540,6 +1634,75 @@ func (r *coreRun) check() {
 		}
 	}
 	eq(t, held, c.held, "footprint of what the queue holds")
+}
+
+// checkPaged checks the ready set's paged tails against what they describe on the model's disk,
+// and returns the paged messages.
+func (r *coreRun) checkPaged() []coreMsg {
+	t, p := r.t, &r.c.ready.paged
+	var paged []coreMsg
+	var n int
+	var bytes, extra int64
+	least := noFloor
+	withDeadline := 0
+	r.early = 0
+	for rank := range p.levels {
+		tail := &p.levels[rank]
+		prev := uint64(0)
+		for i := range tail.len() {
+			c := tail.slot(i)
+			ents, _ := r.readChunk(uint8(rank), c)
+			r.reads--
+			eq(t, c.n, len(ents), "chunk %d of rank %d: live messages", i, rank)
+			holds(t, c.n > 0, "chunk %d of rank %d is not empty", i, rank)
+			holds(t, ents[0].seq == c.first && ents[len(ents)-1].seq <= c.last, "chunk %d of rank %d: bounds", i, rank)
+			holds(t, c.first > prev, "the chunks of rank %d are in order", rank)
+			prev = c.last
+			var cb, ce, dl int64
+			for _, e := range ents {
+				paged = append(paged, *entryMsg(e))
+				cb += int64(e.env.size)
+				ce += e.env.overhead()
+				if e.deadline != 0 && (dl == 0 || e.deadline < dl) {
+					dl = e.deadline
+				}
+			}
+			eq(t, cb, c.bytes, "chunk %d of rank %d: bytes", i, rank)
+			eq(t, ce, c.extra, "chunk %d of rank %d: footprint beyond the bodies", i, rank)
+			// A deadline may be an earlier bound, after an Immediate message was taken back (even
+			// when no message left has one): reading the chunk at that time makes it exact.
+			holds(t, c.deadline == dl || c.deadline != 0 && (dl == 0 || c.deadline < dl), "chunk %d of rank %d: deadline %d, its messages' %d", i, rank, c.deadline, dl)
+			if c.deadline != dl && (r.early == 0 || c.deadline < r.early) {
+				r.early = c.deadline
+			}
+			if c.deadline != 0 {
+				withDeadline++
+				holds(t, p.expiries.Has(expiry{c.deadline, c.firstKey(uint8(rank))}), "chunk %d of rank %d is in the expiry index", i, rank)
+			}
+			n += c.n
+			bytes += c.bytes
+			extra += c.extra
+			least = min(least, c.firstKey(uint8(rank)))
+		}
+		if tail.len() > 0 {
+			// Every key of the level's fresh ring is less than its tail's (a message that came
+			// back, from a consumer or a delay, may be newer: it is in the tree or the run).
+			l := r.c.ready.level(uint8(rank))
+			for i := range l.len() {
+				if e := l.at(i); e.env != nil {
+					holds(t, e.seq < tail.slot(0).first, "%d, in the fresh ring, is newer than the tail of rank %d", e.seq, rank)
+				}
+			}
+		}
+	}
+	eq(t, n, p.n, "paged messages")
+	eq(t, bytes, p.bytes, "paged bytes")
+	eq(t, extra, p.extra, "paged footprint beyond the bodies")
+	eq(t, least, p.min, "the least paged key")
+	if p.expiries != nil {
+		eq(t, withDeadline, p.expiries.Len(), "the tails' expiry index")
+	}
+	return paged
 }
 
 // flush does what the shell's flush does with the dead letters of a step: it publishes them, and
@@ -1669,9 +1832,17 @@ func TestCoreAgainstModel(t *testing.T) {
 		require.NoError(t, err, "WARREN_CORE_SEQUENCES")
 	}
 	t.Logf("seeds %d..%d (%d sequences; WARREN_CORE_SEED=%d reproduces)", seed, seed+uint64(seqs)-1, seqs, seed)
+	cover := map[string]int{}
 	for i := range uint64(seqs) {
 		s := seed + i
-		synctest.Test(t, func(t *testing.T) { newCoreRun(t, s).run() }) // stops the test if it fails
+		synctest.Test(t, func(t *testing.T) { newCoreRun(t, s, cover).run() }) // stops the test if it fails
+	}
+	t.Logf("paging crossed: %v", cover)
+	if seqs >= 100 { // half the sequences page: each way of crossing the disk must have come up
+		for _, kind := range []string{"a message paged out", "a chunk read for an expiry", "a chunk read for a delivery, a drop or a purge",
+			"a selector's take off disk", "an immediate message taken back off disk"} {
+			assert.Positive(t, cover[kind], "%s, over %d sequences", kind, seqs)
+		}
 	}
 }
 

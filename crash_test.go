@@ -1292,9 +1292,15 @@ func powerLoss(t *testing.T, seed uint64, runs int, sync wal.Options, mode wal.C
 			chk := newCrashChecker(t, &total, 0, "timed", "dlq")
 			chk.seed = fmt.Sprintf("seed %d (WARREN_POWERLOSS_SEED=%[1]d), ", seed)
 			var journal bytes.Buffer
+			// Half the seeds page their durable queues with a window of 1 to 8 messages, so that
+			// the backlog crosses the disk (pager.go) as the lives go.
+			opts := []BrokerOption{logOptions(sync)}
+			if seed%2 == 0 {
+				opts = append(opts, pageWindow(1+int(seed/2%8)))
+			}
 			for life := range 3 {
 				journal.Reset()
-				b, err := openBroker(fs, logOptions(sync))
+				b, err := openBroker(fs, opts...)
 				require.NoError(t, err)
 				t.Cleanup(func() {
 					if b != nil {
@@ -1325,7 +1331,7 @@ func powerLoss(t *testing.T, seed uint64, runs int, sync wal.Options, mode wal.C
 
 				chk.replay(life, journal.Bytes(), crashBounds{at: at, over: at, published: published, settled: settled})
 				reopened := time.Now().UnixNano()
-				b, err = openBroker(fs, logOptions(sync), chk.listener())
+				b, err = openBroker(fs, append(opts, chk.listener())...)
 				if errors.Is(err, ErrCorrupt) && strings.Contains(err.Error(), "bad segment header") {
 					chk.stats.tornHeader++ // a bug: TestDurableOpensAfterTornSegmentHeader
 					break

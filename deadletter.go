@@ -159,6 +159,9 @@ func (b *Broker) publishDeadLetter(src *Queue, env *envelope, reason Reason, now
 	r.routeLocked(b, x, key, msg.Headers, bcc)
 	b.mu.RUnlock()
 	dl.exchange, dl.routingKey = x, key
+	if dl.more != nil && len(r.queues) == 1 {
+		dl.more.solo = true // a durable queue may page it out (pager.go)
+	}
 	took, cycled := false, false
 	for _, q := range r.queues {
 		if isDeathCycle(msg.Headers, q.name, reason) {

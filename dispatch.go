@@ -318,7 +318,9 @@ func (q *Queue) takeForLocked(c *Consumer) (entry, bool) {
 	}
 	q.scan.c, q.scan.ok = c, false
 	for rank := range c.cursor {
-		q.core.ready.scanRank(uint8(rank), c.cursor[rank], q.scan.visit)
+		// The backlog on disk too (read back a chunk at a time); a chunk that cannot be read
+		// ends the scan of its rank there, its error kept for the timer to retry (wakeAtLocked).
+		q.core.ready.scanWithPaged(uint8(rank), c.cursor[rank], q.scan.visit)
 		if q.scan.ok {
 			break
 		}
@@ -326,7 +328,7 @@ func (q *Queue) takeForLocked(c *Consumer) (entry, bool) {
 	e, ok := q.scan.found, q.scan.ok
 	q.scan.c, q.scan.found = nil, entry{}
 	if ok {
-		q.core.ready.remove(e.key())
+		e, ok = q.core.ready.removeWithPaged(e.key())
 	}
 	return e, ok
 }

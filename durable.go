@@ -349,3 +349,8 @@ func (b *Broker) Recovery() Recovery {
 type logOptions wal.Options
 
 func (o logOptions) applyBroker(c *brokerConfig) { c.wal = wal.Options(o) }
+
+// pageWindow sets the page window of a durable broker's durable queues (pager.go; tests).
+type pageWindow int
+
+func (o pageWindow) applyBroker(c *brokerConfig) { c.pageWindow = int(o) }

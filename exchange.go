@@ -618,6 +618,9 @@ func (b *Broker) send(ctx context.Context, x *Exchange, name, key string, msg *M
 	if msg.Headers != nil {
 		env.countHeaders(headerCost)
 	}
+	if env.more != nil && len(r.queues) == 1 {
+		env.more.solo = true // a durable queue may page it out (pager.go)
+	}
 	if bcc, ok := msg.Headers["BCC"]; ok {
 		// Stripped from the delivered message, kept for dead-letter routing.
 		h := make(Table, len(msg.Headers)-1)
@@ -708,6 +711,9 @@ func (b *Broker) publishDefault(ctx context.Context, key string, msg *Message, t
 		}
 	}
 	env := b.newEnvelope(msg, b.defaultX, key)
+	if env.more != nil {
+		env.more.solo = true // one queue at most: a durable queue may page it out (pager.go)
+	}
 	if b.listening() {
 		b.emit(Event{Kind: EventPublished, RoutingKey: key, Message: env.messagePtr()})
 	}

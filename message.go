@@ -295,5 +295,6 @@ type envelopeMore struct {
 	size  int64        // the bytes of its body's record
 	pass  uint64       // the compaction pass that last wrote its body (compact.go)
 	refs  atomic.Int32 // the durable queues that hold it
+	solo  bool         // routed to one queue only: a durable queue may page it out (pager.go)
 	cost  uint32       // what it keeps, in bytes, for the memory budget (moreCost)
 }

@@ -191,7 +191,7 @@ func (q *Queue) lendNext(ctx context.Context, cfg *moveConfig) (*lease, Message,
 		e, ok = q.core.takeBefore(cfg.before)
 	} else {
 		for !ok && len(cfg.ids) > 0 {
-			e, ok = q.core.ready.remove(cfg.ids[0])
+			e, ok = q.core.ready.removeWithPaged(cfg.ids[0])
 			cfg.ids = cfg.ids[1:]
 			if ok && q.core.expired(e) {
 				q.core.deadLetter(e, ReasonExpired)

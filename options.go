@@ -85,6 +85,9 @@ type brokerConfig struct {
 	// memoryLimit is WithMemoryLimit's, when memoryLimitSet (memory.go).
 	memoryLimit    int64
 	memoryLimitSet bool
+	// pageWindow is how many ready messages a durable queue of a durable broker keeps in memory
+	// before it pages the newest out to the log (pager.go); 0: it never pages.
+	pageWindow int
 }
 
 func defaultBrokerConfig() brokerConfig {

@@ -32,7 +32,7 @@ type Queue struct {
 	timerAt     int64              // the deadline the timer is armed for; 0 when stopped
 	flushing    bool               // a goroutine is applying effects (see commit)
 	flushedDead uint64             // dead letters published (or discarded by the queue's end), of core.queuedDead
-	heldAdded   int64              // the part of core.held added to the broker's memory budget (commit)
+	heldAdded   int64              // what the queue's messages take in memory, as last added to the broker's memory budget (commit)
 	flushed     sync.Cond          // on mu: flushedDead grew
 	blocked     []blockedPublisher // publishers waiting for room (Block), first come first woken
 	lastUsed    int64              // when the queue was last used, for Expires
@@ -68,6 +68,10 @@ func newQueue(b *Broker, name string, cfg queueConfig) *Queue {
 		q.log = &queueLog{}
 		q.log.keep.Store(new([]*listener))
 		q.core.heard = &q.log.keep
+		if w := b.cfg.pageWindow; w > 0 {
+			q.core.ready.paged.window = w
+			q.core.ready.paged.read = q.readPaged
+		}
 	}
 	q.flushed.L = &q.mu
 	q.scan.visit = q.selectorVisit
@@ -163,14 +167,14 @@ func (q *Queue) enqueue(ctx context.Context, env *envelope, ttl time.Duration, o
 		return q.commit(), nil
 	}
 	if opt.immediate || !q.deliverArrivingLocked(e) {
-		q.core.ready.push(e)
+		q.pushArrivingLocked(e)
 		q.core.arriving = e.seq
 		q.dispatchLocked()
 		q.core.arriving = 0
 	}
 	if opt.immediate {
 		q.handOffLocked(e)
-		if _, ok := q.core.ready.remove(e.key()); ok { // no consumer took it: it was never here
+		if _, ok := q.core.ready.remove(e.key()); ok || q.core.ready.unpageNewest(e) { // no consumer took it: it was never here
 			q.core.drop(e, ReasonNoConsumers)
 			q.commit()
 			return 0, errorf("queue %q: %w", q.name, ErrNoConsumers)
@@ -290,7 +294,7 @@ func (q *Queue) Browse() iter.Seq[*Message] {
 				return
 			}
 			ms = make([]*Message, 0, q.core.ready.len())
-			q.core.ready.ascend(0, func(e entry) bool {
+			q.core.ready.ascendWithPaged(0, func(e entry) bool { // a chunk that cannot be read ends it
 				if !q.core.expired(e) {
 					ms = append(ms, e.env.messagePtr())
 				}
@@ -354,7 +358,7 @@ func (q *Queue) readyPageLocked(from uint64, n int, es []entry) []entry {
 	if q.endErr != nil {
 		return es
 	}
-	q.core.ready.ascend(from, func(e entry) bool {
+	q.core.ready.ascendWithPaged(from, func(e entry) bool { // a chunk that cannot be read ends the page
 		if !q.core.expired(e) {
 			es = append(es, e)
 		}

@@ -76,6 +76,8 @@ type readySet struct {
 	// rank past it must move back. lowered says whether any floor is set.
 	floors  []uint64
 	lowered bool
+	// paged are the messages on disk (paged.go), counted by len and bytes.
+	paged pagedTails
 }
 
 // noFloor is a floor when nothing was put back.
@@ -91,6 +93,7 @@ const compactAt = 1024
 // of returns released serve the next burst anywhere.
 func newReadySet(free *btree.FreeListG[entry], levels int) readySet {
 	r := readySet{returned: btree.NewWithFreeListG(32, entryLess, free), expiries: newExpiryIndex()}
+	r.paged.min = noFloor
 	r.floors = make([]uint64, levels)
 	for i := range r.floors {
 		r.floors[i] = noFloor
@@ -101,7 +104,10 @@ func newReadySet(free *btree.FreeListG[entry], levels int) readySet {
 	return r
 }
 
-func (r *readySet) len() int {
+func (r *readySet) len() int { return r.inMemory() + r.paged.n }
+
+// inMemory returns the number of ready entries in memory, not paged.
+func (r *readySet) inMemory() int {
 	return r.fresh.len() + r.nLower + r.returned.Len() + len(r.run) - r.runAt - r.dead
 }
 
@@ -207,10 +213,23 @@ func (r *readySet) popFresh(l *ring[entry]) entry {
 	return l.pop()
 }
 
-// popMin removes and returns the first entry in delivery order.
+// popMin removes and returns the first entry in delivery order, paging in the chunk that holds
+// it if it is paged (fault).
 func (r *readySet) popMin() (entry, bool) {
+	for {
+		if e, ok := r.popMemory(); ok || !r.fault() {
+			return e, ok
+		}
+	}
+}
+
+// popMemory is popMin without paging in: it returns none when the first entry is paged.
+func (r *readySet) popMemory() (entry, bool) {
 	if r.returned.Len() == 0 && r.runAt == len(r.run) {
 		if r.fresh.len() > 0 { // the common case: nothing came back
+			if r.fresh.front().key() > r.paged.min {
+				return entry{}, false
+			}
 			e := r.fresh.pop()
 			if r.dead > 0 {
 				r.trimRing(&r.fresh)
@@ -220,6 +239,9 @@ func (r *readySet) popMin() (entry, bool) {
 			return e, true
 		}
 		if l := r.freshHead(); l != nil {
+			if l.front().key() > r.paged.min {
+				return entry{}, false
+			}
 			e := r.popFresh(l)
 			if r.dead > 0 {
 				r.trimRing(l)
@@ -249,6 +271,9 @@ func (r *readySet) popMin() (entry, bool) {
 	l := r.freshHead()
 	if l != nil && l.front().key() < best.key() {
 		best, from = l.front(), fromFresh
+	}
+	if best.key() > r.paged.min {
+		return entry{}, false
 	}
 	switch from {
 	case fromTree:
@@ -391,12 +416,13 @@ func (r *readySet) clear() int {
 	r.run, r.runAt = nil, 0
 	r.dead = 0
 	r.expiries.Clear(false)
-	r.bytes, r.extra = 0, 0
+	r.paged.dropped = append(r.paged.dropped, r.dropPaged()...)
+	r.bytes, r.extra = 0, 0 // after dropPaged, which takes its own share out of bytes
 	return n
 }
 
-// footprint returns the footprint of the live entries (envelope.footprint).
-func (r *readySet) footprint() int64 { return r.bytes + r.extra }
+// footprint returns the footprint of the ready messages, paged or not (envelope.footprint).
+func (r *readySet) footprint() int64 { return r.bytes + r.extra + r.paged.extra }
 
 // oldestSeq returns the least sequence id of the ready set: the message that has waited longest,
 // which with priorities or returns need not be the next one delivered. O(levels · log n): by the
@@ -424,6 +450,9 @@ func (r *readySet) oldestSeq() (uint64, bool) {
 			least = min(least, run[i].seq)
 		}
 	}
+	if s, ok := r.oldestPaged(); ok {
+		least = min(least, s)
+	}
 	return least, least != ^uint64(0)
 }
 
@@ -446,7 +475,7 @@ func expiryLess(a, b expiry) bool {
 // took. The compaction's O(slots) is paid for by the removals that made the tombstones, more
 // than half the slots. Callers call it when dead > 0, after a removal.
 func (r *readySet) tidy() {
-	if r.dead <= compactAt || r.dead <= r.len() {
+	if r.dead <= compactAt || r.dead <= r.inMemory() {
 		return
 	}
 	live := func(e entry) bool { return e.env != nil }

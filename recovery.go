@@ -77,6 +77,8 @@ type replayMsg struct {
 type replayBody struct {
 	msg  []byte    // copied out of the log's buffer into the replay's arena
 	seg  uint64    // the segment its publish record is in
+	qid  uint64    // the queue of that record's placement, and its sequence id there: a
+	qseq uint64    // queue whose message it is may leave it paged (Queue.restore)
 	refs int       // the placements that need it (finish)
 	env  *envelope // made by the first queue restored that holds it; shared by the others
 }
@@ -187,9 +189,9 @@ func (r *replay) apply(seg uint64, rec record) {
 	case recPublish:
 		r.maxMsg = max(r.maxMsg, rec.msgID)
 		if b := r.bodies.get(rec.msgID); b != nil {
-			b.seg = seg // written again by compaction: the message's current state follows
+			b.seg, b.qid, b.qseq = seg, rec.queueID, rec.seq // written again by compaction: the message's current state follows
 		} else {
-			*r.bodies.put(rec.msgID) = replayBody{msg: r.keep(rec.msg), seg: seg}
+			*r.bodies.put(rec.msgID) = replayBody{msg: r.keep(rec.msg), seg: seg, qid: rec.queueID, qseq: rec.seq}
 		}
 		r.place(rec.placement)
 	case recEnqueue:
@@ -371,6 +373,7 @@ func (q *Queue) restore(r *replay) error {
 	onClock := func(t int64) int64 { return max(1, now+(t-wall)) }
 	var (
 		ready   = make([]entry, 0, rq.msgs.n)
+		stay    = map[uint64]bool{} // the messages that stay in memory past the page window
 		delayed []delayedEntry
 		err     error
 	)
@@ -401,6 +404,9 @@ func (q *Queue) restore(r *replay) error {
 		}
 		b.env.more.refs.Add(1)
 		e := entry{env: b.env, seq: m.seq, returns: m.returns, redelivered: m.redelivered}
+		if b.refs != 1 || b.qid != q.log.qid || b.qseq != m.seq || m.returned {
+			stay[m.seq] = true // its publish record is not its own in this queue: it cannot be paged
+		}
 		if p := q.cfg.maxPriority; p > 0 {
 			e.rank = uint8(p - min(p, int(b.env.priority)))
 		}
@@ -419,11 +425,26 @@ func (q *Queue) restore(r *replay) error {
 	if q.cfg.maxPriority > 0 { // in seq order already otherwise
 		slices.SortFunc(ready, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
 	}
+	// Past the page window, the messages whose publish record is theirs in this queue, and which
+	// never left it, stay on disk: their envelopes go once the chunks are made.
+	var paged []entry
+	if w := q.core.ready.paged.window; w > 0 && len(ready) > w {
+		kept := ready[:w]
+		for _, e := range ready[w:] {
+			if !stay[e.seq] && e.returns == 0 && !e.redelivered {
+				paged = append(paged, e)
+			} else {
+				kept = append(kept, e)
+			}
+		}
+		ready = kept
+	}
 	q.mu.Lock()
 	if len(returns) > 0 {
 		q.b.store.log.Append(returns...) // written with what this life writes first
 	}
 	q.core.restore(ready, delayed, rq.last+1)
+	q.core.restorePaged(paged)
 	// What the restore did (dead letters of messages past their delivery limit or their
 	// deadline), and what the downtime made due, waits for every durable queue and binding to
 	// be back: openBroker resumes the queue then (resume).

@@ -38,8 +38,10 @@ type store struct {
 	// unlockTopology waits for; guarded by the broker's topology lock.
 	topology wal.LSN
 	logger   *slog.Logger
-	lock     io.Closer // the directory's lock (Open); nil on other file systems
-	recovery Recovery  // what Open found; set before Open returns, read-only after
+	// exchanges stand for the exchanges named in messages read back from the log (pager.go).
+	exchanges sync.Map
+	lock      io.Closer // the directory's lock (Open); nil on other file systems
+	recovery  Recovery  // what Open found; set before Open returns, read-only after
 
 	// The durable topology as it stands, and the oldest segment holding a record of it.
 	topo    *replay

@@ -79,6 +79,11 @@ func (q *Queue) wakeAtLocked() int64 {
 	if q.roomDue != 0 && (at == 0 || q.roomDue < at) {
 		at = q.roomDue
 	}
+	if q.core.ready.paged.err != nil { // a chunk could not be read back: dispatch tries again
+		if retry := later(q.core.clock(), pageRetry); at == 0 || retry < at {
+			at = retry
+		}
+	}
 	return at
 }
 

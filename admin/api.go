@@ -22,14 +22,17 @@ type overview struct {
 	Queues     int               `json:"queues"`
 	Unroutable uint64            `json:"unroutable"` // publishes that reached no queue
 	Totals     warren.QueueStats `json:"totals"`     // every queue's stats summed; oldest_age the largest
-	Actions    bool              `json:"actions"`    // whether AllowActions was given
+	// Memory is the broker's memory budget: used and limit in bytes (limit 0: no limit), alarm
+	// while publishes wait for memory, waiting how many do, alarms how many times it was set.
+	Memory  warren.MemoryStats `json:"memory"`
+	Actions bool               `json:"actions"` // whether AllowActions was given
 }
 
 func (s *Server) overview() overview { return s.overviewOf(s.b.Stats()) }
 
 func (s *Server) overviewOf(st warren.BrokerStats) overview {
 	return overview{Exchanges: st.Exchanges, Queues: len(st.Queues), Unroutable: st.Unroutable,
-		Totals: sum(st.Queues), Actions: s.cfg.actions}
+		Totals: sum(st.Queues), Memory: st.Memory, Actions: s.cfg.actions}
 }
 
 // sum adds up queues' stats.

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"html"
 	"net/http"
@@ -452,4 +453,71 @@ func TestLookingIsNotUsing(t *testing.T) {
 		synctest.Wait()
 		assert.Empty(t, slices.Collect(b.Queues()), "the queue expired after 10 s though it was looked at every 4 s")
 	})
+}
+
+// TestOverviewMemory: the overview carries the broker's memory budget, under the names of
+// warren.MemoryStats' JSON: past its limit the alarm is set and a publish waits, counted; a
+// consumer draining the queue lets it in and then clears the alarm.
+func TestOverviewMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := warren.Message{Body: make([]byte, 1000)}
+		one := footprint(t, m)
+		limit := one + one/2 // one message fits, two do not
+		b := warren.New(warren.WithMemoryLimit(limit))
+		defer b.Close()
+		a := admin.Handler(b)
+		defer a.Close()
+		q, err := b.DeclareQueue("q")
+		require.NoError(t, err)
+		memory := func(want warren.MemoryStats) {
+			t.Helper()
+			var ov struct{ Memory json.RawMessage }
+			require.NoError(t, json.Unmarshal(serveGet(t, a, "/api/overview").Body.Bytes(), &ov))
+			assert.JSONEq(t, fmt.Sprintf(`{"used": %d, "limit": %d, "alarm": %t, "waiting": %d, "alarms": %d}`,
+				want.Used, want.Limit, want.Alarm, want.Waiting, want.Alarms), string(ov.Memory))
+		}
+		memory(warren.MemoryStats{Limit: limit})
+		publish(t, b, "q", m)
+		memory(warren.MemoryStats{Used: one, Limit: limit})
+		publish(t, b, "q", m)
+		memory(warren.MemoryStats{Used: 2 * one, Limit: limit, Alarm: true, Alarms: 1})
+
+		published := make(chan error, 1)
+		go func() { published <- b.Publish(t.Context(), "", "q", m) }()
+		synctest.Wait()
+		memory(warren.MemoryStats{Used: 2 * one, Limit: limit, Alarm: true, Waiting: 1, Alarms: 1})
+
+		// Draining: the first ack brings the broker under its limit, which lets the waiting
+		// publish in, over it again; the other two clear the alarm.
+		ack := func() {
+			t.Helper()
+			d, err := q.Get(t.Context())
+			require.NoError(t, err)
+			require.NoError(t, d.Ack())
+		}
+		ack()
+		require.NoError(t, <-published)
+		memory(warren.MemoryStats{Used: 2 * one, Limit: limit, Alarm: true, Alarms: 2})
+		ack()
+		ack()
+		memory(warren.MemoryStats{Limit: limit, Alarms: 2})
+	})
+}
+
+// TestOverviewNoMemoryLimit: with no limit the budget still counts what the messages take, its
+// limit is 0 and the alarm is never set.
+func TestOverviewNoMemoryLimit(t *testing.T) {
+	b := warren.New(warren.WithMemoryLimit(warren.NoMemoryLimit))
+	defer b.Close()
+	a := admin.Handler(b)
+	defer a.Close()
+	_, err := b.DeclareQueue("q")
+	require.NoError(t, err)
+	for range 100 {
+		publish(t, b, "q", warren.Message{Body: make([]byte, 1<<10)})
+	}
+	var ov struct{ Memory warren.MemoryStats }
+	require.NoError(t, json.Unmarshal(serveGet(t, a, "/api/overview").Body.Bytes(), &ov))
+	assert.Greater(t, ov.Memory.Used, int64(100<<10))
+	assert.Equal(t, warren.MemoryStats{Used: ov.Memory.Used}, ov.Memory)
 }

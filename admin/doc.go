@@ -10,7 +10,9 @@
 //
 // The JSON API (GET, under the mount point):
 //
-//	/api/overview                 the broker's totals (queue counters summed), exchange and queue counts
+//	/api/overview                 the broker's totals (queue counters summed), exchange and queue counts,
+//	                              and its memory budget ([warren.Broker.Memory]): "memory": {"used",
+//	                              "limit" (0: none), "alarm", "waiting" (publishes), "alarms"}
 //	/api/queues                   every queue: its stats, flags and arguments
 //	/api/queues/{name}            one queue, and its consumers ([warren.Queue.Consumers])
 //	/api/queues/{name}/messages   its ready messages, a page at a time (?after=ID&limit=N), not consumed;
@@ -18,7 +20,8 @@
 //	/api/exchanges                exchanges, the predeclared ones included
 //	/api/bindings                 bindings, exchange to queue and exchange to exchange
 //	/api/token                    the token that actions need (see Safety)
-//	/api/stream                   server-sent events: a "sample" a second (?queue=name: of that queue only)
+//	/api/stream                   server-sent events: a "sample" a second (?queue=name: of that queue only),
+//	                              with the rates, the totals and the memory budget as the overview has it
 //
 // A name in a path is escaped as a path segment (url.PathEscape: "a/b" is "a%2Fb"). Every route
 // with a queue's {name} has a twin that takes the name in the query instead, without the
@@ -37,7 +40,9 @@
 // message is built after the lock is released), never for a whole page.
 //
 // The page (GET / , /queues/{name}, /topology) shows the same: an overview with live rates,
-// the queues with their depth and a small chart of it, a queue with its message browser and
+// the broker's memory (used of the limit, as a bar, or "no limit") and, while its memory alarm
+// is set ([warren.WithMemoryLimit]), a banner that says publishers are blocked and how many
+// publishes wait, the queues with their depth and a small chart of it, a queue with its message browser and
 // actions (an exclusive queue with neither: its stats and consumers only, and why), and the
 // topology, exchanges to bindings to queues. Its links are relative, so it
 // works under any prefix; its script and stylesheet are embedded, and its Content-Security-Policy

@@ -133,3 +133,27 @@ func readAll(t *testing.T, res *http.Response) string {
 	require.NoError(t, err)
 	return string(body)
 }
+
+// serveGet serves GET path on h, in the test's goroutine (so inside a synctest bubble too), and
+// returns the response, failing the test unless its status is 200.
+func serveGet(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, path, nil))
+	require.Equal(t, http.StatusOK, rec.Code, "GET %s: %s", path, rec.Body)
+	return rec
+}
+
+// footprint returns what one message m costs a broker's memory budget: it publishes m on a
+// broker with no limit and reads Broker.Memory.
+func footprint(t *testing.T, m warren.Message) int64 {
+	t.Helper()
+	b := warren.New(warren.WithMemoryLimit(warren.NoMemoryLimit))
+	defer b.Close()
+	_, err := b.DeclareQueue("q")
+	require.NoError(t, err)
+	publish(t, b, "q", m)
+	n := b.Memory().Used
+	require.Greater(t, n, int64(len(m.Body)), "the body and the bookkeeping")
+	return n
+}

@@ -3,8 +3,10 @@ package admin
 import (
 	"bytes"
 	"embed"
+	"fmt"
 	"html/template"
 	"io/fs"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -37,6 +39,9 @@ func parsePages() pages {
 			}
 			return name
 		},
+		"bytes": byteSize,
+		"limit": memoryLimit,
+		"ratio": memoryRatio,
 	}
 	parse := func(page string) *template.Template {
 		return template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page))
@@ -184,4 +189,37 @@ func staticHandler() http.Handler {
 		panic("admin: " + err.Error()) // the embed above guarantees the directory
 	}
 	return http.StripPrefix("/static", http.FileServerFS(sub))
+}
+
+// byteSize formats n bytes for a person: "512 B", "1.5 KiB", "12.3 MiB". admin.js's bytes
+// formats them the same (one decimal, rounded half up), so that the live view agrees with the
+// page it updates.
+func byteSize(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	const units = "KMGTPE"
+	v, i := float64(n)/1024, 0
+	for math.Round(v*10) >= 10240 && i < len(units)-1 { // 1023.96 KiB is 1.0 MiB, not 1024.0 KiB
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", math.Round(v*10)/10, units[i])
+}
+
+// memoryLimit formats a memory budget: its size, or "no limit" for 0 (warren.NoMemoryLimit).
+func memoryLimit(n int64) string {
+	if n <= 0 {
+		return "no limit"
+	}
+	return byteSize(n)
+}
+
+// memoryRatio is the share of the budget limit that used takes, from 0 to 1 (1 when over it);
+// 0 with no limit.
+func memoryRatio(used, limit int64) float64 {
+	if limit <= 0 {
+		return 0
+	}
+	return min(float64(used)/float64(limit), 1)
 }

@@ -1,10 +1,14 @@
 package admin_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -129,4 +133,73 @@ func TestStatic(t *testing.T) {
 		assert.False(t, strings.Contains(body, "http://") || strings.Contains(body, "https://"),
 			"%s loads nothing from elsewhere", path)
 	}
+}
+
+// TestOverviewPageMemory: the overview shows the broker's memory, used of the limit, with a
+// bar; the alarm banner, hidden while the alarm is not set, shows while it is, with the number
+// of publishes waiting; with no limit it says so, and shows no bar.
+func TestOverviewPageMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := warren.New(warren.WithMemoryLimit(3 << 20))
+		defer b.Close()
+		a := admin.Handler(b)
+		defer a.Close()
+		_, err := b.DeclareQueue("q")
+		require.NoError(t, err)
+		page := func() string {
+			t.Helper()
+			return serveGet(t, a, "/").Body.String()
+		}
+		banner := regexp.MustCompile(`<div id="memory-alarm" class="alarm" role="alert"( hidden)?>`)
+		body := page()
+		assert.Equal(t, []string{`<div id="memory-alarm" class="alarm" role="alert" hidden>`, " hidden"}, banner.FindStringSubmatch(body),
+			"no alarm: the banner is there for the live view to show, hidden")
+		assert.Contains(t, body, "memory alarm: publishers blocked")
+		assert.Contains(t, body, `<span data-memory="used">0 B</span> <small>/ <span data-memory="limit">3.0 MiB</span>`)
+		assert.Contains(t, body, `<meter id="memory-bar" min="0" max="1" low="0.7" high="0.9" optimum="0" value="0" `)
+
+		for range 2 {
+			publish(t, b, "q", warren.Message{Body: make([]byte, 1<<20)})
+		}
+		used := b.Memory().Used
+		body = page()
+		assert.Equal(t, " hidden", banner.FindStringSubmatch(body)[1], "within the limit")
+		assert.Contains(t, body, fmt.Sprintf(`value="%v"`, float64(used)/(3<<20)))
+		assert.Contains(t, body, `<span data-memory="used">2.0 MiB</span>`)
+
+		publish(t, b, "q", warren.Message{Body: make([]byte, 1<<20)}) // over the limit now
+		ctx, cancel := context.WithCancel(t.Context())
+		waiting := make(chan error, 2)
+		for range 2 {
+			go func() { waiting <- b.Publish(ctx, "", "q", warren.Message{Body: []byte("late")}) }()
+		}
+		synctest.Wait()
+		body = page()
+		assert.Equal(t, "", banner.FindStringSubmatch(body)[1], "the alarm: the banner shows")
+		assert.Contains(t, body, `<span data-memory="waiting">2</span> waiting`)
+		assert.Contains(t, body, `the broker's messages take <span data-memory="used">3.0 MiB</span> of its <span data-memory="limit">3.0 MiB</span> limit`)
+		assert.Contains(t, body, `value="1"`, "the bar is full")
+		assert.Contains(t, body, `alarms <span data-memory="alarms">1</span>`)
+
+		cancel()
+		for range 2 {
+			require.ErrorIs(t, <-waiting, context.Canceled)
+		}
+		q, err := b.Queue("q")
+		require.NoError(t, err)
+		_, err = q.Purge()
+		require.NoError(t, err)
+		body = page()
+		assert.Equal(t, " hidden", banner.FindStringSubmatch(body)[1], "cleared: the banner hides")
+		assert.Contains(t, body, `<span data-memory="waiting">0</span> waiting`)
+		assert.Contains(t, body, `alarms <span data-memory="alarms">1</span>`)
+	})
+
+	b := warren.New(warren.WithMemoryLimit(warren.NoMemoryLimit))
+	defer b.Close()
+	a := admin.Handler(b)
+	defer a.Close()
+	body := serveGet(t, a, "/").Body.String()
+	assert.Contains(t, body, `<span data-memory="limit">no limit</span>`)
+	assert.Regexp(t, `<meter id="memory-bar" [^>]* hidden>`, body, "no limit: no bar")
 }

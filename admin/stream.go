@@ -30,6 +30,7 @@ type sample struct {
 	Rates      map[string]float64 `json:"rates"`
 	Totals     warren.QueueStats  `json:"totals"` // as in overview
 	Unroutable uint64             `json:"unroutable"`
+	Memory     warren.MemoryStats `json:"memory"` // as in overview
 	Queues     []queueSample      `json:"queues"` // every queue, or the stream's one
 }
 
@@ -163,7 +164,8 @@ func (h *hub) run() {
 // start (prev) and end (st) and the events counted meanwhile.
 func (h *hub) sample(now time.Time, dt time.Duration, prev, st warren.BrokerStats) sample {
 	sec := dt.Seconds()
-	s := sample{Time: now, Rates: make(map[string]float64), Totals: sum(st.Queues), Unroutable: st.Unroutable}
+	s := sample{Time: now, Rates: make(map[string]float64), Totals: sum(st.Queues), Unroutable: st.Unroutable,
+		Memory: st.Memory}
 	for k := range h.counts {
 		if n := h.counts[k].Swap(0); n > 0 {
 			s.Rates[warren.EventKind(k).String()] = float64(n) / sec

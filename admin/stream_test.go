@@ -237,3 +237,37 @@ func TestStreamHTTP(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamMemory: each sample carries the broker's memory budget, so the live view follows
+// the alarm: set with a publish waiting, then cleared.
+func TestStreamMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := warren.New(warren.WithMemoryLimit(1))
+		defer b.Close()
+		s := Handler(b)
+		defer s.Close()
+		q, err := b.DeclareQueue("q")
+		require.NoError(t, err)
+		w, end := openStream(t, s, "/api/stream?queue=q")
+		defer end()
+		time.Sleep(time.Second)
+		assert.Equal(t, warren.MemoryStats{Limit: 1}, nextSample(t, w).Memory)
+
+		require.NoError(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("over")}))
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		waiting := make(chan error, 1)
+		go func() { waiting <- b.Publish(ctx, "", "q", warren.Message{Body: []byte("late")}) }()
+		time.Sleep(time.Second)
+		m := nextSample(t, w).Memory
+		assert.Equal(t, warren.MemoryStats{Used: b.Memory().Used, Limit: 1, Alarm: true, Waiting: 1, Alarms: 1}, m)
+		assert.Positive(t, m.Used)
+
+		cancel()
+		require.ErrorIs(t, <-waiting, context.Canceled)
+		_, err = q.Purge()
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		assert.Equal(t, warren.MemoryStats{Limit: 1, Alarms: 1}, nextSample(t, w).Memory)
+	})
+}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -213,6 +215,24 @@ func stepper(t *testing.T, ctx context.Context) func(what string, steps ...chrom
 	}
 }
 
+// waitFor waits, up to 15 s, until the expression is true in ctx's page, or fails the test with
+// failure's text: the page updates live, and reloads after an action (an evaluation that meets
+// the reload fails, and is tried again).
+func waitFor(t *testing.T, ctx context.Context, expr string, failure func() string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (%v)", failure(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestAdminPage loads the admin page against a live broker in headless Chromium: the overview
 // lists the queues with their counts and goes live; a queue's page shows its dead letters with
 // their x-death; moving one back to orders by clicking changes the counts, on the page and in
@@ -230,25 +250,9 @@ func TestAdminPage(t *testing.T) {
 		}
 		return s
 	}
-	// waitFor waits until the expression is true: the page updates live, and reloads after an
-	// action (an evaluation that meets the reload fails, and is tried again).
-	waitFor := func(expr string, failure func() string) {
-		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
-			if err == nil && ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s (%v)", failure(), err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
 	waitText := func(sel, want string) {
 		t.Helper()
-		waitFor(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent === %q`, sel, want), func() string {
+		waitFor(t, ctx, fmt.Sprintf(`(document.querySelector(%q) || {}).textContent === %q`, sel, want), func() string {
 			return fmt.Sprintf("%s: want %q, have %q", sel, want, text(sel))
 		})
 	}
@@ -267,7 +271,7 @@ func TestAdminPage(t *testing.T) {
 	}
 	step("go live", chromedp.WaitVisible(chromedp.CSS(`#live.on`)))
 	// A rate appears once the stream's first sample arrives (the traffic publishes all along).
-	waitFor(`Number(document.querySelector('[data-rate="published"]').textContent) > 0`, func() string {
+	waitFor(t, ctx, `Number(document.querySelector('[data-rate="published"]').textContent) > 0`, func() string {
 		return fmt.Sprintf("no live publish rate: %q", text(`[data-rate="published"]`))
 	})
 
@@ -389,4 +393,106 @@ func TestQueuesNamedAsPaths(t *testing.T) {
 	if err != nil || rows != 2 {
 		t.Errorf("/ lists %d messages (%v), want the 2 moved", rows, err)
 	}
+}
+
+// TestMemoryAlarmBanner: the overview shows the broker's memory, used of the limit, and follows
+// its memory alarm live: when the broker goes over its limit and a publish waits, a banner
+// appears that says publishers are blocked and how many wait; when the queue is drained it goes
+// away. The live view formats sizes as the server does.
+func TestMemoryAlarmBanner(t *testing.T) {
+	ctx := browser(t)
+	m := warren.Message{Body: make([]byte, 1500)}
+	one := footprint(t, m)
+	limit := one + one/2 // one message fits, two do not
+	b := warren.New(warren.WithMemoryLimit(limit))
+	t.Cleanup(func() { b.Close() })
+	q, err := b.DeclareQueue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveAdmin(t, b)
+	step := stepper(t, ctx)
+	eval := func(expr string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return s
+	}
+	memory := func(field string) string {
+		return eval(`document.querySelector('#memory [data-memory="` + field + `"]').textContent`)
+	}
+	banner := `document.getElementById("memory-alarm")`
+
+	step("load the overview", chromedp.Navigate(srv.URL+"/warren/"), chromedp.WaitVisible(chromedp.CSS(`#memory`)),
+		chromedp.WaitVisible(chromedp.CSS(`#live.on`)), chromedp.WaitNotVisible(chromedp.CSS(`#memory-alarm`)))
+	if got := memory("used"); got != "0 B" {
+		t.Errorf("memory used shows %q, want 0 B", got)
+	}
+
+	for range 2 {
+		if err := b.Publish(t.Context(), "", "q", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	published := make(chan error, 1)
+	go func() { published <- b.Publish(t.Context(), "", "q", m) }() // waits for the alarm to clear
+	step("the banner appears", chromedp.WaitVisible(chromedp.CSS(`#memory-alarm`)))
+	if got := eval(banner + `.textContent.replace(/\s+/g, " ").trim()`); !strings.HasPrefix(got, "memory alarm: publishers blocked 1 waiting") {
+		t.Errorf("the banner says %q", got)
+	}
+	if got := eval(`String(document.getElementById("memory-bar").value)`); got != "1" {
+		t.Errorf("the bar is at %s, want full", got)
+	}
+	// The page as the server renders it now (nothing changes while the publish waits) says what
+	// the live view says.
+	res, err := http.Get(srv.URL + "/warren/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{"used", "limit", "alarms"} {
+		rendered := regexp.MustCompile(`<span data-memory="` + field + `">([^<]*)<`).FindSubmatch(page)
+		if rendered == nil {
+			t.Fatalf("the server's page has no memory %s", field)
+		}
+		if got := memory(field); got != string(rendered[1]) {
+			t.Errorf("memory %s shows %q live, %q from the server", field, got, rendered[1])
+		}
+	}
+
+	// Drained: the broker is back under its limit, the waiting publish goes in, and stays under.
+	if _, err := q.Purge(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	step("the banner goes away", chromedp.WaitNotVisible(chromedp.CSS(`#memory-alarm`)))
+	waitFor(t, ctx, banner+`.querySelector('[data-memory="waiting"]').textContent === "0"`, func() string {
+		return "the banner still counts " + eval(banner+`.querySelector('[data-memory="waiting"]').textContent`) + " waiting"
+	})
+	if got := memory("alarms"); got != "1" {
+		t.Errorf("alarms shows %q, want 1", got)
+	}
+}
+
+// footprint returns what one message m costs a broker's memory budget: it publishes m on a
+// broker with no limit and reads Broker.Memory.
+func footprint(t *testing.T, m warren.Message) int64 {
+	t.Helper()
+	b := warren.New(warren.WithMemoryLimit(warren.NoMemoryLimit))
+	defer b.Close()
+	if _, err := b.DeclareQueue("q"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(t.Context(), "", "q", m); err != nil {
+		t.Fatal(err)
+	}
+	return b.Memory().Used
 }

@@ -20,6 +20,31 @@
     return v >= 100 ? String(Math.round(v)) : String(Math.round(v * 10) / 10);
   }
 
+  // bytes formats a size as page.go's byteSize does, so that the live view agrees with the page.
+  function bytes(n) {
+    if (n < 1024) return n + " B";
+    const units = "KMGTPE";
+    let v = n / 1024, i = 0;
+    while (Math.round(v * 10) >= 10240 && i < units.length - 1) { v /= 1024; i++; }
+    return (Math.round(v * 10) / 10).toFixed(1) + " " + units[i] + "iB";
+  }
+
+  // showMemory shows the broker's memory budget: the card, its bar, and the alarm banner.
+  function showMemory(m) {
+    const text = { used: bytes(m.used), limit: m.limit > 0 ? bytes(m.limit) : "no limit", waiting: m.waiting, alarms: m.alarms };
+    document.querySelectorAll("[data-memory]").forEach((el) => {
+      const v = text[el.dataset.memory];
+      if (v !== undefined) el.textContent = v;
+    });
+    const bar = document.getElementById("memory-bar");
+    if (bar) {
+      bar.hidden = !(m.limit > 0);
+      bar.value = m.limit > 0 ? Math.min(m.used / m.limit, 1) : 0;
+    }
+    const alarm = document.getElementById("memory-alarm");
+    if (alarm) alarm.hidden = !m.alarm;
+  }
+
   // points maps values to an SVG polyline's points across a w×h box, oldest at the left, the
   // largest value (or top) at the top, with a pixel's margin so that a line at 0 shows.
   function points(values, w, h, top) {
@@ -73,6 +98,7 @@
         drawSpark(el, q.queue);
       });
     }
+    if (s.memory) showMemory(s.memory);
     const t = s.totals || {};
     const totals = { queues: (s.queues || []).length, ready: t.ready, unacked: t.unacked, consumers: t.consumers, unroutable: s.unroutable };
     document.querySelectorAll("[data-total]").forEach((el) => {

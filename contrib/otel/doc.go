@@ -60,7 +60,8 @@
 //
 // [NewMetrics] registers observable instruments whose values come from [warren.Broker.Stats] at
 // each collection: per-queue gauges and counters, labelled by [QueueKey], plus the broker's
-// exchange count and unroutable publishes. It runs no goroutine: the reader's collection calls
+// exchange count, unroutable publishes and memory budget (used, limit, alarm, waiting
+// publishers, alarms). It runs no goroutine: the reader's collection calls
 // it. [Metrics.Close] unregisters them.
 //
 // [Metrics.Middleware] measures the handlers of Serve as the messaging conventions ask: each

@@ -64,6 +64,19 @@ type queueInstrument struct {
 //	warren.exchanges                     UpDownCounter  {exchange}  Exchanges
 //	warren.messages.unroutable           Counter        {message}   Unroutable
 //
+// and for its memory budget ([warren.WithMemoryLimit], [warren.MemoryStats]), named as the
+// conventions name the Go runtime's (go.memory.used, go.memory.limit) and a state that is on or
+// off (hw.status):
+//
+//	warren.memory.used                   UpDownCounter  By           Used
+//	warren.memory.limit                  UpDownCounter  By           Limit; not reported with no limit
+//	warren.memory.alarm                  UpDownCounter  1            Alarm: 1 while set, else 0
+//	warren.memory.publishers.waiting     UpDownCounter  {publisher}  Waiting
+//	warren.memory.alarms                 Counter        {alarm}      Alarms
+//
+// A broker with no memory limit reports no warren.memory.limit, as go.memory.limit is reported
+// only "if a limit exists": a 0 would read as a limit every message passes.
+//
 // It also makes the two synchronous instruments of OpenTelemetry's messaging conventions that
 // [Metrics.Middleware] records for each attempt at a message:
 //
@@ -133,6 +146,17 @@ func NewMetrics(b *warren.Broker, opts ...MetricsOption) (*Metrics, error) {
 	errs = append(errs, err)
 	exchanges := upDown("warren.exchanges", "{exchange}", "Exchanges declared on the broker, the predeclared ones included.")
 	unroutable := counter("warren.messages.unroutable", "{message}", "Publishes to the broker that reached no queue.")
+	memory := memoryInstruments{
+		used: upDown("warren.memory.used", "By",
+			"Memory the messages the broker holds take, by its estimate: body, headers, properties and bookkeeping of each message in each queue."),
+		limit: upDown("warren.memory.limit", "By",
+			"The broker's memory limit, if it has one: above it the memory alarm is set and publishes wait."),
+		alarm: upDown("warren.memory.alarm", "1",
+			"Whether the broker's memory alarm is set: 1 while its messages take more than its memory limit and publishes wait, else 0."),
+		waiting: upDown("warren.memory.publishers.waiting", "{publisher}",
+			"Publishes waiting for the broker's memory alarm to clear."),
+		alarms: counter("warren.memory.alarms", "{alarm}", "Times the broker's memory alarm was set."),
+	}
 	// Names, units and descriptions from the conventions' generated package. The boundaries are
 	// the ones messaging-metrics.md of semconv v1.43.0 asks for messaging.process.duration; the
 	// generated package leaves them out (it gives them to HTTP's and RPC's durations only), and
@@ -146,15 +170,17 @@ func NewMetrics(b *warren.Broker, opts ...MetricsOption) (*Metrics, error) {
 		return nil, err
 	}
 
-	observed := make([]metric.Observable, 0, len(queue)+3)
+	observed := make([]metric.Observable, 0, len(queue)+8)
 	for _, q := range queue {
 		observed = append(observed, q.inst)
 	}
-	observed = append(observed, oldest, exchanges, unroutable)
+	observed = append(observed, oldest, exchanges, unroutable,
+		memory.used, memory.limit, memory.alarm, memory.waiting, memory.alarms)
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := b.Stats()
 		o.ObserveInt64(exchanges, int64(s.Exchanges))
 		o.ObserveInt64(unroutable, int64(s.Unroutable))
+		memory.observe(o, s.Memory)
 		for i := range s.Queues {
 			qs := &s.Queues[i]
 			name := metric.WithAttributeSet(attribute.NewSet(QueueKey.String(qs.Queue)))
@@ -169,6 +195,26 @@ func NewMetrics(b *warren.Broker, opts ...MetricsOption) (*Metrics, error) {
 		return nil, err
 	}
 	return &Metrics{reg: reg, duration: duration.Inst(), consumed: consumed.Inst()}, nil
+}
+
+// memoryInstruments are the instruments of the broker's memory budget.
+type memoryInstruments struct {
+	used, limit, alarm, waiting, alarms metric.Int64Observable
+}
+
+// observe observes the memory budget m.
+func (i *memoryInstruments) observe(o metric.Observer, m warren.MemoryStats) {
+	o.ObserveInt64(i.used, m.Used)
+	if m.Limit > 0 {
+		o.ObserveInt64(i.limit, m.Limit)
+	}
+	var alarm int64
+	if m.Alarm {
+		alarm = 1
+	}
+	o.ObserveInt64(i.alarm, alarm)
+	o.ObserveInt64(i.waiting, int64(m.Waiting))
+	o.ObserveInt64(i.alarms, int64(m.Alarms))
 }
 
 // Close unregisters the instruments' callback: collections no longer read the broker, and no

@@ -8,6 +8,7 @@ import (
 	"net"
 	"runtime"
 	"sort"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -102,11 +103,12 @@ func must(t *testing.T, err error) {
 //	idle:   one consumer, nothing else
 //	parked: two messages; the first moved into redriven (Queue.Move, a redrive)
 //
-// plus one publish to a queue that does not exist (unroutable) and a declared exchange.
+// plus one publish to a queue that does not exist (unroutable), a declared exchange, and a
+// memory limit of 1 MiB (TestMetricsMemory sets its alarm).
 func TestMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		b := newBroker(t)
+		b := newBroker(t, warren.WithMemoryLimit(1<<20))
 		_, err := b.DeclareExchange("dlx", warren.ExchangeFanout)
 		must(t, err)
 		declare(t, b, "dead")
@@ -184,7 +186,7 @@ func TestMetrics(t *testing.T) {
 			"warren.queue.messages.moved":         {"counter", "{message}", 0, 0, 0, 0, 0, 1, 0},
 		}
 		got := collect()
-		require.Len(t, got, len(queues)+2, "every instrument reports")
+		require.Len(t, got, len(queues)+2+5, "every instrument reports")
 		for name, w := range queues {
 			series := got[name]
 			require.Len(t, series, 7, "%s: one series per queue", name)
@@ -195,6 +197,80 @@ func TestMetrics(t *testing.T) {
 		}
 		require.Equal(t, map[string]point{"": {float64(exchanges), "updown", "{exchange}"}}, got["warren.exchanges"])
 		require.Equal(t, map[string]point{"": {1, "counter", "{message}"}}, got["warren.messages.unroutable"])
+		require.Equal(t, memoryPoints(b.Memory()), memoryOf(got))
+		require.Positive(t, b.Memory().Used)
+	})
+}
+
+// memoryOf returns the memory instruments' series of c.
+func memoryOf(c collection) collection {
+	m := collection{}
+	for name, series := range c {
+		if strings.HasPrefix(name, "warren.memory.") {
+			m[name] = series
+		}
+	}
+	return m
+}
+
+// memoryPoints returns the series the memory instruments report for a broker whose budget is
+// m: warren.memory.limit only with a limit.
+func memoryPoints(m warren.MemoryStats) collection {
+	alarm := 0.0
+	if m.Alarm {
+		alarm = 1
+	}
+	c := collection{
+		"warren.memory.used":               {"": {float64(m.Used), "updown", "By"}},
+		"warren.memory.alarm":              {"": {alarm, "updown", "1"}},
+		"warren.memory.publishers.waiting": {"": {float64(m.Waiting), "updown", "{publisher}"}},
+		"warren.memory.alarms":             {"": {float64(m.Alarms), "counter", "{alarm}"}},
+	}
+	if m.Limit > 0 {
+		c["warren.memory.limit"] = map[string]point{"": {float64(m.Limit), "updown", "By"}}
+	}
+	return c
+}
+
+// TestMetricsMemory: the memory instruments follow the broker's alarm: set with publishes
+// waiting, then cleared when the queue is drained, counted once; with no limit, no
+// warren.memory.limit.
+func TestMetricsMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, warren.WithMemoryLimit(1)) // any message passes it
+		q := declare(t, b, "q")
+		_, collect := newMetrics(t, b)
+		require.Equal(t, memoryPoints(warren.MemoryStats{Limit: 1}), memoryOf(collect()))
+
+		must(t, b.Publish(t.Context(), "", "q", warren.Message{Body: []byte("over")}))
+		used := b.Memory().Used
+		require.Greater(t, used, int64(len("over")))
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		waiting := make(chan error, 2)
+		for range 2 {
+			go func() { waiting <- b.Publish(ctx, "", "q", warren.Message{Body: []byte("late")}) }()
+		}
+		synctest.Wait()
+		require.Equal(t, memoryPoints(warren.MemoryStats{Used: used, Limit: 1, Alarm: true, Waiting: 2, Alarms: 1}),
+			memoryOf(collect()))
+
+		cancel()
+		for range 2 {
+			require.ErrorIs(t, <-waiting, context.Canceled)
+		}
+		_, err := q.Purge()
+		must(t, err)
+		require.Equal(t, memoryPoints(warren.MemoryStats{Limit: 1, Alarms: 1}), memoryOf(collect()))
+
+		unlimited := newBroker(t, warren.WithMemoryLimit(warren.NoMemoryLimit))
+		declare(t, unlimited, "q")
+		must(t, unlimited.Publish(t.Context(), "", "q", warren.Message{Body: []byte("m")}))
+		_, collect = newMetrics(t, unlimited)
+		got := memoryOf(collect())
+		require.NotContains(t, got, "warren.memory.limit")
+		require.Equal(t, memoryPoints(unlimited.Memory()), got)
+		require.Positive(t, got["warren.memory.used"][""].value, "counted all the same")
 	})
 }
 

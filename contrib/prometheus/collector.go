@@ -54,6 +54,12 @@ type collector struct {
 	queue      []queueMetric
 	exchanges  *prometheus.Desc
 	unroutable *prometheus.Desc
+	memory     memoryDescs
+}
+
+// memoryDescs describe the broker's memory budget ([warren.MemoryStats]).
+type memoryDescs struct {
+	used, limit, alarm, waiting, alarms *prometheus.Desc
 }
 
 // NewCollector returns a [prometheus.Collector] that exposes b's [warren.BrokerStats]. Each
@@ -81,6 +87,19 @@ type collector struct {
 //
 //	warren_exchanges                            gauge    BrokerStats.Exchanges
 //	warren_unroutable_total                     counter  BrokerStats.Unroutable
+//
+// and its memory budget ([warren.WithMemoryLimit], [warren.Broker.Memory]):
+//
+//	warren_memory_used_bytes                    gauge    MemoryStats.Used
+//	warren_memory_limit_bytes                   gauge    MemoryStats.Limit; absent with no limit
+//	warren_memory_alarm                         gauge    MemoryStats.Alarm: 1 while set, else 0
+//	warren_memory_waiting_publishers            gauge    MemoryStats.Waiting
+//	warren_memory_alarms_total                  counter  MemoryStats.Alarms
+//
+// A broker with no memory limit ([warren.NoMemoryLimit], or no default one: nothing said how
+// much memory the process may use) has no warren_memory_limit_bytes series, rather than a 0 that
+// a query such as warren_memory_used_bytes / warren_memory_limit_bytes > 0.9 would turn into
+// +Inf and an alert; the query then has no result. Its used bytes are counted all the same.
 //
 // Counters start when a queue is declared: a deleted queue's series disappear, and a queue
 // declared again under the same name starts from zero, which Prometheus reads as a counter
@@ -147,6 +166,18 @@ func NewCollector(b *warren.Broker, opts ...Option) prometheus.Collector {
 			"Exchanges declared on the broker, the predeclared ones included.", nil, cfg.constLabels),
 		unroutable: prometheus.NewDesc(name("unroutable_total"),
 			"Publishes to the broker that reached no queue.", nil, cfg.constLabels),
+		memory: memoryDescs{
+			used: prometheus.NewDesc(name("memory_used_bytes"),
+				"Memory the messages the broker holds take, by its estimate: body, headers, properties and bookkeeping of each message in each queue.", nil, cfg.constLabels),
+			limit: prometheus.NewDesc(name("memory_limit_bytes"),
+				"The broker's memory limit: above it the memory alarm is set and publishes wait. Absent when the broker has no limit.", nil, cfg.constLabels),
+			alarm: prometheus.NewDesc(name("memory_alarm"),
+				"Whether the broker's memory alarm is set: 1 while its messages take more than its memory limit and publishes wait, else 0.", nil, cfg.constLabels),
+			waiting: prometheus.NewDesc(name("memory_waiting_publishers"),
+				"Publishes waiting for the broker's memory alarm to clear.", nil, cfg.constLabels),
+			alarms: prometheus.NewDesc(name("memory_alarms_total"),
+				"Times the broker's memory alarm was set.", nil, cfg.constLabels),
+		},
 	}
 }
 
@@ -157,6 +188,10 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- c.exchanges
 	ch <- c.unroutable
+	m := &c.memory
+	for _, d := range []*prometheus.Desc{m.used, m.limit, m.alarm, m.waiting, m.alarms} {
+		ch <- d
+	}
 }
 
 // Collect takes one snapshot of the broker and sends its metrics.
@@ -164,12 +199,29 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.broker.Stats()
 	send(ch, c.exchanges, prometheus.GaugeValue, float64(s.Exchanges))
 	send(ch, c.unroutable, prometheus.CounterValue, float64(s.Unroutable))
+	c.collectMemory(ch, s.Memory)
 	for i := range s.Queues {
 		qs := &s.Queues[i]
 		for _, m := range c.queue {
 			send(ch, m.desc, m.valueType, m.value(qs), qs.Queue)
 		}
 	}
+}
+
+// collectMemory sends the metrics of the broker's memory budget m.
+func (c *collector) collectMemory(ch chan<- prometheus.Metric, m warren.MemoryStats) {
+	d := &c.memory
+	send(ch, d.used, prometheus.GaugeValue, float64(m.Used))
+	if m.Limit > 0 {
+		send(ch, d.limit, prometheus.GaugeValue, float64(m.Limit))
+	}
+	alarm := 0.0
+	if m.Alarm {
+		alarm = 1
+	}
+	send(ch, d.alarm, prometheus.GaugeValue, alarm)
+	send(ch, d.waiting, prometheus.GaugeValue, float64(m.Waiting))
+	send(ch, d.alarms, prometheus.CounterValue, float64(m.Alarms))
 }
 
 // send sends a constant metric, or an invalid one carrying the error, which the registry

@@ -2,6 +2,7 @@ package warrenprom_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +31,10 @@ var (
 		"warren_queue_ready_bytes",
 		"warren_queue_oldest_message_age_seconds",
 		"warren_exchanges",
+		"warren_memory_used_bytes",
+		"warren_memory_limit_bytes",
+		"warren_memory_alarm",
+		"warren_memory_waiting_publishers",
 	}
 	counters = []string{
 		"warren_queue_messages_enqueued_total",
@@ -43,6 +48,7 @@ var (
 		"warren_queue_messages_dropped_total",
 		"warren_queue_messages_moved_total",
 		"warren_unroutable_total",
+		"warren_memory_alarms_total",
 	}
 )
 
@@ -76,11 +82,12 @@ func countExchanges(b *warren.Broker) int {
 //	capped: max length 1: the second message drops the first; a third is delayed an hour
 //	idle:   one consumer, nothing else
 //
-// plus one publish to a queue that does not exist (unroutable) and a declared exchange "dlx".
+// plus one publish to a queue that does not exist (unroutable), a declared exchange "dlx", and
+// a memory limit of 1 MiB, passed once (a queue, burst, that took 2 MiB and was deleted).
 func busyBroker(t *testing.T) *warren.Broker {
 	t.Helper()
 	ctx := t.Context()
-	b := warren.New()
+	b := warren.New(warren.WithMemoryLimit(1 << 20))
 	t.Cleanup(func() { _ = b.Close() })
 
 	_, err := b.DeclareExchange("dlx", warren.ExchangeFanout)
@@ -135,6 +142,15 @@ func busyBroker(t *testing.T) *warren.Broker {
 	if n, err := from.Move(ctx, "", "to"); err != nil || n != 1 {
 		t.Fatalf("Move = %d, %v; want 1, nil", n, err)
 	}
+
+	_, err = b.DeclareQueue("burst")
+	must(t, err)
+	publish(t, b, "burst", strings.Repeat("x", 2<<20))
+	if !b.Memory().Alarm {
+		t.Fatal("2 MiB in burst did not set the memory alarm")
+	}
+	_, err = b.DeleteQueue("burst")
+	must(t, err)
 
 	publish(t, b, "nowhere", "lost")
 	return b
@@ -194,6 +210,11 @@ func TestScrapeOverHTTP(t *testing.T) {
 	want := []string{
 		`warren_exchanges ` + strconv.Itoa(countExchanges(b)),
 		`warren_unroutable_total 1`,
+		`warren_memory_used_bytes ` + strconv.FormatInt(b.Memory().Used, 10),
+		`warren_memory_limit_bytes 1.048576e+06`,
+		`warren_memory_alarm 0`,
+		`warren_memory_waiting_publishers 0`,
+		`warren_memory_alarms_total 1`,
 
 		`warren_queue_messages_ready{queue="orders"} 1`,
 		`warren_queue_messages_unacked{queue="orders"} 1`,
@@ -268,7 +289,7 @@ func TestScrapeOverHTTP(t *testing.T) {
 func TestCollectAndCompare(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		b := warren.New()
+		b := warren.New(warren.WithMemoryLimit(1 << 20))
 		defer b.Close()
 
 		jobs, err := b.DeclareQueue("jobs")
@@ -337,10 +358,11 @@ warren_queue_ready_bytes{queue="short"} 0
 # HELP warren_unroutable_total Publishes to the broker that reached no queue.
 # TYPE warren_unroutable_total counter
 warren_unroutable_total 0
-`, countExchanges(b))
+`, countExchanges(b)) + memoryText(b.Memory())
 		// The families compared; the others (all zero here) are checked by TestScrapeOverHTTP.
 		names := []string{
-			"warren_exchanges", "warren_queue_consumers", "warren_queue_messages_acked_total",
+			"warren_exchanges", "warren_memory_alarm", "warren_memory_alarms_total", "warren_memory_limit_bytes",
+			"warren_memory_used_bytes", "warren_memory_waiting_publishers", "warren_queue_consumers", "warren_queue_messages_acked_total",
 			"warren_queue_messages_delayed", "warren_queue_messages_delivered_total",
 			"warren_queue_messages_enqueued_total", "warren_queue_messages_expired_total",
 			"warren_queue_messages_nacked_total", "warren_queue_messages_ready",
@@ -350,8 +372,8 @@ warren_unroutable_total 0
 		if err := testutil.CollectAndCompare(warrenprom.NewCollector(b), strings.NewReader(want), names...); err != nil {
 			t.Error(err)
 		}
-		if n := testutil.CollectAndCount(warrenprom.NewCollector(b)); n != 2*16+2 {
-			t.Errorf("%d metrics, want 16 per queue for 2 queues and 2 for the broker", n)
+		if n := testutil.CollectAndCount(warrenprom.NewCollector(b)); n != 2*16+2+5 {
+			t.Errorf("%d metrics, want 16 per queue for 2 queues, 2 for the broker and 5 for its memory", n)
 		}
 	})
 }
@@ -376,8 +398,10 @@ func TestDescribeMatchesCollect(t *testing.T) {
 	}
 }
 
+// TestEmptyBroker: a broker with no queues and no memory limit has the broker's metrics, and
+// no warren_memory_limit_bytes.
 func TestEmptyBroker(t *testing.T) {
-	b := warren.New()
+	b := warren.New(warren.WithMemoryLimit(warren.NoMemoryLimit))
 	defer b.Close()
 	want := fmt.Sprintf(`
 # HELP warren_exchanges Exchanges declared on the broker, the predeclared ones included.
@@ -386,7 +410,7 @@ warren_exchanges %d
 # HELP warren_unroutable_total Publishes to the broker that reached no queue.
 # TYPE warren_unroutable_total counter
 warren_unroutable_total 0
-`, countExchanges(b))
+`, countExchanges(b)) + memoryText(warren.MemoryStats{})
 	must(t, testutil.CollectAndCompare(warrenprom.NewCollector(b), strings.NewReader(want)))
 }
 
@@ -452,4 +476,79 @@ func TestDeletedQueueDisappears(t *testing.T) {
 warren_queue_messages_ready{queue="b"} 0
 `
 	must(t, testutil.CollectAndCompare(c, strings.NewReader(want), "warren_queue_messages_ready"))
+}
+
+// TestMemoryAlarm: the memory metrics follow the broker's alarm: set with a publish waiting,
+// then cleared when the queue is drained, counted once.
+func TestMemoryAlarm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := warren.New(warren.WithMemoryLimit(1)) // any message passes it
+		defer b.Close()
+		c := warrenprom.NewCollector(b)
+		q, err := b.DeclareQueue("q")
+		must(t, err)
+		names := []string{"warren_memory_used_bytes", "warren_memory_limit_bytes", "warren_memory_alarm",
+			"warren_memory_waiting_publishers", "warren_memory_alarms_total"}
+		compare := func(m warren.MemoryStats) {
+			t.Helper()
+			if err := testutil.CollectAndCompare(c, strings.NewReader(memoryText(m)), names...); err != nil {
+				t.Error(err)
+			}
+		}
+		compare(warren.MemoryStats{Limit: 1})
+
+		publish(t, b, "q", "over")
+		used := b.Memory().Used
+		if used <= int64(len("over")) {
+			t.Fatalf("one message takes %d bytes of the budget", used)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		waiting := make(chan error, 2)
+		for range 2 {
+			go func() {
+				waiting <- b.Publish(ctx, "", "q", warren.Message{Body: []byte("late")})
+			}()
+		}
+		synctest.Wait()
+		compare(warren.MemoryStats{Used: used, Limit: 1, Alarm: true, Waiting: 2, Alarms: 1})
+
+		cancel()
+		for range 2 {
+			if err := <-waiting; !errors.Is(err, context.Canceled) {
+				t.Fatalf("a waiting publish whose ctx ended returned %v", err)
+			}
+		}
+		_, err = q.Purge()
+		must(t, err)
+		compare(warren.MemoryStats{Limit: 1, Alarms: 1})
+	})
+}
+
+// memoryText is the text exposition of the memory metrics of a broker whose budget is m.
+func memoryText(m warren.MemoryStats) string {
+	alarm := 0
+	if m.Alarm {
+		alarm = 1
+	}
+	limit := ""
+	if m.Limit > 0 {
+		limit = fmt.Sprintf(`# HELP warren_memory_limit_bytes The broker's memory limit: above it the memory alarm is set and publishes wait. Absent when the broker has no limit.
+# TYPE warren_memory_limit_bytes gauge
+warren_memory_limit_bytes %d
+`, m.Limit)
+	}
+	return fmt.Sprintf(`# HELP warren_memory_alarm Whether the broker's memory alarm is set: 1 while its messages take more than its memory limit and publishes wait, else 0.
+# TYPE warren_memory_alarm gauge
+warren_memory_alarm %d
+# HELP warren_memory_alarms_total Times the broker's memory alarm was set.
+# TYPE warren_memory_alarms_total counter
+warren_memory_alarms_total %d
+%s# HELP warren_memory_used_bytes Memory the messages the broker holds take, by its estimate: body, headers, properties and bookkeeping of each message in each queue.
+# TYPE warren_memory_used_bytes gauge
+warren_memory_used_bytes %d
+# HELP warren_memory_waiting_publishers Publishes waiting for the broker's memory alarm to clear.
+# TYPE warren_memory_waiting_publishers gauge
+warren_memory_waiting_publishers %d
+`, alarm, m.Alarms, limit, m.Used, m.Waiting)
 }

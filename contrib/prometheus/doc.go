@@ -6,8 +6,9 @@
 //
 // [NewCollector] returns a [prometheus.Collector]. Each scrape takes one snapshot with
 // [warren.Broker.Stats], which reads each queue in one short critical section, and exposes
-// per-queue gauges and counters labelled by queue name, plus the broker's exchange count and
-// unroutable publishes; see [NewCollector] for the list. Nothing runs between scrapes: the
+// per-queue gauges and counters labelled by queue name, plus the broker's exchange count,
+// unroutable publishes and memory budget (used, limit, alarm, waiting publishes, alarms); see
+// [NewCollector] for the list. Nothing runs between scrapes: the
 // collector holds no state but the broker.
 //
 //	b := warren.New()

@@ -162,23 +162,36 @@ type batch struct {
 	start, startFirst uint64
 }
 
-// batchAt checks the batch at off in a segment's data, and returns it if it is good: its
-// checksum holds and its contents parse. A batch that passes its checksum and does not parse is
-// not one the log wrote: it is as bad as one that fails it.
+// batchAt checks the batch at off in a segment's data, and returns it if it is good (parseBatch).
 func batchAt(data []byte, off int64, seg uint64) (batch, bool) {
-	if off < 0 || int64(len(data))-off < frameSize {
+	if off < 0 || off > int64(len(data)) {
 		return batch{}, false
 	}
-	n := int64(binary.LittleEndian.Uint32(data[off:]))
-	end := off + frameSize + n
-	if n < 3 || end > int64(len(data)) {
+	return parseBatch(data[off:], off, seg)
+}
+
+// batchSize returns the size of the batch whose frame starts p (at least frameSize bytes long),
+// frame included, as its frame says: how many bytes parseBatch needs.
+func batchSize(p []byte) int64 { return frameSize + int64(binary.LittleEndian.Uint32(p)) }
+
+// parseBatch checks the batch that starts p, at offset off of segment seg (p may go on past
+// it), and returns it if it is good: its checksum holds and its contents parse. A batch that
+// passes its checksum and does not parse is not one the log wrote: it is as bad as one that
+// fails it. Open reads batches with it from a whole segment in memory (batchAt), Scan from a
+// window of the file.
+func parseBatch(p []byte, off int64, seg uint64) (batch, bool) {
+	if len(p) < frameSize {
 		return batch{}, false
 	}
-	payload := data[off+frameSize : end]
-	if checksum(seg, off, payload) != binary.LittleEndian.Uint32(data[off+4:]) {
+	size := batchSize(p)
+	if size < frameSize+3 || size > int64(len(p)) {
 		return batch{}, false
 	}
-	b := batch{kind: payload[0], next: end}
+	payload := p[frameSize:size]
+	if checksum(seg, off, payload) != binary.LittleEndian.Uint32(p[4:]) {
+		return batch{}, false
+	}
+	b := batch{kind: payload[0], next: off + size}
 	behind, k := binary.Uvarint(payload[1:])
 	if k <= 0 || behind > uint64(off) {
 		return batch{}, false

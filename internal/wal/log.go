@@ -15,8 +15,9 @@ import (
 // Errors. Each works with errors.Is.
 var (
 	// ErrCorrupt is wrapped by the error of Open when the log lost something a sync had made
-	// durable: damage other than a torn write at its end, a missing segment; the error names
-	// the file and the offset.
+	// durable: damage other than a torn write at its end, a missing segment; and by the error of
+	// Scan when what it reads is damaged: a bad batch or header, a segment cut short or
+	// missing. The error names the file and the offset.
 	ErrCorrupt = errors.New("wal: corrupt log")
 	// ErrVersion is wrapped by the error of Open when a segment is in a format this version of
 	// the log does not read; the error names the file and the format.
@@ -35,6 +36,9 @@ var (
 	ErrLocked = errors.New("wal: directory in use by another log")
 	// ErrClosed is returned by calls after Close.
 	ErrClosed = errors.New("wal: log closed")
+	// ErrReleased is wrapped by the error of Scan when it is asked for a segment the log was
+	// released below (ReleaseBelow), removed or about to be; the error names the segment.
+	ErrReleased = errors.New("wal: segment released")
 
 	errBadHeader = errors.New("wal: bad segment header")
 )
@@ -189,6 +193,20 @@ type Log struct {
 	syncedTo           pos               // what is known durable: the segments before it, and its bytes before off
 	segFirst           map[uint64]uint64 // the number of each segment's first record (for start batches)
 
+	// What Scan needs (read.go). openAt is where the log ended at Open: LSN 0 is there; segLSN,
+	// the LSN before the first record of each segment started since (set by Append as it moves
+	// to a new one); skipped, the stretches of segments that Open's Salvage skipped, gaps, the
+	// segments it skipped as missing, and unsealed, the segments it took without a seal. Guarded
+	// by mu; the map entries go with their segments (removeBeside); openAt, skipped's slices and
+	// gaps are set by Open and not changed after.
+	openAt   pos
+	segLSN   map[uint64]LSN
+	skipped  map[uint64][]stretch
+	gaps     []gap
+	unsealed map[uint64]bool
+	// readers are Scan's buffers, for reuse.
+	readers sync.Pool
+
 	// OnStall's calls: notifyMu orders them; told is the state last told. Taken with no other
 	// lock held; mu is taken under it.
 	notifyMu sync.Mutex
@@ -283,6 +301,7 @@ func (l *Log) Append(recs ...[]byte) (LSN, uint64, error) {
 	if l.segBytes > headerSize && l.segBytes+frameSize+size > l.opts.SegmentSize {
 		l.lastSeg++ // a new segment, started by the writer when it gets there
 		l.segBytes = headerSize
+		l.segLSN[l.lastSeg] = l.appended
 	}
 	if len(l.pending) == 0 || l.pending[len(l.pending)-1].seg != l.lastSeg {
 		l.pending = append(l.pending, chunk{seg: l.lastSeg, buf: l.newBuffer()})
@@ -833,6 +852,9 @@ func (l *Log) removeBeside() {
 	}
 	for n := l.first; n < first; n++ {
 		delete(l.segFirst, n)
+		delete(l.segLSN, n)
+		delete(l.skipped, n)
+		delete(l.unsealed, n)
 	}
 	l.first = first
 	if err != nil {

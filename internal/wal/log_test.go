@@ -61,18 +61,17 @@ func appendAll(t testing.TB, l *Log, from, to, batch int) {
 	}
 }
 
-// appendEach appends records 0..n-1 one at a time, waiting for each, and returns the segment
-// each went to.
-func appendEach(t *testing.T, l *Log, n int) []uint64 {
+// appendEach appends records from..to-1 one at a time, waiting for each, and returns the
+// segment each went to and the position after each.
+func appendEach(t *testing.T, l *Log, from, to int) (segs []uint64, lsns []LSN) {
 	t.Helper()
-	var segs []uint64
-	for i := range n {
+	for i := from; i < to; i++ {
 		lsn, seg, err := l.Append(record(i))
 		require.NoError(t, err)
 		require.NoError(t, l.Wait(t.Context(), lsn))
-		segs = append(segs, seg)
+		segs, lsns = append(segs, seg), append(lsns, lsn)
 	}
-	return segs
+	return segs, lsns
 }
 
 // crash stops l as a crash of the process does: what it wrote stays as it is, unsynced and
@@ -122,7 +121,7 @@ func TestLogSegments(t *testing.T) {
 	fs := OSFS{Dir: t.TempDir()}
 	opts := Options{SegmentSize: 4096}
 	l, _, _ := openLog(t, fs, opts)
-	segs := appendEach(t, l, 400)
+	segs, _ := appendEach(t, l, 0, 400)
 	require.NoError(t, l.Close())
 	names, err := fs.List()
 	require.NoError(t, err)
@@ -215,13 +214,17 @@ func TestLogRemovesBesideTheWriter(t *testing.T) {
 }
 
 // countingFS counts the syncs of its files, and calls hook (if set) before each; and counts
-// the writes tried, failed or not, if writes is set.
+// the writes tried, failed or not, if writes is set, and the opens and reads if read is.
 type countingFS struct {
 	FS
 	syncs  *atomic.Int64
 	hook   func()
 	writes *atomic.Int64
+	read   *readStats
 }
+
+// readStats counts the files a countingFS opened, their reads and the bytes read.
+type readStats struct{ opens, reads, bytes atomic.Int64 }
 
 func (fs countingFS) Create(name string) (File, error) {
 	f, err := fs.FS.Create(name)
@@ -230,6 +233,9 @@ func (fs countingFS) Create(name string) (File, error) {
 
 func (fs countingFS) Open(name string) (File, error) {
 	f, err := fs.FS.Open(name)
+	if fs.read != nil {
+		fs.read.opens.Add(1)
+	}
 	return countingFile{f, fs}, err
 }
 
@@ -243,6 +249,15 @@ func (f countingFile) Write(p []byte) (int, error) {
 		f.fs.writes.Add(1)
 	}
 	return f.File.Write(p)
+}
+
+func (f countingFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	if f.fs.read != nil {
+		f.fs.read.reads.Add(1)
+		f.fs.read.bytes.Add(int64(n))
+	}
+	return n, err
 }
 
 func (f countingFile) Sync() error {

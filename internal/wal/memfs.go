@@ -98,8 +98,9 @@ func (s SyncFailure) String() string {
 // other files' fates are drawn independently, in the order of their names, so that a seeded
 // generator makes a crash repeatable.
 //
-// FailWrite, FailSync, FailSyncDir and Capacity inject errors: an I/O error on the n-th write,
-// a failed fsync (with or without the loss of the unsynced bytes), a full disk.
+// FailWrite, FailSync, FailSyncDir, FailRead and Capacity inject errors: an I/O error on the
+// n-th write, a failed fsync (with or without the loss of the unsynced bytes), a failed read, a
+// full disk.
 //
 // What it does not model: a later write reaching the disk while an earlier one did not, other
 // than as TornTail's garbled run; a synced byte going bad (bit rot, a misdirected write): a test
@@ -119,11 +120,11 @@ type MemFS struct {
 
 // memFaults are the errors a MemFS is set to inject.
 type memFaults struct {
-	write, sync, syncDir fault
-	short                float64 // the fraction of its bytes a failing write writes; < 0: none
-	syncFailure          SyncFailure
-	limited              bool  // Write fails with ErrNoSpace past capacity
-	capacity             int64 // the bytes the directory's files may hold together
+	write, sync, syncDir, read fault
+	short                      float64 // the fraction of its bytes a failing write writes; < 0: none
+	syncFailure                SyncFailure
+	limited                    bool  // Write fails with ErrNoSpace past capacity
+	capacity                   int64 // the bytes the directory's files may hold together
 }
 
 // fault is an error to return from an operation of a kind, after a count of them succeeded.
@@ -338,6 +339,14 @@ func (m *MemFS) FailSyncDir(after int, err error) {
 	m.faults.syncDir.arm(after, err)
 }
 
+// FailRead makes the (after+1)-th ReadAt from now, of any file, fail with an error wrapping err,
+// reading nothing. A FailRead replaces the pending one; a negative after cancels it.
+func (m *MemFS) FailRead(after int, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.faults.read.arm(after, err)
+}
+
 // Capacity limits the bytes the files in the directory may hold together to n: a Write that
 // would pass it writes what fits and fails with an error wrapping ErrNoSpace, as write(2) on a
 // full disk. A negative n lifts the limit (the zero MemFS has none). Removing or truncating
@@ -447,6 +456,9 @@ func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
 	defer f.m.mu.Unlock()
 	if off < 0 {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fs.ErrInvalid}
+	}
+	if err := f.m.faults.read.next(); err != nil {
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: err}
 	}
 	data := f.node.data
 	if off >= int64(len(data)) {

@@ -379,6 +379,26 @@ func TestMemFSFailSync(t *testing.T) {
 	}
 }
 
+// TestMemFSFailRead: the read FailRead arms fails, reading nothing; the one before and the one
+// after it read.
+func TestMemFSFailRead(t *testing.T) {
+	m := NewMemFS()
+	o := fsOps{t, m}
+	f := o.create("f")
+	o.write(f, "abcdef")
+	m.FailRead(1, errInjected)
+	p := make([]byte, 3)
+	if n, err := f.ReadAt(p, 0); err != nil || string(p[:n]) != "abc" {
+		t.Fatalf("the read before: ReadAt = %q, %v, want abc", p[:n], err)
+	}
+	if n, err := f.ReadAt(p, 3); n != 0 || !errors.Is(err, errInjected) {
+		t.Fatalf("the failing read: ReadAt = %d, %v, want 0 and an error wrapping %v", n, err, errInjected)
+	}
+	if n, err := f.ReadAt(p, 3); err != nil || string(p[:n]) != "def" {
+		t.Fatalf("the read after: ReadAt = %q, %v, want def", p[:n], err)
+	}
+}
+
 func TestMemFSCapacity(t *testing.T) {
 	m := NewMemFS()
 	o := fsOps{t, m}

@@ -88,7 +88,7 @@ func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log,
 	if opts.Interval <= 0 {
 		opts.Interval = 100 * time.Millisecond
 	}
-	l := &Log{fs: fs, opts: opts, segFirst: map[uint64]uint64{}}
+	l := &Log{fs: fs, opts: opts, segFirst: map[uint64]uint64{}, segLSN: map[uint64]LSN{}}
 	l.cond.L = &l.mu
 	o := &opener{l: l, replay: replay, data: map[uint64][]byte{}, present: map[uint64]bool{}}
 	err := o.list()
@@ -113,6 +113,8 @@ func Open(fs FS, opts Options, replay func(seg uint64, rec []byte) error) (*Log,
 		return nil, o.rec, err
 	}
 	o.rec.Last = l.fileSeg
+	l.openAt = pos{l.fileSeg, l.fileOff}
+	l.skipped, l.gaps, l.unsealed = skippedStretches(o.rec.Skipped), o.gaps, o.unsealedBefore(l.fileSeg)
 	return l, o.rec, nil
 }
 
@@ -138,6 +140,8 @@ type opener struct {
 	pending   []*Damage
 	unsealed  *Damage   // the end of an unsealed segment before the last: a torn end if records are missing after it
 	found     []*Damage // what Salvage skipped
+	gaps      []gap     // the segments it skipped as missing
+	ends      []uint64  // the segments read to their end without a seal
 	cuts      []*Damage // the torn ends
 
 	// What read found to write, for repair.
@@ -260,6 +264,7 @@ func (o *opener) read() error {
 			if err := o.missing(want, n-1); err != nil {
 				return err
 			}
+			o.gaps = append(o.gaps, gap{want, n - 1}) // skipped: Scan skips them too
 		}
 		if err := o.segment(n); err != nil {
 			return err
@@ -478,7 +483,27 @@ func (o *opener) segment(n uint64) error {
 	if n == o.last {
 		o.lastMarks = marks
 	}
+	if !sealed {
+		o.ends = append(o.ends, n)
+	}
 	return nil
+}
+
+// unsealedBefore returns the segments before segment cur, the one appended to, that stay
+// without a seal: Salvage took them so (their end is missing, or the last one's header was
+// bad, so appends go to a new one). A segment whose seal a crash kept from being written is
+// sealed by repair.
+func (o *opener) unsealedBefore(cur uint64) map[uint64]bool {
+	var m map[uint64]bool
+	for _, n := range o.ends {
+		if n < cur && n != o.seal {
+			if m == nil {
+				m = map[uint64]bool{}
+			}
+			m[n] = true
+		}
+	}
+	return m
 }
 
 // cut plans to cut segment n at off, where a torn end begins.

@@ -476,7 +476,7 @@ func TestOpenStart(t *testing.T) {
 	fs := NewMemFS()
 	opts := Options{SegmentSize: 1024}
 	l, _, _ := openLog(t, fs, opts)
-	segs := appendEach(t, l, 300)
+	segs, _ := appendEach(t, l, 0, 300)
 	released := map[string][]byte{}
 	for _, n := range []uint64{2, 4} {
 		released[segmentName(n)] = fs.Contents(segmentName(n))

@@ -280,7 +280,7 @@ func TestLogCloseFull(t *testing.T) {
 func TestLogStallRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := openStallLog(t, Options{Sync: SyncAlways, SegmentSize: 1024})
-		segs := appendEach(t, l.Log, 80)
+		segs, _ := appendEach(t, l.Log, 0, 80)
 		last := segs[len(segs)-1]
 		require.Greater(t, last, uint64(3))
 		require.NoError(t, l.Sync())

@@ -1,0 +1,318 @@
+package warren
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren/internal/wal"
+)
+
+// Paged durable queues (pager.go): a durable queue with a page window of a few messages, on
+// small segments, so that nearly every message crosses the disk. Each test checks a rule that
+// holds without paging, and that the backlog was indeed on disk (pagedLen).
+
+// pagedLen returns how many of q's ready messages are on disk.
+func pagedLen(q *Queue) (n int) {
+	q.view(func() { n = q.core.ready.paged.n })
+	return n
+}
+
+// pagedOptions are a durable broker's options for the paging tests: a window of window
+// messages, 4 KiB segments.
+func pagedOptions(window int) []BrokerOption {
+	return []BrokerOption{pageWindow(window), logOptions(wal.Options{SegmentSize: 4096, Sync: wal.SyncNever})}
+}
+
+// TestPagedDeliversInOrder: a backlog of 2,000 messages, all but the window on disk, is
+// delivered once each, in order, also after a reopen; its memory is the window's, not the
+// backlog's; once drained, its segments go.
+func TestPagedDeliversInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := openTest(t, fs, pagedOptions(8)...)
+		defer b.Close()
+		ctx := context.Background()
+		q := durableQueue(t, b, "jobs")
+		const n = 2000
+		for i := range n {
+			m := Message{Body: fmt.Appendf(nil, "job %04d", i), Persistent: true}
+			if i%7 == 0 {
+				m.Headers = Table{"i": int64(i)}
+			}
+			require.NoError(t, b.Publish(ctx, "", "jobs", m))
+		}
+		assert.Equal(t, n, q.Len())
+		assert.Equal(t, n-8, pagedLen(q), "all but the window on disk")
+		assert.Less(t, b.Memory().Used, int64(64<<10), "what the broker counts: the window and the chunks, not 2,000 messages")
+
+		get := func(q *Queue, i int) {
+			t.Helper()
+			d, err := q.Get(ctx)
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprintf("job %04d", i), string(d.Message.Body))
+			if i%7 == 0 {
+				require.Equal(t, int64(i), d.Message.Headers["i"])
+			}
+			require.NoError(t, d.Ack())
+		}
+		for i := range n / 2 {
+			get(q, i)
+		}
+		require.NoError(t, b.Close())
+
+		b = openTest(t, fs, pagedOptions(8)...)
+		defer b.Close()
+		q, err := b.Queue("jobs")
+		require.NoError(t, err)
+		require.Equal(t, n/2, q.Len())
+		assert.Equal(t, n/2-8, pagedLen(q), "restored: all but the window stay on disk")
+		assert.Less(t, b.Memory().Used, int64(64<<10), "after the reopen too")
+		for i := n / 2; i < n; i++ {
+			get(q, i)
+		}
+		_, err = q.Get(ctx)
+		require.ErrorIs(t, err, ErrEmpty)
+		synctest.Wait()
+		require.NoError(t, b.store.log.Sync())
+		assert.LessOrEqual(t, len(segmentNames(t, fs)), 3, "a drained backlog's segments go")
+	})
+}
+
+// TestPagedRules: the rules a backlog on disk keeps as one in memory: priorities, a nacked
+// message back at its place, per-message and queue TTLs that dead-letter on time, a purge and a
+// deletion that free the segments.
+func TestPagedRules(t *testing.T) {
+	ctx := context.Background()
+	body := func(d Delivery) string { return string(d.Message.Body) }
+	t.Run("priorities", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := openTest(t, wal.NewMemFS(), pagedOptions(4)...)
+			defer b.Close()
+			q := durableQueue(t, b, "jobs", MaxPriority(3))
+			var want [4][]string
+			for i := range 200 {
+				p := uint8(i % 4)
+				m := Message{Body: fmt.Appendf(nil, "p%d-%03d", p, i), Persistent: true, Priority: p}
+				require.NoError(t, b.Publish(ctx, "", "jobs", m))
+				want[3-p] = append(want[3-p], string(m.Body))
+			}
+			require.Positive(t, pagedLen(q))
+			var got []string
+			for range 200 {
+				d, err := q.Get(ctx)
+				require.NoError(t, err)
+				got = append(got, body(d))
+				require.NoError(t, d.Ack())
+			}
+			assert.Equal(t, append(append(append(want[0], want[1]...), want[2]...), want[3]...), got)
+		})
+	})
+	t.Run("nack returns to its place", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := openTest(t, wal.NewMemFS(), pagedOptions(4)...)
+			defer b.Close()
+			q := durableQueue(t, b, "jobs")
+			for i := range 100 {
+				persistent(t, b, "jobs", fmt.Sprintf("m%03d", i))
+			}
+			var out []Delivery
+			for range 10 {
+				d, err := q.Get(ctx)
+				require.NoError(t, err)
+				out = append(out, d)
+			}
+			require.NoError(t, out[3].Nack())
+			require.NoError(t, out[7].Nack())
+			var got []string
+			for {
+				d, err := q.Get(ctx)
+				if err != nil {
+					require.ErrorIs(t, err, ErrEmpty)
+					break
+				}
+				got = append(got, body(d))
+				require.NoError(t, d.Ack())
+			}
+			require.Len(t, got, 92)
+			assert.Equal(t, []string{"m003", "m007", "m010", "m011"}, got[:4], "the nacked ones first, at their places")
+		})
+	})
+	t.Run("TTL dead-letters on time", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := openTest(t, wal.NewMemFS(), pagedOptions(4)...)
+			defer b.Close()
+			durableQueue(t, b, "dead")
+			q := durableQueue(t, b, "jobs", MessageTTL(time.Minute), DeadLetter("", "dead"))
+			for i := range 50 {
+				m := Message{Body: fmt.Appendf(nil, "m%03d", i), Persistent: true}
+				if i%10 == 5 {
+					m.Expiration = "1000" // a second
+				}
+				require.NoError(t, b.Publish(ctx, "", "jobs", m))
+			}
+			require.Positive(t, pagedLen(q))
+			dead, err := b.Queue("dead")
+			require.NoError(t, err)
+			time.Sleep(time.Second)
+			synctest.Wait()
+			assert.Equal(t, 5, dead.Len(), "the five with a second's TTL, read back from disk when due")
+			assert.Equal(t, 45, q.Len())
+			time.Sleep(time.Minute)
+			synctest.Wait()
+			assert.Equal(t, 50, dead.Len(), "the queue's TTL")
+			assert.Zero(t, q.Len())
+			assert.Zero(t, pagedLen(q))
+		})
+	})
+	t.Run("purge and delete", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			fs := wal.NewMemFS()
+			b := openTest(t, fs, pagedOptions(4)...)
+			defer b.Close()
+			q := durableQueue(t, b, "jobs")
+			durableQueue(t, b, "other")
+			for i := range 300 {
+				persistent(t, b, "jobs", fmt.Sprintf("job %03d", i))
+				persistent(t, b, "other", fmt.Sprintf("other %03d", i))
+			}
+			require.Positive(t, pagedLen(q))
+			n, err := q.Purge()
+			require.NoError(t, err)
+			assert.Equal(t, 300, n)
+			assert.Zero(t, q.Len())
+			_, err = b.DeleteQueue("other")
+			require.NoError(t, err)
+			synctest.Wait()
+			require.NoError(t, b.store.log.Sync())
+			assert.LessOrEqual(t, len(segmentNames(t, fs)), 3, "nothing live: the segments go")
+			require.NoError(t, b.Close())
+			b = openTest(t, fs, pagedOptions(4)...)
+			defer b.Close()
+			q, err = b.Queue("jobs")
+			require.NoError(t, err)
+			assert.Zero(t, q.Len(), "the purge holds after a reopen")
+		})
+	})
+}
+
+// TestPagedReads: what reads a queue without taking from its head sees the backlog on disk as
+// one in memory: Browse and BrowseFrom in delivery order, a Move from the head and by id, a
+// selective consumer that takes from the middle of the disk.
+func TestPagedReads(t *testing.T) {
+	ctx := context.Background()
+	bodies := func(ms []ReadyMessage) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, string(m.Message.Body))
+		}
+		return out
+	}
+	names := func(from, to int) []string {
+		var out []string
+		for i := from; i < to; i++ {
+			out = append(out, fmt.Sprintf("m%03d", i))
+		}
+		return out
+	}
+	synctest.Test(t, func(t *testing.T) {
+		b := openTest(t, wal.NewMemFS(), pagedOptions(4)...)
+		defer b.Close()
+		q := durableQueue(t, b, "jobs")
+		dest := durableQueue(t, b, "dest")
+		for i := range 100 {
+			persistent(t, b, "jobs", fmt.Sprintf("m%03d", i))
+		}
+		require.Equal(t, 96, pagedLen(q))
+
+		var browsed []string
+		for m := range q.Browse() {
+			browsed = append(browsed, string(m.Body))
+		}
+		assert.Equal(t, names(0, 100), browsed, "Browse")
+		page := q.BrowseFrom(0, 10)
+		assert.Equal(t, names(0, 10), bodies(page))
+		page = q.BrowseFrom(page[9].ID, 10)
+		assert.Equal(t, names(10, 20), bodies(page), "BrowseFrom, past the window")
+		assert.Equal(t, 96, pagedLen(q), "browsing reads the disk, and leaves it there")
+
+		n, err := q.Move(ctx, "", "dest", MoveIDs(page[5].ID, page[6].ID))
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		n, err = q.Move(ctx, "", "dest", MoveLimit(3))
+		require.NoError(t, err)
+		assert.Equal(t, 3, n)
+		var moved []string
+		for m := range dest.Browse() {
+			moved = append(moved, string(m.Body))
+		}
+		assert.Equal(t, []string{"m015", "m016", "m000", "m001", "m002"}, moved, "by id, then from the head")
+
+		c, err := q.Consume(ctx, Selector(func(m *Message) bool { return string(m.Body) == "m077" }))
+		require.NoError(t, err)
+		select {
+		case d := <-c.Deliveries():
+			assert.Equal(t, "m077", string(d.Message.Body), "found on disk")
+			require.NoError(t, d.Ack())
+		case <-time.After(time.Second):
+			t.Fatal("the selective consumer got nothing")
+		}
+		require.NoError(t, c.Cancel())
+		browsed = browsed[:0]
+		for m := range q.Browse() {
+			browsed = append(browsed, string(m.Body))
+		}
+		want := append(names(3, 15), names(17, 77)...)
+		assert.Equal(t, append(want, names(78, 100)...), browsed, "what is left, in order")
+	})
+}
+
+// TestPagedCompaction: a paged backlog in the oldest segments does not keep the log growing
+// while other messages churn through it: compaction writes its chunks again at the head, whole,
+// and the backlog is still there, in order, after a reopen.
+func TestPagedCompaction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := openTest(t, fs, pagedOptions(4)...)
+		defer b.Close()
+		ctx := context.Background()
+		jobs := durableQueue(t, b, "jobs")
+		busy := durableQueue(t, b, "busy")
+		for i := range 300 {
+			persistent(t, b, "jobs", fmt.Sprintf("job %03d", i))
+		}
+		require.Equal(t, 296, pagedLen(jobs))
+		most := 0
+		for i := range 3000 {
+			persistent(t, b, "busy", fmt.Sprintf("churn %04d", i))
+			d, err := busy.Get(ctx)
+			require.NoError(t, err)
+			require.NoError(t, d.Ack())
+			if i%100 == 99 {
+				synctest.Wait()
+				require.NoError(t, b.store.log.Sync())
+				most = max(most, len(segmentNames(t, fs)))
+			}
+		}
+		// The backlog's records take about 5 segments of 4 KiB; the churn wrote about 30.
+		assert.LessOrEqual(t, most, 16, "the log stays within twice what is live and a few segments")
+		require.Equal(t, 296, pagedLen(jobs))
+		require.NoError(t, b.Close())
+
+		b = openTest(t, fs, pagedOptions(4)...)
+		defer b.Close()
+		jobs, err := b.Queue("jobs")
+		require.NoError(t, err)
+		for i := range 300 {
+			d, err := jobs.Get(ctx)
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprintf("job %03d", i), string(d.Message.Body))
+			require.NoError(t, d.Ack())
+		}
+	})
+}
