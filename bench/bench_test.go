@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,14 +38,7 @@ const rabbitEnv = "WARREN_RABBITMQ_URL"
 // RabbitMQ, when $WARREN_RABBITMQ_URL says where one is (else it skips; set, the node must be
 // reachable).
 func TestRabbitWorkloadsVerify(t *testing.T) {
-	url := os.Getenv(rabbitEnv)
-	if url == "" {
-		t.Skipf("%s is not set: no RabbitMQ to run rabbitmq and rabbitmq-client against (./rabbitmq.sh start, then %s=%s)", rabbitEnv, rabbitEnv, RabbitURL)
-	}
-	RabbitURL = url
-	if err := ProbeRabbit(); err != nil {
-		t.Fatalf("%s is set: RabbitMQ must be reachable there: %v", rabbitEnv, err)
-	}
+	needRabbit(t)
 	sz := QuickSizes()
 	sz.W1, sz.W2, sz.W3, sz.S2Messages = 2000, 2000, 2000, 1000
 	sz.W4Queue, sz.W4Requeue, sz.S1Measure, sz.S1Batch = 2000, 200, 1000, 250
@@ -59,6 +53,20 @@ func TestRabbitWorkloadsVerify(t *testing.T) {
 		for _, c := range cases {
 			verifyCase(t, system, c, sz)
 		}
+	}
+}
+
+// needRabbit points the bench at the RabbitMQ that $WARREN_RABBITMQ_URL names, or skips the
+// test when it is not set; set, the node must be reachable.
+func needRabbit(t *testing.T) {
+	t.Helper()
+	url := os.Getenv(rabbitEnv)
+	if url == "" {
+		t.Skipf("%s is not set: no RabbitMQ to run the systems that need one against (./rabbitmq.sh start, then %s=%s)", rabbitEnv, rabbitEnv, RabbitURL)
+	}
+	RabbitURL = url
+	if err := ProbeRabbit(); err != nil {
+		t.Fatalf("%s is set: RabbitMQ must be reachable there: %v", rabbitEnv, err)
 	}
 }
 
@@ -239,17 +247,11 @@ func TestCheckerAndOrder(t *testing.T) {
 func TestRecoverySteps(t *testing.T) {
 	const n = 3000
 	dir := t.TempDir()
-	fill, b := RunFill(dir, n)
-	if !fill.OK || b == nil {
-		t.Fatalf("fill: %+v", fill)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
+	fill := fillClosed(t, dir, n, SyncNever)
 	if fill.Metrics["backlog_disk_bytes"] < n*BodySize {
 		t.Fatalf("the log holds %v bytes for %d messages of %d bytes", fill.Metrics["backlog_disk_bytes"], n, BodySize)
 	}
-	open := RunOpen(t.Context(), "recovery/open-clean", dir, n)
+	open := RunOpen(t.Context(), "recovery/open-clean", dir, n, SyncNever)
 	t.Logf("open: %v", open.Metrics)
 	if !open.OK {
 		t.Fatalf("open: %+v", open)
@@ -262,4 +264,134 @@ func TestRecoverySteps(t *testing.T) {
 	if !steady.OK || steady.Metrics["disk_max_bytes"] <= 0 || steady.Metrics["live_bytes"] <= 0 {
 		t.Fatalf("steady: %+v", steady)
 	}
+}
+
+// TestBacklogSteps runs -backlog's steps at toy size in this process, on the systems that need
+// no server: each system's fill and drain with its readings, W1 on an empty queue and into the
+// backlog; warren-durable's open after a clean Close (recovery's steps, under SyncInterval)
+// with the heap read.
+func TestBacklogSteps(t *testing.T) {
+	for _, s := range BacklogSystems {
+		if !NeedsRabbit(s.Spec) {
+			checkBacklogSteps(t, s.Name)
+		}
+	}
+
+	const n = 3000
+	dir := t.TempDir()
+	fill := fillClosed(t, dir, n, SyncInterval)
+	open := RunOpen(t.Context(), "backlog/open-clean", dir, n, SyncInterval)
+	if !open.OK || open.Metrics["open_heap_live_bytes"] <= 0 || open.Metrics["drain_peak_rss_bytes"] <= 0 || open.Metrics["open_budget_used_bytes"] < n*BodySize {
+		t.Fatalf("open: %+v", open)
+	}
+	// The open measures the broker as the fill left it: its messages cost what they cost when
+	// published (a listener, say, would add a Message to each).
+	if o, f := open.Metrics["open_budget_used_bytes"], fill.Metrics["fill_budget_used_bytes"]; o > f {
+		t.Fatalf("the memory budget counts %v bytes after the open, %v after the fill", o, f)
+	}
+}
+
+// TestRabbitBacklogSteps runs -backlog's steps at toy size on rabbitmq-durable, when
+// $WARREN_RABBITMQ_URL says where rabbitmq.sh's node is: the readings are the node's (its
+// beam.smp's RSS and bytes written, its data directory).
+func TestRabbitBacklogSteps(t *testing.T) {
+	needRabbit(t)
+	for _, s := range BacklogSystems {
+		if NeedsRabbit(s.Spec) {
+			checkBacklogSteps(t, s.Name)
+		}
+	}
+}
+
+// checkBacklogSteps runs the backlog steps that are a bench case on system at toy size, and
+// checks their readings: the fill and the drain with memory, disk and bytes written, W1 on an
+// empty queue and into the backlog.
+func checkBacklogSteps(t *testing.T, system string) {
+	t.Helper()
+	const n, w1 = 3000, 2000
+	spec, err := BacklogSpec(system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := Lookup(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := RunBacklog(t.Context(), system, BacklogFillDrain, n, w1)
+	t.Logf("%s: %v", system, r.Metrics)
+	if !r.OK || r.System != system || r.Messages != n {
+		t.Fatalf("%s: %+v", system, r)
+	}
+	m := r.Metrics
+	if m["full_rss_bytes"] <= 0 || m["drain_peak_rss_bytes"] <= 0 || m["drain_rate"] <= 0 {
+		t.Fatalf("%s: memory or drain not read: %v", system, m)
+	}
+	// The heap is read where the messages are in this process.
+	if _, ok := m["full_heap_live_bytes"]; ok == info.ClientOnly || !info.ClientOnly && m["drain_peak_heap_live_bytes"] <= 0 {
+		t.Fatalf("%s: the heap read %v, in this process %v: %v", system, ok, !info.ClientOnly, m)
+	}
+	if m["total_wchar_bytes"] < m["fill_wchar_bytes"] {
+		t.Fatalf("%s: the fill and the drain wrote less than the fill: %v", system, m)
+	}
+	// A warren broker counts at least every body in its memory budget.
+	if used, ok := m["full_budget_used_bytes"]; ok != strings.HasPrefix(system, "warren-") || ok && (used < n*BodySize || m["budget_limit_bytes"] <= 0) {
+		t.Fatalf("%s: the memory budget read %v, used %v, limit %v", system, ok, used, m["budget_limit_bytes"])
+	}
+	if info.Durable {
+		// Every body went to disk: at least the body bytes were written, and held at the
+		// full backlog.
+		if m["fill_wchar_bytes"] < n*BodySize || m["full_disk_bytes"]-m["start_disk_bytes"] < n*BodySize {
+			t.Fatalf("%s: the fill wrote %v bytes and the disk grew by %v for %d bodies of %d bytes", system, m["fill_wchar_bytes"], m["full_disk_bytes"]-m["start_disk_bytes"], n, BodySize)
+		}
+	} else if _, ok := m["full_disk_bytes"]; ok || m["fill_wchar_bytes"] >= n*BodySize {
+		t.Fatalf("%s: in memory, yet disk or writes: %v", system, m)
+	}
+
+	for _, step := range []string{BacklogW1Empty, BacklogW1Full} {
+		r := RunBacklog(t.Context(), system, step, n, w1)
+		t.Logf("%s %s: %v", system, step, r.Metrics)
+		want := w1
+		if step == BacklogW1Full {
+			want += n
+		}
+		if !r.OK || r.Messages != want || r.Metrics["rate"] <= 0 || r.Metrics["peak_rss_bytes"] <= 0 {
+			t.Fatalf("%s %s: %+v", system, step, r)
+		}
+		// A client of the node reports the node's RSS, which holds the messages.
+		if _, ok := r.Metrics["node_peak_rss_bytes"]; ok != info.ClientOnly {
+			t.Fatalf("%s %s: the node's RSS read %v, a client of the node %v", system, step, ok, info.ClientOnly)
+		}
+	}
+}
+
+// TestReadIO checks the parsing of /proc/<pid>/io, and that a write counts in wchar.
+func TestReadIO(t *testing.T) {
+	before, err := readIO("/proc/self/io")
+	if err != nil {
+		t.Skipf("no /proc/self/io here: %v", err)
+	}
+	if err := os.WriteFile(t.TempDir()+"/x", make([]byte, 1<<16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	after, err := readIO("/proc/self/io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after.minus(before); d.wchar < 1<<16 {
+		t.Fatalf("wrote 64 KiB, wchar grew by %d", d.wchar)
+	}
+}
+
+// fillClosed fills a backlog of n messages in dir under the sync policy named sync (RunFill)
+// and closes the broker.
+func fillClosed(t *testing.T, dir string, n int, sync string) Result {
+	t.Helper()
+	fill, b := RunFill(dir, n, sync)
+	if !fill.OK || b == nil {
+		t.Fatalf("fill: %+v", fill)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return fill
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math/bits"
 	"os"
 	"runtime"
@@ -173,4 +174,41 @@ func watchdog(ctx context.Context, cancel context.CancelCauseFunc, progress *ato
 		}
 	}()
 	return func() { close(done) }
+}
+
+// ioCounters are a process's bytes written, from /proc/<pid>/io. wchar counts every write(2)
+// and the like of the process, to files, pipes and sockets alike, whether or not the bytes
+// reach a disk; writeBytes counts what the process caused to be sent to the storage layer
+// (page-cache pages it dirtied, whole pages), and cancelled the part of that which was
+// truncated or deleted before it was written back.
+type ioCounters struct{ wchar, writeBytes, cancelled int64 }
+
+func (c ioCounters) minus(o ioCounters) ioCounters {
+	return ioCounters{c.wchar - o.wchar, c.writeBytes - o.writeBytes, c.cancelled - o.cancelled}
+}
+
+// readIO reads an io file of /proc (/proc/self/io; another user's process's needs root).
+func readIO(path string) (ioCounters, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ioCounters{}, err
+	}
+	var c ioCounters
+	fields := map[string]*int64{"wchar": &c.wchar, "write_bytes": &c.writeBytes, "cancelled_write_bytes": &c.cancelled}
+	found := 0
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if p, known := fields[k]; ok && known {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return ioCounters{}, fmt.Errorf("%s: %q: %w", path, line, err)
+			}
+			*p = n
+			found++
+		}
+	}
+	if found != len(fields) {
+		return ioCounters{}, fmt.Errorf("%s: no wchar, write_bytes or cancelled_write_bytes", path)
+	}
+	return c, nil
 }

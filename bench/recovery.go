@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,14 +24,37 @@ const RecoveryQueue = "backlog"
 // RecoveryFillBatch is how many messages FillBacklog publishes per PublishBatch.
 const RecoveryFillBatch = 256
 
-// fillBacklog opens a durable broker on dir (SyncNever: a publish is confirmed once written
-// to the OS, which is what a process kill cannot take), declares the durable queue and
-// publishes n persistent messages with sequence numbers 0 … n-1, returning once every one is
-// confirmed, with the broker still open. r gets the fill's rate and the log's size on disk at
+// The sync policies the recovery steps run under, by name: -recovery's SyncNever, and the
+// -backlog mode's SyncInterval, warren-durable-interval's policy.
+const (
+	SyncNever    = "never"
+	SyncInterval = "interval"
+)
+
+// syncPolicy is the policy named name.
+func syncPolicy(name string) (warren.SyncPolicy, error) {
+	switch name {
+	case SyncNever:
+		return warren.SyncNever, nil
+	case SyncInterval:
+		return warren.SyncInterval(WarrenSyncInterval), nil
+	}
+	return warren.SyncPolicy{}, fmt.Errorf("unknown sync policy %q (want %s or %s)", name, SyncNever, SyncInterval)
+}
+
+// fillBacklog opens a durable broker on dir under the sync policy named sync (SyncNever or
+// SyncInterval: either way a publish is confirmed once written to the OS, which is what a
+// process kill cannot take), declares the durable queue and publishes n persistent messages
+// with sequence numbers 0 … n-1, returning once every one is confirmed, with the broker
+// still open. r gets the fill's rate, the broker's memory budget and the log's size on disk at
 // the full backlog.
-func fillBacklog(dir string, n int, r *Result) (*warren.Broker, error) {
+func fillBacklog(dir string, n int, sync string, r *Result) (*warren.Broker, error) {
 	r.Messages = n
-	b, err := warren.Open(dir, warren.WithSync(warren.SyncNever))
+	policy, err := syncPolicy(sync)
+	if err != nil {
+		return nil, err
+	}
+	b, err := warren.Open(dir, warren.WithSync(policy))
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +69,7 @@ func fillBacklog(dir string, n int, r *Result) (*warren.Broker, error) {
 	}
 	d := time.Since(t0)
 	r.Metrics["fill_rate"] = float64(n) / d.Seconds()
+	putBudget(r, "fill", b.Memory())
 	if err := putDisk(r, dir, "backlog"); err != nil {
 		b.Close()
 		return nil, err
@@ -56,9 +81,9 @@ func fillBacklog(dir string, n int, r *Result) (*warren.Broker, error) {
 
 // RunFill is fillBacklog as a verified result (case "recovery/fill"); the broker is nil when
 // the fill failed.
-func RunFill(dir string, n int) (Result, *warren.Broker) {
+func RunFill(dir string, n int, sync string) (Result, *warren.Broker) {
 	r := Result{System: "warren-durable", Case: "recovery/fill", Metrics: map[string]float64{}}
-	b, err := fillBacklog(dir, n, &r)
+	b, err := fillBacklog(dir, n, sync, &r)
 	if err != nil {
 		r.Error = err.Error()
 	}
@@ -68,9 +93,9 @@ func RunFill(dir string, n int) (Result, *warren.Broker) {
 }
 
 // RunOpen is openBacklog as a verified result of case c ("recovery/open-clean", …).
-func RunOpen(ctx context.Context, c, dir string, want int) Result {
+func RunOpen(ctx context.Context, c, dir string, want int, sync string) Result {
 	r := Result{System: "warren-durable", Case: c, Metrics: map[string]float64{}}
-	if err := openBacklog(ctx, dir, want, &r); err != nil {
+	if err := openBacklog(ctx, dir, want, sync, &r); err != nil {
 		r.Error = err.Error()
 	}
 	r.PeakRSS = PeakRSS()
@@ -115,22 +140,25 @@ func putDisk(r *Result, dir, prefix string) error {
 	return nil
 }
 
-// openBacklog times warren.Open on dir until the broker is usable: the durable queue is there
-// and holds want messages (open_ms), and until a consumer has its first delivery
-// (first_delivery_ms). Then it drains the queue with one consumer (prefetch 256, an ack each),
-// checking that every message comes back once and in order; then it measures the log's disk
-// use: right after the drain, once the released segments are gone (or after a few seconds),
-// and after Close.
-func openBacklog(ctx context.Context, dir string, want int, r *Result) error {
+// openBacklog times warren.Open on dir, under the sync policy named sync, until the broker is
+// usable: the durable queue is there and holds want messages (open_ms, then the RSS), and
+// until a consumer has its first delivery (first_delivery_ms). After a collection it reads
+// the live heap, then drains the queue with one consumer (prefetch 256, an ack each),
+// checking that every message comes back once and in order, and sampling the peaks of the
+// heap and the RSS; then it measures the log's disk use: right after the drain, once the
+// released segments are gone (or after a few seconds), and after Close.
+func openBacklog(ctx context.Context, dir string, want int, sync string, r *Result) error {
 	r.Messages = want
 	r.OrderPromised = true
-	var repaired atomic.Int64
+	policy, err := syncPolicy(sync)
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
-	b, err := warren.Open(dir, warren.WithSync(warren.SyncNever), warren.WithListener(func(e warren.Event) {
-		if e.Kind == warren.EventLogRepaired {
-			repaired.Add(1)
-		}
-	}))
+	// No listener: a broker with one keeps a whole Message beside every message (message.go's
+	// envelope), which would weigh on the open's time and memory; Broker.Recovery says what
+	// was repaired.
+	b, err := warren.Open(dir, warren.WithSync(policy))
 	if err != nil {
 		return err
 	}
@@ -143,7 +171,9 @@ func openBacklog(ctx context.Context, dir string, want int, r *Result) error {
 	open := time.Since(t0)
 	r.Metrics["open_ms"] = float64(open.Microseconds()) / 1000
 	r.Metrics["open_rss_bytes"] = float64(CurrentRSS())
-	r.Metrics["repaired_events"] = float64(repaired.Load())
+	rec := b.Recovery()
+	r.Metrics["repaired_events"] = float64(len(rec.Cut) + len(rec.Skipped) + len(rec.Queues))
+	putBudget(r, "open", b.Memory())
 	if n != want {
 		return fmt.Errorf("after open the queue holds %d messages, want %d", n, want)
 	}
@@ -154,6 +184,12 @@ func openBacklog(ctx context.Context, dir string, want int, r *Result) error {
 	defer c.Cancel()
 	chk, o := newChecker(want), newOrder(1)
 	var t1 time.Time
+	var pk *peaks
+	defer func() {
+		if pk != nil {
+			pk.stop(r, "drain")
+		}
+	}()
 	for i := range want {
 		var d warren.Delivery
 		var ok bool
@@ -166,8 +202,13 @@ func openBacklog(ctx context.Context, dir string, want int, r *Result) error {
 			return fmt.Errorf("drain: consumer ended after %d of %d: %v", i, want, c.Err())
 		}
 		if i == 0 {
+			r.Metrics["first_delivery_ms"] = float64(time.Since(t0).Microseconds()) / 1000
+			// The heap as the open left it (less the prefetched deliveries), collected
+			// outside the timings.
+			runtime.GC()
+			r.Metrics["open_heap_live_bytes"] = float64(HeapLive())
+			pk = watch(nil)
 			t1 = time.Now()
-			r.Metrics["first_delivery_ms"] = float64(t1.Sub(t0).Microseconds()) / 1000
 		}
 		seq := SeqOf(d.Message.Body)
 		chk.mark(seq)
@@ -177,6 +218,8 @@ func openBacklog(ctx context.Context, dir string, want int, r *Result) error {
 		}
 	}
 	r.Metrics["drain_rate"] = float64(want) / time.Since(t1).Seconds()
+	pk.stop(r, "drain")
+	pk = nil
 	r.Lost, r.Duplicates, r.OutOfOrder = chk.missing(), chk.dups.Load()+chk.bad.Load(), o.violations
 	if err := putDisk(r, dir, "drained"); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -100,12 +101,19 @@ func (s *rabbitSys) dial() (*amqp.Connection, error) {
 	return conn, nil
 }
 
-// queueArgs: a classic queue that deletes itself 10 minutes after its last use, so that a
-// crashed run leaves nothing behind for long (a durable one too).
-var queueArgs = amqp.Table{"x-queue-type": "classic", "x-expires": int32(600_000)}
+// RabbitQueueExpires is how long after its last use a queue the bench declares deletes
+// itself (x-expires), so that a crashed run leaves nothing behind for long (a durable one
+// too). Publishing is no use: a fill must take less.
+var RabbitQueueExpires = 10 * time.Minute
+
+// queueArgs are the arguments of every queue the bench declares: a classic queue that
+// expires after RabbitQueueExpires.
+func queueArgs() amqp.Table {
+	return amqp.Table{"x-queue-type": "classic", "x-expires": int32(RabbitQueueExpires.Milliseconds())}
+}
 
 func (s *rabbitSys) declare(ch *amqp.Channel, name string) error {
-	if _, err := ch.QueueDeclare(s.prefix+name, s.durable, false, false, false, queueArgs); err != nil {
+	if _, err := ch.QueueDeclare(s.prefix+name, s.durable, false, false, false, queueArgs()); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -175,22 +183,63 @@ func (s *rabbitSys) Close() error {
 // ServerRSS returns the RabbitMQ node's resident set size now.
 func (s *rabbitSys) ServerRSS() (int64, bool) { return rabbitServerRSS() }
 
-// rabbitServerRSS returns the RabbitMQ node's resident set size now, from the pid file that
-// rabbitmq.sh's node writes.
+// rabbitServerRSS returns the RabbitMQ node's resident set size now.
 func rabbitServerRSS() (int64, bool) {
-	dir := os.Getenv("WARREN_BENCH_RABBITMQ_DIR")
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "warren-bench-rabbitmq")
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "rabbitmq.pid"))
-	if err != nil {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	pid, err := RabbitPID()
 	if err != nil {
 		return 0, false
 	}
 	return procStatusBytes(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:")
+}
+
+// rabbitBase is the directory of rabbitmq.sh's node: its pid file, data and logs.
+func rabbitBase() string {
+	if dir := os.Getenv("WARREN_BENCH_RABBITMQ_DIR"); dir != "" {
+		return dir
+	}
+	return filepath.Join(os.TempDir(), "warren-bench-rabbitmq")
+}
+
+// RabbitDataDir is the data directory of rabbitmq.sh's node (RABBITMQ_MNESIA_BASE): its
+// queues' indexes and message stores, and its metadata.
+func RabbitDataDir() string { return filepath.Join(rabbitBase(), "mnesia") }
+
+// RabbitPID is the process id of rabbitmq.sh's node: the Erlang VM (beam.smp) that holds its
+// queues. It is the pid the node's pid file names, if that process is a beam.smp; else the one
+// beam.smp process whose environment names the node's data directory (reading another
+// user's environment needs root).
+func RabbitPID() (int, error) {
+	if b, err := os.ReadFile(filepath.Join(rabbitBase(), "rabbitmq.pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isBeam(pid) {
+			return pid, nil
+		}
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	want := []byte("RABBITMQ_MNESIA_BASE=" + RabbitDataDir() + "\x00")
+	var found []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !isBeam(pid) {
+			continue
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err == nil && bytes.Contains(env, want) {
+			found = append(found, pid)
+		}
+	}
+	if len(found) != 1 {
+		return 0, fmt.Errorf("rabbitmq: %d beam.smp processes with RABBITMQ_MNESIA_BASE=%s, want one (is rabbitmq.sh's node running?)", len(found), RabbitDataDir())
+	}
+	return found[0], nil
+}
+
+// isBeam says whether process pid is an Erlang VM.
+func isBeam(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.TrimSpace(string(b)) == "beam.smp"
 }
 
 // ---- producer: publisher confirms with a window ----

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"sync"
 	"time"
@@ -29,9 +28,9 @@ func init() {
 }
 
 // queueDecl declares a queue of rabbitmq's kind: not durable, with queueArgs (classic,
-// expiring 10 minutes after its last use).
+// expiring RabbitQueueExpires after its last use).
 func queueDecl(name string) warren.QueueDecl {
-	return warren.QueueDecl{Name: name, Arguments: warren.Table(maps.Clone(queueArgs))}
+	return warren.QueueDecl{Name: name, Arguments: warren.Table(queueArgs())}
 }
 
 type rabbitClientSys struct {

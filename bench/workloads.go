@@ -159,7 +159,7 @@ func Run(ctx context.Context, system string, c Case, sz Sizes) Result {
 	}
 	switch c.Workload {
 	case "W1":
-		err = runStream(ctx, sys, &r, streamShape{n: sz.W1, producers: 1, consumers: 1, prefetch: sz.Prefetch, window: sz.W1W2Window}, sz)
+		err = runStream(ctx, sys, &r, streamShape{n: sz.W1, producers: 1, consumers: 1, prefetch: sz.Prefetch, window: sz.W1W2Window, backlog: c.Depth}, sz)
 		if !spec.Acks {
 			r.Notes = append(r.Notes, "no acknowledgements")
 		}
@@ -172,7 +172,12 @@ func Run(ctx context.Context, system string, c Case, sz Sizes) Result {
 	case "D3":
 		err = runStream(ctx, sys, &r, streamShape{n: sz.D3, producers: 1, consumers: 1, prefetch: sz.Prefetch, window: sz.W1W2Window, confirmEach: true}, sz)
 	case "W3":
-		err = runBacklog(ctx, sys, &r, sz)
+		err = runBacklog(ctx, sys, &r, backlogShape{n: sz.W3}, sz)
+	case "backlog": // cmd/bench -backlog (backlog.go)
+		var p *probe
+		if p, err = newProbe(spec, sys); err == nil {
+			err = runBacklog(ctx, sys, &r, backlogShape{n: c.Depth, batch: RecoveryFillBatch, probe: p}, sz)
+		}
 	case "W4":
 		err = runRequeue(ctx, sys, &r, sz)
 	case "S1":
@@ -238,6 +243,10 @@ type streamShape struct {
 	window               int // the channels' capacity
 	confirmEach          bool
 	batch                int // > 0: the producer publishes with PublishBatch, this many at a time
+	// backlog > 0: the queue holds this many messages before the timed phase, and the
+	// consumers take them first (the time ends once n have been received and every
+	// publish is confirmed; the rest of the backlog is then drained and checked too).
+	backlog int
 }
 
 // producer opens a producer for st: one whose every publish waits for its confirm
@@ -252,10 +261,12 @@ func (st streamShape) producer(sys System) (Producer, error) {
 // runStream is W1 (1 producer, 1 consumer), W2 (P producers, P consumers) and D1 (64
 // producers each waiting for every confirm, 1 consumer): every producer publishes its share
 // while every consumer receives and acknowledges each delivery, from the first publish to the
-// last acknowledgement.
+// last acknowledgement. With a backlog, the queue is filled first (fillSeq, then a
+// collection, as S1 does) with the sequence numbers below the producers'.
 func runStream(ctx context.Context, sys System, r *Result, st streamShape, sz Sizes) error {
 	const q = "stream"
 	n, producers, consumers, prefetch := st.n, st.producers, st.consumers, st.prefetch
+	total := st.backlog + n
 	if err := sys.DeclareQueue(q, Config{Capacity: st.window, Messages: n, MaxUnacked: prefetch * consumers}); err != nil {
 		return err
 	}
@@ -285,8 +296,14 @@ func runStream(ctx context.Context, sys System, r *Result, st streamShape, sz Si
 		}
 		batcher = bp
 	}
-	r.Messages = n
-	chk := newChecker(n)
+	if st.backlog > 0 {
+		if err := fillSeq(prods[0], q, 0, st.backlog, RecoveryFillBatch); err != nil {
+			return fmt.Errorf("backlog: %w", err)
+		}
+		runtime.GC()
+	}
+	r.Messages = total
+	chk := newChecker(total)
 	ords := make([]*order, consumers)
 	for i := range ords {
 		ords[i] = newOrder(producers)
@@ -295,9 +312,10 @@ func runStream(ctx context.Context, sys System, r *Result, st streamShape, sz Si
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := watchdog(ctx, cancel, &received, sz.Stall, func() error {
-		return fmt.Errorf("stalled: %d of %d received", received.Load(), n)
+		return fmt.Errorf("stalled: %d of %d received", received.Load(), total)
 	})
 	defer stop()
+	reached := make(chan struct{}) // closed once the consumers have received n
 
 	ph := begin()
 	var pwg, cwg sync.WaitGroup
@@ -308,7 +326,7 @@ func runStream(ctx context.Context, sys System, r *Result, st streamShape, sz Si
 				for s := 0; s < n; s += st.batch {
 					bodies = bodies[:0]
 					for j := s; j < min(n, s+st.batch); j++ {
-						bodies = append(bodies, NewBody(uint64(j)))
+						bodies = append(bodies, NewBody(uint64(st.backlog+j)))
 					}
 					if err := batcher.PublishBatch(q, bodies); err != nil {
 						cancel(fmt.Errorf("publish batch: %w", err))
@@ -317,7 +335,7 @@ func runStream(ctx context.Context, sys System, r *Result, st streamShape, sz Si
 				}
 			}
 			for s := i; s < n && batcher == nil; s += producers {
-				if err := p.Publish(q, NewBody(uint64(s))); err != nil {
+				if err := p.Publish(q, NewBody(uint64(st.backlog+s))); err != nil {
 					cancel(fmt.Errorf("publish: %w", err))
 					return
 				}
@@ -333,7 +351,7 @@ func runStream(ctx context.Context, sys System, r *Result, st streamShape, sz Si
 			for {
 				d, err := c.Next(ctx)
 				if err != nil {
-					if received.Load() < int64(n) {
+					if received.Load() < int64(total) {
 						cancel(fmt.Errorf("receive: %w", err))
 					}
 					return
@@ -345,20 +363,31 @@ func runStream(ctx context.Context, sys System, r *Result, st streamShape, sz Si
 					cancel(fmt.Errorf("ack: %w", err))
 					return
 				}
-				if received.Add(1) == int64(n) {
+				got := received.Add(1)
+				if got == int64(n) {
+					close(reached)
+				}
+				if got == int64(total) {
 					cancel(errDone)
 					return
 				}
 			}
 		})
 	}
-	if err := wait(ctx, &cwg); err != nil {
-		return err
+	select {
+	case <-reached:
+	case <-ctx.Done():
+		if err := context.Cause(ctx); !errors.Is(err, errDone) {
+			return err
+		}
 	}
 	if err := wait(ctx, &pwg); err != nil {
 		return err
 	}
 	elapsed, mallocs := ph.end()
+	if err := wait(ctx, &cwg); err != nil { // the rest of the backlog
+		return err
+	}
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, errDone) {
 		return err
 	}
@@ -445,6 +474,27 @@ func openProducer(sys System, q string, cfg Config) (Producer, error) {
 	return sys.Producer()
 }
 
+// fillSeq publishes the messages with sequence numbers from to to-1 to q, batch at a time with
+// PublishBatch where p has it (warren), else one by one with p's Publish (the peers'
+// asynchronous confirms), then flushes.
+func fillSeq(p Producer, q string, from, to, batch int) error {
+	bp, ok := p.(BatchPublisher)
+	if !ok || batch <= 0 {
+		return publishSeq(p, q, from, to)
+	}
+	bodies := make([][]byte, 0, batch)
+	for s := from; s < to; s += batch {
+		bodies = bodies[:0]
+		for j := s; j < min(to, s+batch); j++ {
+			bodies = append(bodies, NewBody(uint64(j)))
+		}
+		if err := bp.PublishBatch(q, bodies); err != nil {
+			return fmt.Errorf("publish batch: %w", err)
+		}
+	}
+	return p.Flush()
+}
+
 // publishSeq publishes the messages with sequence numbers from to to-1 to q, then flushes.
 func publishSeq(p Producer, q string, from, to int) error {
 	for s := from; s < to; s++ {
@@ -458,19 +508,34 @@ func publishSeq(p Producer, q string, from, to int) error {
 	return nil
 }
 
+// backlogShape is what runBacklog fills and drains: W3's backlog, or the -backlog mode's
+// (backlog.go).
+type backlogShape struct {
+	n     int
+	batch int    // > 0: fill with PublishBatch of batch where the producer has it (fillSeq)
+	probe *probe // the -backlog mode's readings of memory, disk and bytes written; nil in W3
+}
+
 // runBacklog is W3: publish every message with nobody consuming, then drain with one
 // consumer, acknowledging each. Both phases are timed apart; the peak RSS is the process's.
-func runBacklog(ctx context.Context, sys System, r *Result, sz Sizes) error {
+// With a probe, it also reads the bytes written in each phase, the heap, RSS and disk at the
+// full backlog and after the drain, and the peaks of the heap and RSS during the drain.
+func runBacklog(ctx context.Context, sys System, r *Result, sh backlogShape, sz Sizes) error {
 	const q = "backlog"
-	n := sz.W3
+	n := sh.n
 	r.Messages = n
 	p, err := openProducer(sys, q, Config{Capacity: n, Messages: n, MaxUnacked: sz.Prefetch})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	if sh.probe != nil {
+		if err := sh.probe.start(r); err != nil {
+			return err
+		}
+	}
 	ph := begin()
-	if err := publishSeq(p, q, 0, n); err != nil {
+	if err := fillSeq(p, q, 0, n, sh.batch); err != nil {
 		return err
 	}
 	pubDur, pubMallocs := ph.end()
@@ -484,19 +549,38 @@ func runBacklog(ctx context.Context, sys System, r *Result, sz Sizes) error {
 		}
 	}
 
+	if sh.probe != nil {
+		if err := sh.probe.full(r, n); err != nil {
+			return err
+		}
+	}
+
 	rc, err := newReceiver(ctx, sys, q, sz.Prefetch, sz.Stall, "drain")
 	if err != nil {
 		return err
 	}
 	defer rc.close()
 	chk, o := newChecker(n), newOrder(1)
+	var pk *peaks
+	if sh.probe != nil {
+		pk = watch(sh.probe)
+	}
 	ph = begin()
 	for range n {
 		if err := rc.take(chk, o); err != nil {
+			if pk != nil {
+				pk.stop(r, "drain")
+			}
 			return err
 		}
 	}
 	drainDur, drainMallocs := ph.end()
+	if sh.probe != nil {
+		pk.stop(r, "drain")
+		if err := sh.probe.drained(r, n); err != nil {
+			return err
+		}
+	}
 	r.Metrics["drain_rate"] = float64(n) / drainDur.Seconds()
 	r.Metrics["drain_ns"] = float64(drainDur.Nanoseconds()) / float64(n)
 	r.Metrics["drain_allocs_per_msg"] = allocsPerMsg(drainMallocs, 0, n)

@@ -8,6 +8,7 @@
 //	go run ./cmd/bench -systems warren,chan -workloads W1,S1/1M -runs 5
 //	go run ./cmd/bench -durable              # the durable suite: W1, D1, D2 on the durable systems
 //	go run ./cmd/bench -recovery             # recovery and disk use of warren's log (recovery.go)
+//	go run ./cmd/bench -backlog              # a deep backlog's memory, disk and bytes written (backlog.go)
 package main
 
 import (
@@ -49,14 +50,18 @@ type options struct {
 	steady             string // the depths of the steady-queue disk measurement
 	steadyN            int
 	coldOpen           bool // also time an open with the page cache dropped (root)
+	backlog            bool // the backlog measurement (backlog.go)
+	backlogN           int
+	backlogW1          int
 
 	// child mode
 	child   bool
 	system  string
 	caseID  string
 	factor  float64
-	step    string // -recovery's child: fill, open, steady
+	step    string // -recovery's child: fill, open, steady; -backlog's: fill-drain, w1-empty, w1-backlog
 	dir     string // -recovery's child: the log's directory
+	sync    string // -recovery's child: the log's sync policy (never, interval)
 	crash   bool   // fill: be killed after the last confirm instead of closing
 	depth   int    // steady
 	cpuprof string // a CPU profile of the child's run, for looking into one measurement
@@ -66,7 +71,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.systems, "systems", "", "comma-separated systems (default: the suite's): "+strings.Join(bench.Systems(), ","))
+	flag.StringVar(&o.systems, "systems", "", "comma-separated systems (default: the suite's): "+strings.Join(bench.Systems(), ",")+"; with -backlog: "+backlogDefaultSystems())
 	flag.StringVar(&o.workloads, "workloads", "", "comma-separated workloads (W1,W2,W3,W4,S1,S2,D1,D2) or cases (S1/1M, S2/10kq, D2/64, …); default: the suite's ("+bench.MemoryWorkloads+"; with -durable "+bench.DurableWorkloads+"); all: every one")
 	flag.BoolVar(&o.durable, "durable", false, "the durable suite: systems "+strings.Join(bench.SuiteSystems(true), ",")+", workloads "+bench.DurableWorkloads+", -scale "+durableScale+", -out results/durable")
 	flag.BoolVar(&o.recovery, "recovery", false, "measure warren's recovery (open after a clean close and after a kill -9) and its log's disk use, into -out (default results/durable): recovery.md, recovery.json")
@@ -74,6 +79,9 @@ func main() {
 	flag.StringVar(&o.steady, "steady-depths", "10000,1000000", "-recovery: the depths at which a queue is held steady while messages flow through it, to watch the log's disk use")
 	flag.IntVar(&o.steadyN, "steady-n", 2_000_000, "-recovery: messages through the steady queue at each depth")
 	flag.BoolVar(&o.coldOpen, "cold-open", false, "-recovery: also time an open after dropping the page cache (sync; echo 3 > /proc/sys/vm/drop_caches: root)")
+	flag.BoolVar(&o.backlog, "backlog", false, "measure what a backlog of -n messages in one durable queue costs each of -systems (heap, RSS, disk, bytes written; fill, drain, warren's open; W1 into the backlog), into -out (default results/backlog): backlog.md, backlog.json")
+	flag.IntVar(&o.backlogN, "n", 10_000_000, "-backlog: the backlog's messages")
+	flag.IntVar(&o.backlogW1, "backlog-w1", 1_000_000, "-backlog: the messages of W1 on an empty queue and into the full backlog")
 	flag.StringVar(&bench.DurableDir, "dir", bench.DurableDir, "where the durable systems and -recovery make their temporary directories (default $TMPDIR, else /tmp); it must be a real disk, not a tmpfs")
 	flag.IntVar(&o.runs, "runs", 3, "fresh-process runs per system and case; the report shows medians")
 	flag.BoolVar(&o.quick, "quick", false, "smoke run: toy sizes, 1 run, no rabbitmq unless -systems names it")
@@ -90,8 +98,9 @@ func main() {
 	flag.BoolVar(&o.child, "child", false, "internal: run one measurement and print its result as JSON")
 	flag.StringVar(&o.system, "system", "", "internal (-child): the system")
 	flag.StringVar(&o.caseID, "case", "", "internal (-child): the case")
-	flag.StringVar(&o.step, "step", "", "internal (-child -recovery): fill, open or steady")
+	flag.StringVar(&o.step, "step", "", "internal (-child -recovery): fill, open or steady; (-child -backlog): fill-drain, w1-empty or w1-backlog")
 	flag.StringVar(&o.dir, "step-dir", "", "internal (-child -recovery): the log's directory")
+	flag.StringVar(&o.sync, "sync", bench.SyncNever, "internal (-child -recovery): the log's sync policy, never or interval")
 	flag.BoolVar(&o.crash, "crash", false, "internal (-child -recovery -step fill): wait to be killed after the last confirm instead of closing")
 	flag.IntVar(&o.depth, "depth", 0, "internal (-child -recovery -step steady): the depth")
 	flag.Float64Var(&o.factor, "factor", 1, "internal (-child): size factor")
@@ -108,8 +117,19 @@ func main() {
 			o.scale = durableScale
 		}
 	}
+	if o.backlog {
+		if !flagSet("out") {
+			o.out = filepath.Join("results", "backlog")
+		}
+		if !flagSet("timeout") {
+			o.timeout = backlogTimeout
+		}
+	}
 	if o.child && o.recovery {
 		os.Exit(recoveryChild(o))
+	}
+	if o.child && o.backlog {
+		os.Exit(backlogChild(o))
 	}
 	if o.child {
 		os.Exit(child(o))
@@ -118,6 +138,10 @@ func main() {
 	switch {
 	case o.from != "" && o.recovery:
 		run = recoveryRerender
+	case o.from != "" && o.backlog:
+		run = backlogRerender
+	case o.backlog:
+		run = backlogParent
 	case o.from != "":
 		run = rerender
 	case o.recovery:
@@ -465,6 +489,13 @@ func putReadme(path, md string) error {
 
 var footnoteMark = regexp.MustCompile(`\[\^\d+\]`)
 
+// unlessSet sets *p to v unless the flag name was given.
+func unlessSet[T any](name string, p *T, v T) {
+	if !flagSet(name) {
+		*p = v
+	}
+}
+
 func flagSet(name string) bool {
 	set := false
 	flag.Visit(func(f *flag.Flag) {
@@ -476,20 +507,29 @@ func flagSet(name string) bool {
 }
 
 func summary(r bench.Result) string {
+	s := summaryOf(r, "rate", "publish_rate", "drain_rate", "requeue_ms", "publish_ns", "consume_ns", "route_ns", "allocs_per_msg", "disk_bytes_end")
+	if r.OK {
+		s += fmt.Sprintf(" rss=%dMB", r.PeakRSS>>20)
+	}
+	return s
+}
+
+// summaryOf is a line for the progress log: r's metrics named by keys, where it has them, or
+// why it failed or was skipped.
+func summaryOf(r bench.Result, keys ...string) string {
 	switch {
 	case r.Skipped != "":
 		return "skipped: " + r.Skipped
 	case !r.OK:
 		return "FAIL: " + r.Error
 	}
-	var parts []string
-	for _, k := range []string{"rate", "publish_rate", "drain_rate", "requeue_ms", "publish_ns", "consume_ns", "route_ns", "allocs_per_msg", "disk_bytes_end"} {
+	parts := []string{"ok"}
+	for _, k := range keys {
 		if v, ok := r.Metrics[k]; ok {
 			parts = append(parts, k+"="+strconv.FormatFloat(v, 'g', 4, 64))
 		}
 	}
-	parts = append(parts, fmt.Sprintf("rss=%dMB", r.PeakRSS>>20))
-	return "ok " + strings.Join(parts, " ")
+	return strings.Join(parts, " ")
 }
 
 // andList is "a", "a and b", "a, b and c".
@@ -528,13 +568,9 @@ func rerender(o options) error {
 	// full run.
 	var in input
 	for i, path := range strings.Split(o.from, ",") {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
 		var next input
-		if err := json.Unmarshal(b, &next); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+		if err := readJSON(path, &next); err != nil {
+			return err
 		}
 		if i == 0 {
 			in = next

@@ -59,7 +59,7 @@ func recoveryChild(o options) int {
 	var r bench.Result
 	switch o.step {
 	case "fill":
-		res, b := bench.RunFill(o.dir, o.recoveryN)
+		res, b := bench.RunFill(o.dir, o.recoveryN, o.sync)
 		r = res
 		r.Case = o.caseID
 		if o.crash && b != nil {
@@ -75,7 +75,7 @@ func recoveryChild(o options) int {
 			}
 		}
 	case "open":
-		r = bench.RunOpen(ctx, o.caseID, o.dir, o.recoveryN)
+		r = bench.RunOpen(ctx, o.caseID, o.dir, o.recoveryN, o.sync)
 	case "steady":
 		r = bench.RunSteady(ctx, o.dir, o.depth, o.steadyN)
 	default:
@@ -101,11 +101,18 @@ func printResult(r bench.Result) {
 func recoveryStep(o options, step, caseID, dir string, extra []string, kill bool) bench.Result {
 	args := []string{"-child", "-recovery", "-step", step, "-case", caseID, "-step-dir", dir,
 		"-recovery-n", strconv.Itoa(o.recoveryN), "-steady-n", strconv.Itoa(o.steadyN),
-		"-timeout", o.timeout.String()}
+		"-sync", o.sync, "-timeout", o.timeout.String()}
 	args = append(args, extra...)
 	if kill {
 		args = append(args, "-crash")
 	}
+	return childStep(o, args, "warren-durable", caseID, kill)
+}
+
+// childStep runs this binary with args, a child that prints its result as a JSON line (of
+// system's case caseID), and returns that result. With kill, the child is sent SIGKILL as soon
+// as it has printed it.
+func childStep(o options, args []string, system, caseID string, kill bool) bench.Result {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout+time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
@@ -116,7 +123,7 @@ func recoveryStep(o options, step, caseID, dir string, extra []string, kill bool
 		err = cmd.Start()
 	}
 	if err != nil {
-		return bench.Result{System: "warren-durable", Case: caseID, Error: err.Error()}
+		return bench.Result{System: system, Case: caseID, Error: err.Error()}
 	}
 	var r bench.Result
 	got := false
@@ -155,7 +162,7 @@ func recoveryStep(o options, step, caseID, dir string, extra []string, kill bool
 		if tail := lastLines(stderr.String(), 3); tail != "" {
 			msg += ": " + tail
 		}
-		return bench.Result{System: "warren-durable", Case: caseID, Error: msg}
+		return bench.Result{System: system, Case: caseID, Error: msg}
 	}
 	return r
 }
@@ -182,18 +189,10 @@ type recoveryReport struct {
 
 func recoveryParent(o options) error {
 	if o.quick {
-		if !flagSet("runs") {
-			o.runs = 1
-		}
-		if !flagSet("recovery-n") {
-			o.recoveryN = 20_000
-		}
-		if !flagSet("steady-n") {
-			o.steadyN = 50_000
-		}
-		if !flagSet("steady-depths") {
-			o.steady = "1000,10000"
-		}
+		unlessSet("runs", &o.runs, 1)
+		unlessSet("recovery-n", &o.recoveryN, 20_000)
+		unlessSet("steady-n", &o.steadyN, 50_000)
+		unlessSet("steady-depths", &o.steady, "1000,10000")
 	}
 	if o.runs < 1 {
 		return errors.New("-runs must be at least 1")
@@ -267,13 +266,9 @@ func recoveryParent(o options) error {
 
 // recoveryRerender renders recovery.md again from a recovery.json (-recovery -from F).
 func recoveryRerender(o options) error {
-	b, err := os.ReadFile(o.from)
-	if err != nil {
-		return err
-	}
 	var rep recoveryReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return fmt.Errorf("%s: %w", o.from, err)
+	if err := readJSON(o.from, &rep); err != nil {
+		return err
 	}
 	return rep.write(o)
 }
@@ -286,51 +281,65 @@ func (rep *recoveryReport) write(o options) error {
 		byCase[r.Case] = append(byCase[r.Case], r)
 	}
 	for c, rs := range byCase {
-		if slices.ContainsFunc(rs, func(r bench.Result) bool { return !r.OK }) {
-			continue
+		if med := metricMedians(rs); med != nil {
+			rep.Medians[c] = med
 		}
-		med := map[string]float64{}
-		for _, m := range bench.SortedMetricNames(rs[0].Metrics) {
-			var vs []float64
-			for _, r := range rs {
-				if v, ok := r.Metrics[m]; ok {
-					vs = append(vs, v)
-				}
+	}
+	return writeReport(o.out, "recovery", rep.markdown(byCase), rep)
+}
+
+// metricMedians is each metric's median over results rs, or nil when any of them failed.
+func metricMedians(rs []bench.Result) map[string]float64 {
+	if slices.ContainsFunc(rs, func(r bench.Result) bool { return !r.OK }) {
+		return nil
+	}
+	med := map[string]float64{}
+	for _, m := range bench.SortedMetricNames(rs[0].Metrics) {
+		var vs []float64
+		for _, r := range rs {
+			if v, ok := r.Metrics[m]; ok {
+				vs = append(vs, v)
 			}
-			med[m] = median(vs)
 		}
-		rep.Medians[c] = med
+		med[m] = median(vs)
 	}
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
-		return err
-	}
-	md := rep.markdown(byCase)
-	fmt.Print(md)
-	if err := os.WriteFile(filepath.Join(o.out, "recovery.md"), []byte(md), 0o644); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(rep, "", "  ")
+	return med
+}
+
+// readJSON decodes the JSON file at path into v.
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(o.out, "recovery.json"), js, 0o644); err != nil {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// writeReport prints md and writes it to name.md in dir, and v as JSON to name.json.
+func writeReport(dir, name, md string, v any) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "wrote %s/recovery.md and recovery.json\n", o.out)
+	fmt.Print(md)
+	if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".json"), js, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s/%s.md and %s.json\n", dir, name, name)
 	return nil
 }
 
 func recoverySummary(r bench.Result) string {
-	if !r.OK {
-		return "FAIL: " + r.Error
-	}
-	var parts []string
-	for _, k := range []string{"open_ms", "first_delivery_ms", "drain_rate", "release_ms", "released_disk_files", "steady_rate", "disk_max_over_live", "disk_mean_over_live", "disk_max_files"} {
-		if v, ok := r.Metrics[k]; ok {
-			parts = append(parts, k+"="+strconv.FormatFloat(v, 'g', 4, 64))
-		}
-	}
-	return "ok " + strings.Join(parts, " ")
+	return summaryOf(r, "open_ms", "first_delivery_ms", "drain_rate", "release_ms", "released_disk_files", "steady_rate", "disk_max_over_live", "disk_mean_over_live", "disk_max_files")
 }
 
 func (rep *recoveryReport) markdown(byCase map[string][]bench.Result) string {
@@ -398,7 +407,7 @@ func (rep *recoveryReport) markdown(byCase map[string][]bench.Result) string {
 		{"open until the first delivery", "open", "first_delivery_ms", ms},
 		{"RSS right after the open", "open", "open_rss_bytes", fmtMB},
 		{"drain after the open (consume + ack), msg/s", "open", "drain_rate", fmtRate},
-		{"repair events at open (a torn or damaged end cut)", "open", "repaired_events", func(v float64) string { return fmt.Sprintf("%.0f", v) }},
+		{"repairs at open (Broker.Recovery: a torn or damaged end cut)", "open", "repaired_events", fmtInt},
 		{"fill (PublishBatch of 256, SyncNever), msg/s", "fill", "fill_rate", fmtRate},
 		{"Close after the fill", "fill", "close_ms", ms},
 	}
