@@ -389,8 +389,12 @@ func (r *readySet) fault() bool {
 		return false
 	}
 	ents, err := r.readChunk(rank, r.firstChunk(rank))
+	if err == nil && !r.pageIn(rank, ents) {
+		c := r.firstChunk(rank)
+		err = errorf("%w: %d messages read back from segment %d for %d paged there (%d..%d)", ErrStorage, len(ents), c.loc.seg, c.n, c.first, c.last)
+	}
 	r.paged.err = err
-	return err == nil && r.pageIn(rank, ents)
+	return err == nil
 }
 
 // pageInAll brings every paged message into memory, for an operation that must see each one

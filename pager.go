@@ -1,7 +1,9 @@
 package warren
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/warrenmq/warren/internal/wal"
@@ -77,7 +79,18 @@ func (q *Queue) readPaged(rank uint8, c *chunk) ([]entry, error) {
 	if err != nil {
 		return nil, errorf("queue %q: reading %d paged messages back from segment %d: %w: %w", q.name, c.n, c.loc.seg, ErrStorage, err)
 	}
-	return ents, nil
+	// A segment holds a queue's records in the order they were written, which is not always
+	// the queue's (compaction writes the ready messages before the delivered ones, which may
+	// come back older), and a message written twice there counts once: the later record.
+	slices.SortStableFunc(ents, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	out := ents[:0]
+	for i, e := range ents {
+		if i+1 < len(ents) && ents[i+1].seq == e.seq {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // pagedEntry makes the entry of a paged message again from its publish record rec, found in

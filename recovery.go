@@ -437,7 +437,7 @@ func (q *Queue) restore(r *replay) error {
 				kept = append(kept, e)
 			}
 		}
-		ready = kept
+		ready = slices.Clone(kept) // the run keeps its array: not one the size of the whole backlog
 	}
 	q.mu.Lock()
 	if len(returns) > 0 {
