@@ -118,15 +118,10 @@ func (r *readySet) pages(rank uint8) bool {
 // at loc; the caller lets go of its envelope. pages(e.rank) must have said so.
 func (r *readySet) pageOut(e entry, loc pageLoc) {
 	p := &r.paged
-	if p.levels == nil {
-		p.levels = make([]ring[chunk], len(r.lower)+1)
-		p.expiries = newExpiryIndex()
-		p.min = noFloor
-	}
+	t := r.tail(e.rank)
 	if p.admits == nil { // nothing admitted while it could page: each message a chunk of its own
 		p.admits = make([]uint64, len(r.lower)+1)
 	}
-	t := &p.levels[e.rank]
 	admit := p.admits[e.rank]
 	var c *chunk
 	if t.len() > 0 {
@@ -141,12 +136,31 @@ func (r *readySet) pageOut(e entry, loc pageLoc) {
 	if loc.seg == 0 {
 		p.pending = append(p.pending, e)
 	}
+	c.loc.lsn, c.admit = max(c.loc.lsn, loc.lsn), admit
+	r.addToChunk(c, e)
+}
+
+// tail returns rank's tail, making the tails on the set's first page-out.
+func (r *readySet) tail(rank uint8) *ring[chunk] {
+	p := &r.paged
+	if p.levels == nil {
+		p.levels = make([]ring[chunk], len(r.lower)+1)
+		p.expiries = newExpiryIndex()
+		p.min = noFloor
+	}
+	return &p.levels[rank]
+}
+
+// addToChunk adds e, newer than its messages, to c, the last chunk of e's level, and counts it
+// as paged. Its record's bytes count once it is placed (a pending chunk's, at placePending).
+func (r *readySet) addToChunk(c *chunk, e entry) {
+	p := &r.paged
 	r.unindexChunk(e.rank, c)
-	c.last, c.n, c.loc.lsn, c.admit = e.seq, c.n+1, max(c.loc.lsn, loc.lsn), admit
+	c.last, c.n = e.seq, c.n+1
 	size := int64(int(e.env.size))
 	c.bytes += size
 	c.extra += e.env.overhead()
-	if loc.seg != 0 {
+	if c.loc.seg != 0 {
 		c.disk += recordSize(e)
 	}
 	if e.deadline != 0 && (c.deadline == 0 || e.deadline < c.deadline) {
@@ -216,7 +230,7 @@ func (r *readySet) firstChunk(rank uint8) *chunk { return r.paged.levels[rank].s
 
 // pageIn brings rank's first chunk into memory: ents are its live messages as read back, in
 // sequence order, their envelopes made again. It reports false, changing nothing, if they are
-// not the chunk's (the caller read a chunk that changed since: it reads again).
+// not the chunk's: a pager that read something else (fault reports it as an error).
 func (r *readySet) pageIn(rank uint8, ents []entry) bool {
 	p := &r.paged
 	if p.n == 0 || p.levels[rank].len() == 0 {
@@ -704,12 +718,7 @@ func (c *queueCore) restorePaged(ents []entry) {
 	c.count(EventEnqueued, "", uint64(len(ents)))
 	for _, e := range ents {
 		c.held += e.env.footprint()
-		if p.levels == nil {
-			p.levels = make([]ring[chunk], len(r.lower)+1)
-			p.expiries = newExpiryIndex()
-			p.min = noFloor
-		}
-		t := &p.levels[e.rank]
+		t := r.tail(e.rank)
 		var ch *chunk
 		if t.len() > 0 {
 			last := t.slot(t.len() - 1)
@@ -725,21 +734,7 @@ func (c *queueCore) restorePaged(ents []entry) {
 			t.push(chunk{first: e.seq, loc: pageLoc{seg: e.env.more.seg}, admit0: noAdmit, admit: noAdmit})
 			ch = t.slot(t.len() - 1)
 		}
-		r.unindexChunk(e.rank, ch)
-		size := int64(int(e.env.size))
-		ch.last, ch.n = e.seq, ch.n+1
-		ch.bytes += size
-		ch.extra += e.env.overhead()
-		ch.disk += recordSize(e)
-		if e.deadline != 0 && (ch.deadline == 0 || e.deadline < ch.deadline) {
-			ch.deadline = e.deadline
-		}
-		r.indexChunk(e.rank, ch)
-		p.n++
-		p.bytes += size
-		p.extra += e.env.overhead()
-		r.bytes += size
-		p.min = min(p.min, e.key())
+		r.addToChunk(ch, e)
 	}
 }
 
