@@ -43,6 +43,19 @@ func pagedOptions(window int) []BrokerOption {
 	return []BrokerOption{pageWindow(window), logOptions(wal.Options{SegmentSize: 4096, Sync: wal.SyncNever})}
 }
 
+// pagedBacklog opens a broker on MemFS with a page window of window messages and fills its
+// durable queue "jobs" with n persistent messages, "m000" on; the broker closes with the test.
+func pagedBacklog(t *testing.T, window, n int) (*Broker, *Queue) {
+	t.Helper()
+	b := openTest(t, wal.NewMemFS(), pagedOptions(window)...)
+	t.Cleanup(func() { b.Close() })
+	q := durableQueue(t, b, "jobs")
+	for i := range n {
+		persistent(t, b, "jobs", fmt.Sprintf("m%03d", i))
+	}
+	return b, q
+}
+
 // TestPagedDeliversInOrder: a backlog of 2,000 messages, all but the window on disk, is
 // delivered once each, in order, also after a reopen; its memory is the window's, not the
 // backlog's; once drained, its segments go.
@@ -129,12 +142,7 @@ func TestPagedRules(t *testing.T) {
 	})
 	t.Run("nack returns to its place", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := openTest(t, wal.NewMemFS(), pagedOptions(4)...)
-			defer b.Close()
-			q := durableQueue(t, b, "jobs")
-			for i := range 100 {
-				persistent(t, b, "jobs", fmt.Sprintf("m%03d", i))
-			}
+			_, q := pagedBacklog(t, 4, 100)
 			var out []Delivery
 			for range 10 {
 				d, err := q.Get(ctx)
@@ -235,13 +243,8 @@ func TestPagedReads(t *testing.T) {
 		return out
 	}
 	synctest.Test(t, func(t *testing.T) {
-		b := openTest(t, wal.NewMemFS(), pagedOptions(4)...)
-		defer b.Close()
-		q := durableQueue(t, b, "jobs")
+		b, q := pagedBacklog(t, 4, 100)
 		dest := durableQueue(t, b, "dest")
-		for i := range 100 {
-			persistent(t, b, "jobs", fmt.Sprintf("m%03d", i))
-		}
 		require.Equal(t, 96, pagedLen(q))
 
 		var browsed []string
@@ -387,4 +390,41 @@ func TestPagedBacklogHeap(t *testing.T) {
 	require.NoError(t, c.Cancel())
 	assert.Zero(t, q.Len())
 	assert.Less(t, most, int64(bound), "the heap while draining")
+}
+
+// TestReadPagedOrder: a segment may hold a queue's records out of its order, and a message's
+// record twice (compaction writes the ready messages it moves after newer ones already there):
+// a chunk reads back in sequence order, each message once.
+func TestReadPagedOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, q := pagedBacklog(t, 4, 8)
+		require.Equal(t, 4, pagedLen(q))
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		r := &q.core.ready
+		ents, err := r.readChunk(0, r.firstChunk(0))
+		require.NoError(t, err)
+		require.Greater(t, len(ents), 2, "a chunk of several messages")
+		// Write them again in one append, newest first and the oldest twice, and point the
+		// chunk there, as compaction would.
+		var recs [][]byte
+		order := slices.Clone(ents)
+		slices.Reverse(order)
+		for _, e := range append(order, ents[0]) {
+			p := placement{msgID: e.env.more.logID, queueID: q.log.qid, seq: e.seq}
+			rec, _ := appendPublish(nil, p, e.env)
+			recs = append(recs, rec)
+		}
+		lsn, seg, err := b.store.log.Append(recs...)
+		require.NoError(t, err)
+		c := r.firstChunk(0)
+		c.loc = pageLoc{seg: seg, lsn: uint64(lsn)}
+		again, err := q.readPaged(0, c)
+		require.NoError(t, err)
+		require.Len(t, again, len(ents))
+		for i := range ents {
+			assert.Equal(t, ents[i].seq, again[i].seq)
+			assert.Equal(t, string(ents[i].env.message().Body), string(again[i].env.message().Body))
+		}
+	})
 }
