@@ -373,7 +373,8 @@ func (q *Queue) restore(r *replay) error {
 	onClock := func(t int64) int64 { return max(1, now+(t-wall)) }
 	var (
 		ready   = make([]entry, 0, rq.msgs.n)
-		stay    = map[uint64]bool{} // the messages that stay in memory past the page window
+		stay    map[uint64]bool // the messages that stay in memory past the page window, if it pages
+		pages   = q.core.ready.paged.window > 0
 		delayed []delayedEntry
 		err     error
 	)
@@ -404,7 +405,10 @@ func (q *Queue) restore(r *replay) error {
 		}
 		b.env.more.refs.Add(1)
 		e := entry{env: b.env, seq: m.seq, returns: m.returns, redelivered: m.redelivered}
-		if b.refs != 1 || b.qid != q.log.qid || b.qseq != m.seq || m.returned {
+		if pages && (b.refs != 1 || b.qid != q.log.qid || b.qseq != m.seq || m.returned) {
+			if stay == nil {
+				stay = map[uint64]bool{}
+			}
 			stay[m.seq] = true // its publish record is not its own in this queue: it cannot be paged
 		}
 		if p := q.cfg.maxPriority; p > 0 {
