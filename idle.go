@@ -171,7 +171,7 @@ func (q *Queue) busyLocked() bool {
 	if q.endErr != nil {
 		return false
 	}
-	if q.flushing || len(q.core.effects) > 0 || len(q.leaving) > 0 || q.core.ready.expiries.Len() > 0 ||
+	if q.flushing || len(q.core.effects) > 0 || len(q.leaving) > 0 || q.core.ready.hasDeadlines() ||
 		(q.core.delayed != nil && q.core.delayed.Len() > 0) {
 		return true
 	}

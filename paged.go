@@ -195,6 +195,11 @@ func (r *readySet) unindexChunk(rank uint8, c *chunk) {
 	}
 }
 
+// hasDeadlines reports whether a ready message has a deadline, in memory or paged.
+func (r *readySet) hasDeadlines() bool {
+	return r.expiries.Len() > 0 || r.paged.n > 0 && r.paged.expiries.Len() > 0
+}
+
 // faulted returns the rank whose first chunk must be paged in before popMin can go on: the least
 // paged key is less than every key in memory (or nothing is in memory). ok is false when popMin
 // is not held up by paging.

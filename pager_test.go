@@ -190,6 +190,20 @@ func TestPagedRules(t *testing.T) {
 			assert.Equal(t, 50, dead.Len(), "the queue's TTL")
 			assert.Zero(t, q.Len())
 			assert.Zero(t, pagedLen(q))
+
+			// Only paged messages have a deadline: WaitIdle waits for them too.
+			q = durableQueue(t, b, "later", DeadLetter("", "dead"))
+			for i := range 20 {
+				m := Message{Body: fmt.Appendf(nil, "l%03d", i), Persistent: true}
+				if i >= 4 {
+					m.Expiration = "60000"
+				}
+				require.NoError(t, b.Publish(ctx, "", "later", m))
+			}
+			require.Equal(t, 16, pagedLen(q))
+			require.NoError(t, b.WaitIdle(ctx))
+			assert.Equal(t, 66, dead.Len(), "WaitIdle returned once the paged messages expired")
+			assert.Equal(t, 4, q.Len())
 		})
 	})
 	t.Run("purge and delete", func(t *testing.T) {
