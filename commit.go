@@ -35,7 +35,9 @@ func (q *Queue) commit() (lsn wal.LSN) {
 		// Under mu, so that the log's order is the critical sections'.
 		lsn = q.b.store.logEffects(q, q.core.effects[q.log.logged:])
 		q.log.logged = len(q.core.effects)
-		q.core.ready.placePending(uint64(lsn))
+	}
+	if len(q.core.ready.paged.pending) > 0 {
+		q.core.ready.placePending(uint64(lsn), uint64(q.b.store.log.Written()))
 	}
 	if len(q.core.ready.paged.dropped) > 0 && q.log != nil {
 		q.settleDroppedLocked()

@@ -247,10 +247,12 @@ func (s *store) moveLocked(q *Queue, cut, pass uint64) {
 
 // movePagedLocked writes again, at the head of the log, q's paged messages whose chunks are in a
 // segment below cut: each chunk read back and written whole in one append, so that it is still
-// in one segment, which it then points to. A chunk that cannot be read stays, and keeps its
-// segment. The caller holds q's lock and mu.
+// in one segment, which it then points to. The pending chunks the log has written are placed
+// first (those of a queue gone quiet since it paged them out). A chunk that cannot be read
+// stays, and keeps its segment. The caller holds q's lock and mu.
 func (s *store) movePagedLocked(q *Queue, cut uint64, onWall func(int64) int64) {
 	r := &q.core.ready
+	r.placePending(0, uint64(s.log.Written())) // a queue gone quiet since its last page-out: its last chunks
 	for rank := range r.paged.levels {
 		t := &r.paged.levels[rank]
 		for i := range t.len() {

@@ -77,7 +77,10 @@ type queueCore struct {
 	queuedDead uint64 // dead letters ever recorded; the shell counts those flushed
 	effects    []effect
 	heard      *atomic.Pointer[[]*listener] // the broker's listeners: record effects while not nil
-	ended      Reason                       // why the queue ended, for what is dropped after; "" while it lives
+	// listeners are the broker's listeners, also when heard is a durable queue's log (which
+	// records every effect): a purge reads paged messages back only for them (purge).
+	listeners *atomic.Pointer[[]*listener]
+	ended     Reason // why the queue ended, for what is dropped after; "" while it lives
 }
 
 // counters are a queue's message counts since it was declared (Stats); changed by record only.
@@ -127,7 +130,7 @@ type holder struct {
 
 func newCore(cfg *queueConfig, free *btree.FreeListG[entry], heard *atomic.Pointer[[]*listener]) queueCore {
 	return queueCore{cfg: cfg, epoch: time.Now(), ranked: cfg.maxPriority > 0 || cfg.ttl >= 0,
-		ready: newReadySet(free, cfg.levels()), nextSeq: 1, heard: heard}
+		ready: newReadySet(free, cfg.levels()), nextSeq: 1, heard: heard, listeners: heard}
 }
 
 // clock returns the queue's time: nanoseconds since its epoch, at least 1.
@@ -381,9 +384,14 @@ func (c *queueCore) deadLetter(e entry, reason Reason) {
 func (c *queueCore) drop(e entry, reason Reason) { c.record(EventDropped, e, "", reason) }
 
 // purge drops every ready message with reason and returns how many there were.
+//
+// Paged messages are read back only for listeners (an event has its message), and not at the
+// broker's close, which leaves them in the log: else their chunks are let go of whole, unread
+// (ready.clear), counted here, and the shell settles them on disk by sequence id
+// (settleDroppedLocked). A chunk the pager fails to read goes the same way.
 func (c *queueCore) purge(reason Reason) int {
-	if c.observed() {
-		c.ready.pageInAll() // each message's drop is an effect, with its message
+	if c.observed() && reason != ReasonClosed && c.listeners != nil && c.listeners.Load() != nil {
+		c.ready.pageInAll()
 	}
 	n := c.ready.len()
 	if c.observed() {
@@ -391,6 +399,10 @@ func (c *queueCore) purge(reason Reason) int {
 			c.drop(e, reason)
 			return true
 		})
+		if p := &c.ready.paged; p.n > 0 {
+			c.count(EventDropped, reason, uint64(p.n))
+			c.held -= p.footprint()
+		}
 	} else {
 		c.count(EventDropped, reason, uint64(n))
 		c.held -= c.ready.footprint()
@@ -841,7 +853,10 @@ func (c *queueCore) end(why Reason) {
 
 // reset lets go of everything an ended queue held, once the shell has stopped its holders.
 func (c *queueCore) reset(free *btree.FreeListG[entry]) {
+	p := &c.ready.paged // the chunks its end let go of are the shell's still, to settle on disk
+	dropped, pending, why := p.dropped, p.droppedPending, p.why
 	c.ready = newReadySet(free, c.cfg.levels())
+	c.ready.paged.dropped, c.ready.paged.droppedPending, c.ready.paged.why = dropped, pending, why
 	c.holders, c.gets, c.moving, c.unacked, c.free = nil, holder{}, holder{}, 0, nil
 	c.stamps = ring[stamp]{}
 }

@@ -452,8 +452,9 @@ type coreRun struct {
 	arriving   uint64   // as c.arriving
 	arrived    []uint64 // the messages published in this step, which may be delivered with TTL 0
 	ended      Reason
-	observed   bool   // someone listens: every effect is recorded, not only dead letters
-	refused    uint64 // messages refused, which never entered
+	observed   bool            // someone listens: every effect is recorded, not only dead letters
+	unread     map[uint64]bool // the messages on disk at the broker's close, which end unread
+	refused    uint64          // messages refused, which never entered
 	// disk holds what the core paged out (paged.go), by seq, for its pager to read back: the
 	// model pages with a window of 1 to 4 messages in half the sequences.
 	disk map[uint64]entry
@@ -761,6 +762,10 @@ func (r *coreRun) promoteDue() {
 func (r *coreRun) purge(why Reason) int {
 	n := len(r.ready)
 	for _, m := range r.ready {
+		if r.unread[m.seq] {
+			r.n.dropped++ // counted, not read back: no effect (queueCore.purge)
+			continue
+		}
 		r.expect(EventDropped, m, "", why)
 	}
 	r.ready = nil
@@ -1341,25 +1346,25 @@ func (r *coreRun) timer() string {
 func (r *coreRun) opPurge() string {
 	paged := r.c.ready.paged.n
 	n := r.c.purge(ReasonPurged)
-	r.checkDropped(paged)
+	r.checkDropped(paged, ReasonPurged)
 	eq(r.t, r.purge(ReasonPurged), n, "purged")
 	return fmt.Sprintf("purge %d", n)
 }
 
-// checkDropped checks the chunks a purge or the queue's end let go of, for the shell to settle
-// on disk: every message paged before it, unless a listener made it read them back to drop
-// each with an effect.
-func (r *coreRun) checkDropped(paged int) {
+// checkDropped checks the chunks a purge or the queue's end for why let go of, for the shell to
+// settle on disk: every message paged before it, unless a listener made it read them back to
+// drop each with an effect (which the broker's close does not).
+func (r *coreRun) checkDropped(paged int, why Reason) {
 	n := 0
-	chunks, _ := r.c.ready.takeDropped()
+	chunks, _, _ := r.c.ready.takeDropped()
 	for _, c := range chunks {
 		n += c.n
 	}
-	if r.observed {
+	if r.observed && why != ReasonClosed {
 		paged = 0
 	}
 	eq(r.t, paged, n, "messages in the chunks let go of")
-	chunks, _ = r.c.ready.takeDropped()
+	chunks, _, _ = r.c.ready.takeDropped()
 	eq(r.t, 0, len(chunks), "chunks let go of, once taken")
 }
 
@@ -1377,8 +1382,22 @@ func (r *coreRun) opEnd() string {
 	}
 	why := []Reason{ReasonQueueDeleted, ReasonClosed}[r.rng.IntN(2)]
 	paged := r.c.ready.paged.n
+	if why == ReasonClosed { // the messages on disk stay there: not read back for their drops
+		r.unread = map[uint64]bool{}
+		p := &r.c.ready.paged
+		for rank := range p.levels {
+			for i := range p.levels[rank].len() {
+				c := p.levels[rank].slot(i)
+				for seq := c.first; seq <= c.last; seq++ {
+					if c.holds(seq) {
+						r.unread[seq] = true
+					}
+				}
+			}
+		}
+	}
 	r.c.end(why)
-	r.checkDropped(paged)
+	r.checkDropped(paged, why)
 	r.end(why)
 	return s.String() + "end (" + string(why) + ")"
 }
@@ -1801,6 +1820,9 @@ func (r *coreRun) checkSpans() {
 				wantOut = append(wantOut, d.e.seq)
 			}
 		}
+	}
+	for seq := range r.unread { // ended by the broker's close unread: no effect says they left
+		wantIn = append(wantIn, seq)
 	}
 	for _, s := range [][]uint64{in, out, wantIn, wantOut} {
 		slices.Sort(s)

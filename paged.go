@@ -1,7 +1,6 @@
 package warren
 
 import (
-	"cmp"
 	"slices"
 	"time"
 
@@ -39,13 +38,15 @@ type pageLoc struct {
 	lsn uint64 // the log position after its newest record, to wait for before reading it
 }
 
-// A chunk paged out in a critical section is pending (its loc.seg 0) until the section's commit
-// has logged its messages' records: only then is their segment known. Until then the envelopes
-// stay in pagedTails.pending, from which a read in the same section takes them, and the chunk
-// takes only messages of the same section (a pending chunk extends only a pending one). commit
-// then places the chunk (placePending), and merges it into the chunk before it when they are in
-// one segment and one run of the level's admissions. A chunk whose records the log did not take
-// (a failed log) stays pending, its envelopes in memory.
+// A chunk paged out in a critical section is pending (its loc.seg 0) until the log has written
+// its messages' records: only then is their segment known and a read of it sure to find them.
+// Until then the envelopes stay in pagedTails.pending, from which a read takes them. The
+// section's commit stamps the chunk with the log position after its records (loc.lsn), and a
+// stamped chunk takes no more messages: a pending chunk extends only one of its own section.
+// A later commit that finds the log written up to the stamp places the chunk (placePending),
+// and merges it into the chunk before it when they are in one segment and one run of the
+// level's admissions. A chunk whose records the log did not take (a failed log) stays pending,
+// its envelopes in memory.
 
 // chunk describes paged messages of one level, consecutive in that level's order.
 type chunk struct {
@@ -55,7 +56,7 @@ type chunk struct {
 	extra       int64    // their footprints beyond their bodies: what they take once paged in
 	deadline    int64    // the earliest deadline among them; 0 for none
 	loc         pageLoc  // where to read them
-	gone        []uint64 // sequence ids in (first, last] taken out since they were paged, ascending
+	gone        []uint64 // ids in (first, last] not its live messages: taken out since, or skipped (skipTo); ascending
 	admit0      uint64   // its level's admissions when first was paged out (pagedTails.admits)
 	admit       uint64   // and when last was
 	disk        int64    // the bytes of its live messages' records, for the store's liveness
@@ -63,6 +64,24 @@ type chunk struct {
 
 // firstKey is the key of the chunk's first live message, at rank.
 func (c *chunk) firstKey(rank uint8) uint64 { return uint64(rank)<<seqBits | c.first }
+
+// reaches reports whether the chunk may take the message with sequence id seq, its level's
+// next: the ids between it and the chunk's last, which are other messages (of other levels, or
+// delayed), are at most maxGap, for its gone.
+func (c *chunk) reaches(seq uint64) bool { return seq > c.last && seq-c.last-1 <= maxGap }
+
+// skipTo puts the ids between the chunk's last and seq, none of its messages, into its gone: a
+// chunk's ids that are not in gone are exactly its live messages, so that it can be settled on
+// disk by id, unread (settleDroppedLocked).
+func (c *chunk) skipTo(seq uint64) {
+	for s := c.last + 1; s < seq; s++ {
+		c.gone = append(c.gone, s)
+	}
+}
+
+// maxGap is the most sequence ids, none of its messages, between two messages of a chunk: each
+// is kept in the chunk's gone.
+const maxGap = 16
 
 // holds reports whether a message read back with sequence id seq is one of the chunk's live
 // messages.
@@ -93,12 +112,15 @@ type pagedTails struct {
 	// the pager, set by whoever sets window. An error leaves the chunk paged, and is kept in err.
 	read func(rank uint8, c *chunk) ([]entry, error)
 	err  error // the last read's error, nil once a read succeeds
-	// pending are the messages of pending chunks, with their envelopes, in the order paged
+	// pending are the messages of pending chunks, with their envelopes, each level's in
+	// sequence order (and some taken out of their chunks since, which a read passes over)
 	pending []entry
+	placeAt uint64 // the least log position a pending chunk waits for the log to write; 0: none
 	// dropped are chunks let go of whole (a purge, the queue's end), whose messages the shell
 	// settles on disk; it takes them (takeDropped).
-	dropped []chunk
-	why     Reason // why the last were: the purge's or the end's reason
+	dropped        []chunk
+	droppedPending []entry // the messages of those that were pending, with their envelopes
+	why            Reason  // why the last were: the purge's or the end's reason
 }
 
 // footprint returns the paged messages' footprint (memory.go): what they would take in memory.
@@ -125,8 +147,10 @@ func (r *readySet) pageOut(e entry, loc pageLoc) {
 	admit := p.admits[e.rank]
 	var c *chunk
 	if t.len() > 0 {
-		if last := t.slot(t.len() - 1); last.loc.seg == loc.seg && last.n < p.maxChunk() && last.admit+1 == admit {
+		if last := t.slot(t.len() - 1); last.loc.seg == loc.seg && (loc.seg != 0 || last.loc.lsn == 0) &&
+			last.n < p.maxChunk() && last.admit+1 == admit && last.reaches(e.seq) {
 			c = last
+			c.skipTo(e.seq)
 		}
 	}
 	if c == nil {
@@ -373,31 +397,44 @@ func (r *readySet) oldestPaged() (uint64, bool) {
 }
 
 // dropPaged lets go of every paged message and returns the chunks they were in, for the shell
-// to settle on disk.
-func (r *readySet) dropPaged() []chunk {
+// to settle on disk, and the envelopes of those in pending chunks (whose liveness the store
+// counts by envelope until they are placed).
+func (r *readySet) dropPaged() ([]chunk, []entry) {
 	p := &r.paged
 	if p.n == 0 {
-		return nil
+		return nil, nil
 	}
 	var all []chunk
+	var pending []entry
 	for rank := range p.levels {
 		t := &p.levels[rank]
 		for t.len() > 0 {
-			all = append(all, t.pop())
+			c := t.pop()
+			if c.loc.seg == 0 {
+				for _, e := range p.pending {
+					if e.rank == uint8(rank) && c.holds(e.seq) {
+						pending = append(pending, e)
+					}
+				}
+			}
+			all = append(all, c)
 		}
 	}
 	r.bytes -= p.bytes
 	p.n, p.bytes, p.extra, p.min = 0, 0, 0, noFloor
 	p.expiries.Clear(false)
-	return all
+	clear(p.pending)
+	p.pending, p.placeAt = p.pending[:0], 0
+	return all, pending
 }
 
-// takeDropped returns and forgets the chunks let go of whole since it was last called, and why
-// they were.
-func (r *readySet) takeDropped() ([]chunk, Reason) {
-	d := r.paged.dropped
-	r.paged.dropped = nil
-	return d, r.paged.why
+// takeDropped returns and forgets the chunks let go of whole since it was last called, the
+// envelopes of their pending messages, and why they were.
+func (r *readySet) takeDropped() ([]chunk, []entry, Reason) {
+	p := &r.paged
+	d, e := p.dropped, p.droppedPending
+	p.dropped, p.droppedPending = nil, nil
+	return d, e, p.why
 }
 
 // fault brings into memory the chunk popMin is held up by, reading it through the pager, and
@@ -533,51 +570,104 @@ func (r *readySet) readChunk(rank uint8, c *chunk) ([]entry, error) {
 // errNoPager is a read of a chunk on disk by a set given no pager: it cannot happen.
 var errNoPager = errorf("%w: a paged chunk but no pager", ErrStorage)
 
-// placePending places the pending chunks now that commit logged their messages' records, up to
-// the log position lsn: each message's envelope says its segment and record size (store.go).
-// A chunk whose messages the log did not take stays pending.
-func (r *readySet) placePending(lsn uint64) {
+// placePending is commit's, after it logged the section's records: lsn is the log position
+// after them (0: it logged nothing), written the position the log has written up to. It stamps
+// the chunks paged out in the section with lsn, and places the pending chunks whose records are
+// written: each takes the segment its messages' envelopes say (store.go), and their envelopes
+// go. A chunk stays pending, its envelopes in memory, until then: a read of a placed chunk
+// finds its records in its segment at once, where the log's buffer (a full disk stalls it)
+// would keep a read waiting under the queue's lock. Pending chunks are the last of their tails,
+// in the order they were logged, and placed in that order; a chunk whose records the log did
+// not take (a failed log) stays pending, and so do those after it.
+//
+// Cost: a commit with nothing to place does O(levels); a placement goes once over the pending
+// messages, which are those the log had not written at the commit before.
+func (r *readySet) placePending(lsn, written uint64) {
 	p := &r.paged
 	if len(p.pending) == 0 {
 		return
 	}
-	var kept []entry
-	for rank := range p.levels {
-		t := &p.levels[rank]
-		// The pending chunks are the last of their tail (a pending chunk is made after the
-		// others), but for those left pending by a failed log, which may be anywhere.
-		for i := t.len() - 1; i >= 0; i-- {
-			c := t.slot(i)
-			if c.loc.seg != 0 {
-				continue
-			}
-			var seg uint64
-			var disk int64
-			placed := true
-			var mine []entry
-			for _, e := range p.pending {
-				if e.rank != uint8(rank) || !c.holds(e.seq) {
-					continue
+	if lsn != 0 {
+		for rank := range p.levels {
+			t := &p.levels[rank]
+			for i := t.len() - 1; i >= 0; i-- {
+				c := t.slot(i)
+				if c.loc.seg != 0 || c.loc.lsn != 0 {
+					break
 				}
-				mine = append(mine, e)
-				if e.env.more == nil || e.env.more.seg == 0 || seg != 0 && e.env.more.seg != seg {
-					placed = false
-				}
-				if e.env.more != nil {
-					seg = e.env.more.seg
-					disk += e.env.more.size
-				}
+				c.loc.lsn = lsn
 			}
-			if !placed || len(mine) == 0 {
-				kept = append(kept, mine...)
-				continue
-			}
-			c.loc, c.disk = pageLoc{seg: seg, lsn: lsn}, disk
-			r.mergeBack(uint8(rank), i)
+		}
+		if p.placeAt == 0 {
+			p.placeAt = lsn
 		}
 	}
-	if kept != nil {
-		slices.SortFunc(kept, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	if p.placeAt == 0 || p.placeAt > written {
+		return
+	}
+	p.placeAt = 0
+	kept := p.pending[:0:0]
+	for rank := range p.levels {
+		t := &p.levels[rank]
+		k := t.len()
+		for k > 0 && t.slot(k-1).loc.seg == 0 {
+			k--
+		}
+		if k == t.len() {
+			continue
+		}
+		type pendingChunk struct {
+			c      chunk
+			seg    uint64 // its messages' segment; 0 while one is not logged, or they are in two
+			disk   int64
+			bad    bool
+			placed bool
+		}
+		cs := make([]pendingChunk, t.len()-k)
+		for i := len(cs) - 1; i >= 0; i-- {
+			cs[i].c = t.popBack()
+		}
+		// each calls fn with each pending message of the level that is in one of cs, and its chunk
+		each := func(fn func(e entry, pc *pendingChunk)) {
+			i := 0
+			for _, e := range p.pending {
+				if e.rank != uint8(rank) {
+					continue
+				}
+				for i < len(cs) && e.seq > cs[i].c.last {
+					i++
+				}
+				if i < len(cs) && cs[i].c.holds(e.seq) { // else taken out of its chunk since
+					fn(e, &cs[i])
+				}
+			}
+		}
+		each(func(e entry, pc *pendingChunk) {
+			if m := e.env.more; m == nil || m.seg == 0 || pc.seg != 0 && m.seg != pc.seg {
+				pc.bad = true
+			} else {
+				pc.seg, pc.disk = m.seg, pc.disk+m.size
+			}
+		})
+		placing := true
+		for i := range cs {
+			pc := &cs[i]
+			placing = placing && pc.c.loc.lsn != 0 && pc.c.loc.lsn <= written && !pc.bad && pc.seg != 0
+			if pc.placed = placing; placing {
+				pc.c.loc.seg, pc.c.disk = pc.seg, pc.disk
+			} else if lsn := pc.c.loc.lsn; lsn != 0 && (p.placeAt == 0 || lsn < p.placeAt) {
+				p.placeAt = lsn
+			}
+			t.push(pc.c)
+			if placing {
+				r.mergeBack(uint8(rank), t.len()-1)
+			}
+		}
+		each(func(e entry, pc *pendingChunk) {
+			if !pc.placed {
+				kept = append(kept, e)
+			}
+		})
 	}
 	clear(p.pending)
 	p.pending = append(p.pending[:0], kept...)
@@ -591,11 +681,12 @@ func (r *readySet) mergeBack(rank uint8, i int) {
 		return
 	}
 	c, prev := t.slot(i), t.slot(i-1)
-	if prev.loc.seg != c.loc.seg || prev.admit+1 != c.admit0 || prev.n+c.n > r.paged.maxChunk() {
+	if prev.loc.seg != c.loc.seg || prev.admit+1 != c.admit0 || prev.n+c.n > r.paged.maxChunk() || !prev.reaches(c.first) {
 		return
 	}
 	r.unindexChunk(rank, prev)
 	r.unindexChunk(rank, c)
+	prev.skipTo(c.first)
 	prev.last, prev.n, prev.admit = c.last, prev.n+c.n, c.admit
 	prev.bytes += c.bytes
 	prev.extra += c.extra
@@ -712,7 +803,7 @@ func (r *readySet) removeWithPaged(key uint64) (entry, bool) {
 // restores from the log that stay there: each newer than every message of its level restored
 // into memory, in key order, each with its envelope as made from its publish record (its
 // segment and size). Their chunks are cut at each segment and at each gap of more than
-// maxRestoreGap sequence ids in a level: the ids in a gap may be other messages of the queue
+// maxGap sequence ids in a level: the ids in a gap may be other messages of the queue
 // (settled, or in memory), so each one a chunk spans goes into its gone.
 func (c *queueCore) restorePaged(ents []entry) {
 	if len(ents) == 0 {
@@ -727,11 +818,9 @@ func (c *queueCore) restorePaged(ents []entry) {
 		var ch *chunk
 		if t.len() > 0 {
 			last := t.slot(t.len() - 1)
-			if last.loc.seg == e.env.more.seg && last.n < p.maxChunk() && e.seq-last.last <= maxRestoreGap {
+			if last.loc.seg == e.env.more.seg && last.n < p.maxChunk() && last.reaches(e.seq) {
 				ch = last
-				for s := last.last + 1; s < e.seq; s++ {
-					ch.gone = append(ch.gone, s)
-				}
+				ch.skipTo(e.seq)
 			}
 		}
 		if ch == nil {
@@ -742,10 +831,6 @@ func (c *queueCore) restorePaged(ents []entry) {
 		r.addToChunk(ch, e)
 	}
 }
-
-// maxRestoreGap is the most sequence ids between two messages of a level that a chunk made at
-// restore spans: each is kept in the chunk's gone.
-const maxRestoreGap = 16
 
 // noAdmit is the admissions of a chunk made at restore: no arriving message follows it.
 const noAdmit = ^uint64(0) - 1

@@ -133,35 +133,49 @@ func (s *store) exchangeNamed(name string) *Exchange {
 // in memory; a deleted queue needs none (its deletion says it); both free their segments. At the
 // broker's close they stay in the log, as every message does. The caller holds q's lock.
 func (q *Queue) settleDroppedLocked() {
-	chunks, why := q.core.ready.takeDropped()
+	chunks, pending, why := q.core.ready.takeDropped()
 	if len(chunks) == 0 || why == ReasonClosed {
 		return
 	}
 	s := q.b.store
-	buf := q.log.buf[:0]
-	var recs [][]byte
+	s.mu.Lock() // the settle records before the counts that free their segments
 	if why != ReasonQueueDeleted {
+		// In batches: a purge of a long backlog must not build all its records at once. A
+		// failed log takes none: the messages come back at the next Open, as acks do.
+		buf, recs := q.log.buf[:0], q.log.recs[:0]
 		for i := range chunks {
 			c := &chunks[i]
 			for seq := c.first; seq <= c.last; seq++ {
-				if c.holds(seq) {
-					start := len(buf)
-					buf = appendSeqRecord(buf, recSettle, q.log.qid, seq, 0)
-					recs = append(recs, buf[start:len(buf):len(buf)])
+				if !c.holds(seq) {
+					continue
+				}
+				start := len(buf)
+				buf = appendSeqRecord(buf, recSettle, q.log.qid, seq, 0)
+				recs = append(recs, buf[start:len(buf):len(buf)])
+				if len(recs) == settleBatch {
+					s.log.Append(recs...)
+					buf, recs = buf[:0], recs[:0]
 				}
 			}
 		}
-	}
-	s.mu.Lock()
-	if len(recs) > 0 {
-		s.log.Append(recs...) // a failed log: the messages come back at the next Open, as acks do
+		if len(recs) > 0 {
+			s.log.Append(recs...)
+		}
+		q.log.buf, q.log.recs = buf, recs[:0]
 	}
 	for i := range chunks {
 		if c := &chunks[i]; c.loc.seg != 0 {
 			s.live.add(c.loc.seg, -c.n, -c.disk)
 		}
 	}
+	for _, e := range pending {
+		if e.env.more.seg != 0 { // else the log never took it (failed): nothing counts it
+			s.live.add(e.env.more.seg, -1, -e.env.more.size)
+		}
+	}
 	s.advanceLocked()
 	s.mu.Unlock()
-	q.log.buf = buf
 }
+
+// settleBatch is how many settle records settleDroppedLocked appends at a time.
+const settleBatch = 4096

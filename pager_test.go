@@ -206,34 +206,103 @@ func TestPagedRules(t *testing.T) {
 			assert.Equal(t, 4, q.Len())
 		})
 	})
-	t.Run("purge and delete", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			fs := wal.NewMemFS()
-			b := openTest(t, fs, pagedOptions(4)...)
-			defer b.Close()
-			q := durableQueue(t, b, "jobs")
-			durableQueue(t, b, "other")
-			for i := range 300 {
-				persistent(t, b, "jobs", fmt.Sprintf("job %03d", i))
-				persistent(t, b, "other", fmt.Sprintf("other %03d", i))
-			}
-			require.Positive(t, pagedLen(q))
-			n, err := q.Purge()
-			require.NoError(t, err)
-			assert.Equal(t, 300, n)
-			assert.Zero(t, q.Len())
-			_, err = b.DeleteQueue("other")
-			require.NoError(t, err)
-			synctest.Wait()
-			require.NoError(t, b.store.log.Sync())
-			assert.LessOrEqual(t, len(segmentNames(t, fs)), 3, "nothing live: the segments go")
-			require.NoError(t, b.Close())
-			b = openTest(t, fs, pagedOptions(4)...)
-			defer b.Close()
-			q, err = b.Queue("jobs")
-			require.NoError(t, err)
-			assert.Zero(t, q.Len(), "the purge holds after a reopen")
+	// A purge reads the messages on disk back only for listeners, which hear of each with its
+	// message; unheard, their chunks are settled by sequence id, unread.
+	for _, listening := range []bool{false, true} {
+		t.Run(fmt.Sprint("purge and delete, listening ", listening), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fs := wal.NewMemFS()
+				b := openTest(t, fs, pagedOptions(4)...)
+				defer b.Close()
+				q := durableQueue(t, b, "jobs")
+				durableQueue(t, b, "other")
+				for i := range 300 {
+					persistent(t, b, "jobs", fmt.Sprintf("job %03d", i))
+					persistent(t, b, "other", fmt.Sprintf("other %03d", i))
+				}
+				require.Positive(t, pagedLen(q))
+				var purged []string
+				if listening {
+					b.Listen(func(e Event) {
+						if e.Kind == EventDropped && e.Reason == ReasonPurged {
+							purged = append(purged, string(e.Message.Body))
+						}
+					})
+				}
+				reads := 0
+				q.view(func() {
+					read := q.core.ready.paged.read
+					q.core.ready.paged.read = func(rank uint8, c *chunk) ([]entry, error) {
+						reads++
+						return read(rank, c)
+					}
+				})
+				n, err := q.Purge()
+				require.NoError(t, err)
+				assert.Equal(t, 300, n)
+				assert.Zero(t, q.Len())
+				assert.Zero(t, pagedLen(q))
+				assert.EqualValues(t, 300, q.Stats().Dropped)
+				if listening {
+					synctest.Wait()
+					assert.Positive(t, reads)
+					assert.Len(t, purged, 300, "an event with each message")
+				} else {
+					assert.Zero(t, reads, "nothing read back")
+				}
+				_, err = b.DeleteQueue("other")
+				require.NoError(t, err)
+				synctest.Wait()
+				require.NoError(t, b.store.log.Sync())
+				assert.LessOrEqual(t, len(segmentNames(t, fs)), 3, "nothing live: the segments go")
+				require.NoError(t, b.Close())
+				b = openTest(t, fs, pagedOptions(4)...)
+				defer b.Close()
+				q, err = b.Queue("jobs")
+				require.NoError(t, err)
+				assert.Zero(t, q.Len(), "the purge holds after a reopen")
+			})
 		})
+	}
+}
+
+// TestPagedPurgeKeepsOtherLevels: a purge that settles a chunk on disk unread settles its own
+// messages only. A chunk of one priority level spans the ids of messages of the other levels
+// published in between; one of them, delivered and unacknowledged, is not the purge's, and is
+// back after a reopen.
+func TestPagedPurgeKeepsOtherLevels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := wal.NewMemFS()
+		b := openTest(t, fs, pagedOptions(2)...)
+		defer b.Close()
+		ctx := context.Background()
+		q := durableQueue(t, b, "jobs", MaxPriority(1))
+		for i, prio := range []uint8{0, 0, 0, 1, 0} {
+			m := Message{Body: fmt.Appendf(nil, "m%d", i), Priority: prio, Persistent: true}
+			require.NoError(t, b.Publish(ctx, "", "jobs", m))
+		}
+		require.Equal(t, 3, pagedLen(q))
+		d, err := q.Get(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "m3", string(d.Message.Body), "the higher priority first")
+		var first, last uint64
+		q.view(func() {
+			if q.core.ready.paged.levels[1].len() > 0 {
+				c := q.core.ready.firstChunk(1)
+				first, last = c.first, c.last
+			}
+		})
+		require.True(t, first < 4 && last > 4, "a chunk of the lower level spans m3's id: %d..%d", first, last)
+		n, err := q.Purge()
+		require.NoError(t, err)
+		require.Equal(t, 4, n)
+		require.NoError(t, b.Close()) // m3 goes back to the queue, in the log
+
+		b = openTest(t, fs, pagedOptions(2)...)
+		defer b.Close()
+		q, err = b.Queue("jobs")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"m3"}, ready(q), "the delivered message, not purged, is back")
 	})
 }
 

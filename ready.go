@@ -416,7 +416,9 @@ func (r *readySet) clear() int {
 	r.run, r.runAt = nil, 0
 	r.dead = 0
 	r.expiries.Clear(false)
-	r.paged.dropped = append(r.paged.dropped, r.dropPaged()...)
+	chunks, pending := r.dropPaged()
+	r.paged.dropped = append(r.paged.dropped, chunks...)
+	r.paged.droppedPending = append(r.paged.droppedPending, pending...)
 	r.bytes, r.extra = 0, 0 // after dropPaged, which takes its own share out of bytes
 	return n
 }

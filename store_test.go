@@ -1170,9 +1170,22 @@ func TestDurableDiskFull(t *testing.T) {
 // outlived by its ctx while its records waited for space (kept: in both once space came back);
 // whichever way the check before the append and the stall interleave.
 func TestDurableDiskFullRace(t *testing.T) {
+	for _, window := range []int{0, 4} {
+		t.Run(fmt.Sprint("window ", window), func(t *testing.T) { diskFullRace(t, window) })
+	}
+}
+
+// diskFullRace is TestDurableDiskFullRace with a page window of window messages (0: none).
+// Paged, a message is read back from the log: a chunk the stall holds in the log's buffer
+// stays in memory until it is written.
+func diskFullRace(t *testing.T, window int) {
+	var opts []BrokerOption
+	if window > 0 {
+		opts = append(opts, pageWindow(window))
+	}
 	synctest.Test(t, func(t *testing.T) {
 		fs := wal.NewMemFS()
-		b := openTest(t, fs)
+		b := openTest(t, fs, opts...)
 		jobs := durableQueue(t, b, "jobs")
 		fs.Capacity(fs.Used() + 64<<10)
 		const publishers, each = 8, 100
@@ -1216,14 +1229,17 @@ func TestDurableDiskFullRace(t *testing.T) {
 		want = slices.Sorted(maps.Keys(all))
 		require.NotEmpty(t, want)
 		require.Less(t, len(want), publishers*each, "the disk filled up")
-		require.Equal(t, want, names(ready(jobs)), "in memory: all but the refused")
+		require.Equal(t, want, names(ready(jobs)), "in the queue: all but the refused")
+		if window > 0 {
+			require.Positive(t, pagedLen(jobs), "on disk, read back")
+		}
 
 		fs.Capacity(-1)
 		time.Sleep(time.Second)
 		synctest.Wait()
 		require.NoError(t, b.store.log.Err())
 		require.NoError(t, b.Close())
-		b = openTest(t, fs)
+		b = openTest(t, fs, opts...)
 		defer b.Close()
 		require.Equal(t, want, names(held(t, b, "jobs")), "in the log: the same")
 	})

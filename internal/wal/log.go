@@ -340,6 +340,10 @@ func (l *Log) Wait(ctx context.Context, lsn LSN) error {
 	return l.await(ctx, lsn, l.opts.Sync == SyncAlways)
 }
 
+// Written returns the log position before which everything appended is written, synced or
+// not: a Scan up to it waits for nothing. It takes no lock.
+func (l *Log) Written() LSN { return LSN(l.writtenNow.Load()) }
+
 // WaitWritten is Wait without the sync: it returns once everything before lsn (0: everything
 // appended so far) is written, synced or not: safe from a crash of the process, not from a
 // power loss.
