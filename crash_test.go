@@ -1296,7 +1296,7 @@ func powerLoss(t *testing.T, seed uint64, runs int, sync wal.Options, mode wal.C
 			// the backlog crosses the disk (pager.go) as the lives go.
 			opts := []BrokerOption{logOptions(sync)}
 			if seed%2 == 0 {
-				opts = append(opts, pageWindow(1+int(seed/2%8)))
+				opts = append(opts, WithPageWindow(1+int(seed/2%8)))
 			}
 			for life := range 3 {
 				journal.Reset()

@@ -354,7 +354,22 @@ type logOptions wal.Options
 
 func (o logOptions) applyBroker(c *brokerConfig) { c.wal = wal.Options(o) }
 
-// pageWindow sets the page window of a durable broker's durable queues (pager.go; tests).
+// DefaultPageWindow is how many ready messages a durable queue of a broker from [Open] keeps
+// in memory by default ([WithPageWindow]): as many as RabbitMQ's classic queues keep.
+const DefaultPageWindow = 2048
+
+// WithPageWindow sets how many ready messages each durable queue of a broker from [Open] keeps
+// in memory; past them, its backlog is on disk. A persistent message that arrives at a queue
+// holding n ready messages in memory (or whose priority has messages on disk already), and
+// that no other queue holds, is paged out: its body stays in the log, where it was written
+// anyway, and the queue keeps a few bytes for a run of such messages, not one entry each. The
+// queue reads them back, n at a time, as deliveries (and expiries, selectors, Browse) reach
+// them, so every rule holds as in memory. The default is [DefaultPageWindow]; 0 (or less)
+// keeps every message in memory. Transient messages, and persistent ones that another queue
+// holds too, stay in memory: the broker's budget ([WithMemoryLimit]) bounds them. [New]
+// ignores it.
+func WithPageWindow(n int) BrokerOption { return pageWindow(max(n, 0)) }
+
 type pageWindow int
 
 func (o pageWindow) applyBroker(c *brokerConfig) { c.pageWindow = int(o) }

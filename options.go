@@ -91,7 +91,7 @@ type brokerConfig struct {
 }
 
 func defaultBrokerConfig() brokerConfig {
-	return brokerConfig{logger: slog.New(slog.DiscardHandler)}
+	return brokerConfig{logger: slog.New(slog.DiscardHandler), pageWindow: DefaultPageWindow}
 }
 
 type consumeConfig struct {

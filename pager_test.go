@@ -40,7 +40,7 @@ func liveHeap() uint64 {
 // pagedOptions are a durable broker's options for the paging tests: a window of window
 // messages, 4 KiB segments.
 func pagedOptions(window int) []BrokerOption {
-	return []BrokerOption{pageWindow(window), logOptions(wal.Options{SegmentSize: 4096, Sync: wal.SyncNever})}
+	return []BrokerOption{WithPageWindow(window), logOptions(wal.Options{SegmentSize: 4096, Sync: wal.SyncNever})}
 }
 
 // pagedBacklog opens a broker on MemFS with a page window of window messages and fills its
@@ -54,6 +54,27 @@ func pagedBacklog(t *testing.T, window, n int) (*Broker, *Queue) {
 		persistent(t, b, "jobs", fmt.Sprintf("m%03d", i))
 	}
 	return b, q
+}
+
+// TestPagedDefaultWindow: a durable queue of a broker from Open keeps DefaultPageWindow ready
+// messages in memory, and pages the rest; WithPageWindow(0) keeps them all.
+func TestPagedDefaultWindow(t *testing.T) {
+	for _, opts := range [][]BrokerOption{nil, {WithPageWindow(0)}} {
+		b := openTest(t, wal.NewMemFS(), opts...)
+		q := durableQueue(t, b, "jobs")
+		ps := make([]Publishing, DefaultPageWindow+100)
+		for i := range ps {
+			ps[i] = Publishing{Key: "jobs", Message: Message{Body: []byte{byte(i)}, Persistent: true}}
+		}
+		require.NoError(t, b.PublishBatch(context.Background(), ps))
+		require.Equal(t, len(ps), q.Len())
+		if opts == nil {
+			assert.Equal(t, 100, pagedLen(q), "past the default window, on disk")
+		} else {
+			assert.Zero(t, pagedLen(q), "a window of 0: all in memory")
+		}
+		require.NoError(t, b.Close())
+	}
 }
 
 // TestPagedDeliversInOrder: a backlog of 2,000 messages, all but the window on disk, is
@@ -434,7 +455,7 @@ func TestPagedBacklogHeap(t *testing.T) {
 	}
 	const bound = 48 << 20 // the heap a 1M backlog took unpaged: about 300 MB
 	base := int64(liveHeap())
-	b, err := Open(t.TempDir(), pageWindow(512), WithMemoryLimit(16<<20), WithSync(SyncNever))
+	b, err := Open(t.TempDir(), WithPageWindow(512), WithMemoryLimit(16<<20), WithSync(SyncNever))
 	require.NoError(t, err)
 	defer b.Close()
 	ctx := context.Background()

@@ -1179,10 +1179,7 @@ func TestDurableDiskFullRace(t *testing.T) {
 // Paged, a message is read back from the log: a chunk the stall holds in the log's buffer
 // stays in memory until it is written.
 func diskFullRace(t *testing.T, window int) {
-	var opts []BrokerOption
-	if window > 0 {
-		opts = append(opts, pageWindow(window))
-	}
+	opts := []BrokerOption{WithPageWindow(window)}
 	synctest.Test(t, func(t *testing.T) {
 		fs := wal.NewMemFS()
 		b := openTest(t, fs, opts...)
