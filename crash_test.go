@@ -1120,6 +1120,16 @@ func TestMain(m *testing.M) {
 
 // crashChild runs the workload until it is killed: TestKill9's, with a consumer on its own
 // goroutine, or the crash loop's.
+// crashWindow is the page window of a life of the child with seed, and of the restart that
+// checks it: in half the lives a few messages to a few hundred, so that the backlog crosses the
+// disk (pager.go) before the kill and after it; else the default.
+func crashWindow(seed uint64) BrokerOption {
+	if seed%2 == 0 {
+		return WithPageWindow(1 + int(seed/2%256))
+	}
+	return WithPageWindow(DefaultPageWindow)
+}
+
 func crashChild(dir string) {
 	life, err := strconv.Atoi(os.Getenv(crashLifeEnv))
 	must(err)
@@ -1128,7 +1138,7 @@ func crashChild(dir string) {
 	policy := map[string]SyncPolicy{"always": SyncAlways, "interval": SyncInterval(20 * time.Millisecond), "never": SyncNever}[os.Getenv(crashSyncEnv)]
 	journal, err := os.OpenFile(filepath.Join(dir, fmt.Sprint("journal.", life)), os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o644)
 	must(err)
-	b, err := Open(filepath.Join(dir, "log"), WithSync(policy))
+	b, err := Open(filepath.Join(dir, "log"), WithSync(policy), crashWindow(seed))
 	must(err)
 	w := newCrashWorkload(b, journal, life)
 	ctx := context.Background()
@@ -1216,8 +1226,9 @@ func kill9(t *testing.T, chk *crashChecker, kills int, loop bool, policies ...st
 	for life := range kills {
 		policy := policies[rng.IntN(len(policies))]
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		childSeed := rng.Uint64()
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, fmt.Sprint(crashLifeEnv, "=", life),
-			fmt.Sprint(crashSeedEnv, "=", rng.Uint64()), crashSyncEnv+"="+policy)
+			fmt.Sprint(crashSeedEnv, "=", childSeed), crashSyncEnv+"="+policy)
 		if loop {
 			cmd.Env = append(cmd.Env, crashLoopEnv+"=1")
 		}
@@ -1263,7 +1274,7 @@ func kill9(t *testing.T, chk *crashChecker, kills int, loop bool, policies ...st
 		chk.seed = fmt.Sprintf("%s (%s), ", how, policy)
 		chk.replay(life, journal, bounds)
 		reopened := time.Now().UnixNano()
-		b, err := Open(filepath.Join(dir, "log"), chk.listener())
+		b, err := Open(filepath.Join(dir, "log"), chk.listener(), crashWindow(childSeed))
 		require.NoError(t, err, "life %d", life)
 		require.True(t, chk.check(b, reopened), "life %d: the topology is lost", life)
 		require.NoError(t, b.Close())
