@@ -27,7 +27,9 @@
 // therefore be idempotent. A broker from [New] is in memory: nothing survives the process. A
 // broker from [Open] keeps the [Durable] queues and exchanges and the [Message.Persistent]
 // messages in durable queues across restarts and crashes, as RabbitMQ does (see [Open] for what
-// comes back, and [SyncPolicy] for what a power loss may take).
+// comes back, and [SyncPolicy] for what a power loss may take). Its durable queues keep a window
+// of ready messages in memory ([WithPageWindow], 16,384 by default) and the rest of their
+// backlog on disk; the broker's memory budget ([WithMemoryLimit]) bounds what stays in memory.
 //
 // [Broker.Publish] returns the publisher confirm synchronously: nil means the message is in every
 // queue it routed to (and, on a durable broker, in the log). [Broker.PublishBatch] confirms many
