@@ -136,6 +136,22 @@ func (r *readySet) pages(rank uint8) bool {
 	return p.window > 0 && (p.n > 0 && p.levels[rank].len() > 0 || r.len()-p.n >= p.window)
 }
 
+// arrive puts an arriving entry, the newest of its level, into the set: paged out if it may be
+// (pageable: the shell says whether letting go of its envelope frees its memory) and the set
+// pages; else in memory, behind the level's paged messages if it has any. Those go to the tree
+// at their key, not to the fresh ring, whose keys are all less than the tail's (popMin takes
+// the ring's head; a message pushed there behind a tail would go out before the paged ones).
+func (r *readySet) arrive(e entry, pageable bool) {
+	switch {
+	case pageable && r.pages(e.rank):
+		r.pageOut(e, pageLoc{}) // pending until commit has logged it
+	case r.paged.n > 0 && r.paged.levels[e.rank].len() > 0:
+		r.reinsert(e)
+	default:
+		r.push(e)
+	}
+}
+
 // pageOut adds an arriving entry, the newest of its level, to its level's tail, its messages
 // at loc; the caller lets go of its envelope. pages(e.rank) must have said so.
 func (r *readySet) pageOut(e entry, loc pageLoc) {

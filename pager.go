@@ -25,11 +25,7 @@ import (
 // memory. The caller holds q's lock.
 func (q *Queue) pushArrivingLocked(e entry) {
 	r := &q.core.ready
-	if r.paged.window > 0 && e.env.persistent && e.env.more != nil && e.env.more.solo && r.pages(e.rank) {
-		r.pageOut(e, pageLoc{}) // pending until commit has logged it
-		return
-	}
-	r.push(e)
+	r.arrive(e, r.paged.window > 0 && e.env.persistent && e.env.more != nil && e.env.more.solo)
 }
 
 // pageReadTimeout bounds a read's wait for the log to write a chunk's records (they may still be

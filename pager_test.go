@@ -3,6 +3,7 @@ package warren
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -285,6 +286,72 @@ func TestPagedRules(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestPagedRestore: a backlog restored by Open past the window goes to disk as the restore
+// reads it, but for what must stay in memory (a message in two queues, one out with a consumer
+// at the close, one delayed); what each queue then delivers, in what order and with what
+// counts, is the same as without paging.
+func TestPagedRestore(t *testing.T) {
+	run := func(window int) (got []string, paged int) {
+		synctest.Test(t, func(t *testing.T) {
+			fs := wal.NewMemFS()
+			opts := []BrokerOption{WithPageWindow(window), logOptions(wal.Options{SegmentSize: 4096, Sync: wal.SyncNever})}
+			b := openTest(t, fs, opts...)
+			ctx := context.Background()
+			jobs := durableQueue(t, b, "jobs")
+			durableQueue(t, b, "copy")
+			require.NoError(t, b.Bind("jobs", "amq.fanout", "", nil))
+			require.NoError(t, b.Bind("copy", "amq.fanout", "", nil))
+			for i := range 60 {
+				m := Message{Body: fmt.Appendf(nil, "m%02d", i), Persistent: true}
+				var err error
+				switch {
+				case i%5 == 0:
+					err = b.Publish(ctx, "amq.fanout", "", m) // in both queues
+				case i%7 == 0:
+					err = b.Publish(ctx, "", "jobs", m, DeliverAfter(time.Minute))
+				default:
+					err = b.Publish(ctx, "", "jobs", m)
+				}
+				require.NoError(t, err)
+			}
+			// Ten out: six nacked back to their places, four out at the close (back, redelivered).
+			var out []Delivery
+			for range 10 {
+				d, err := jobs.Get(ctx)
+				require.NoError(t, err)
+				out = append(out, d)
+			}
+			for _, d := range out[:6] {
+				require.NoError(t, d.Nack())
+			}
+			require.NoError(t, b.Close())
+
+			b = openTest(t, fs, opts...)
+			defer b.Close()
+			jobs = lookup(t, b, "jobs")
+			paged = pagedLen(jobs)
+			time.Sleep(time.Minute) // the delayed ones are due
+			synctest.Wait()
+			for {
+				d, err := jobs.Get(ctx)
+				if errors.Is(err, ErrEmpty) {
+					break
+				}
+				require.NoError(t, err)
+				got = append(got, fmt.Sprintf("%s/%d", d.Message.Body, d.DeliveryCount))
+				require.NoError(t, d.Ack())
+			}
+		})
+		return got, paged
+	}
+	want, paged := run(0)
+	require.Zero(t, paged)
+	got, paged := run(4)
+	assert.Greater(t, paged, 20, "restored past the window: on disk")
+	assert.Equal(t, want, got)
+	assert.Len(t, got, 60)
 }
 
 // TestPagedPurgeKeepsOtherLevels: a purge that settles a chunk on disk unread settles its own
