@@ -372,12 +372,35 @@ func (q *Queue) restore(r *replay) error {
 	now, wall := q.core.clock(), time.Now().UnixNano()
 	onClock := func(t int64) int64 { return max(1, now+(t-wall)) }
 	var (
-		ready   = make([]entry, 0, rq.msgs.n)
+		ready   []entry
 		stay    map[uint64]bool // the messages that stay in memory past the page window, if it pages
 		pages   = q.core.ready.paged.window > 0
 		delayed []delayedEntry
 		err     error
+		// A queue without priorities gets its messages in delivery order: past its window, a
+		// message that may stay on disk goes into its chunk as it comes, in batches, and its
+		// envelope and body go at once, rather than once every message is decoded (the peak of
+		// an Open of a long backlog).
+		stream = pages && q.cfg.maxPriority == 0
+		batch  []entry
+		bodies []*replayBody // batch's
 	)
+	if stream { // the run keeps the array: a window's worth, not one the size of the backlog
+		ready = make([]entry, 0, min(rq.msgs.n, q.core.ready.paged.window))
+	} else {
+		ready = make([]entry, 0, rq.msgs.n)
+	}
+	pageBatch := func() {
+		q.mu.Lock()
+		q.core.restorePaged(batch)
+		q.release()
+		for i, b := range bodies {
+			b.env, b.msg = nil, nil // its only placement: nothing else needs them
+			bodies[i] = nil
+		}
+		clear(batch)
+		batch, bodies = batch[:0], bodies[:0]
+	}
 	var returns [][]byte // the records of the returns: they must outlive this life too
 	r.messages(q.log.qid, func(m replayMsg) {
 		if err != nil {
@@ -405,7 +428,8 @@ func (q *Queue) restore(r *replay) error {
 		}
 		b.env.more.refs.Add(1)
 		e := entry{env: b.env, seq: m.seq, returns: m.returns, redelivered: m.redelivered}
-		if pages && (b.refs != 1 || b.qid != q.log.qid || b.qseq != m.seq || m.returned) {
+		own := b.refs == 1 && b.qid == q.log.qid && b.qseq == m.seq && !m.returned
+		if pages && !stream && !own {
 			if stay == nil {
 				stay = map[uint64]bool{}
 			}
@@ -417,14 +441,23 @@ func (q *Queue) restore(r *replay) error {
 		if m.deadline != 0 {
 			e.deadline = onClock(m.deadline)
 		}
-		if m.due != 0 {
+		switch {
+		case m.due != 0:
 			delayed = append(delayed, delayedEntry{onClock(m.due), e})
-		} else {
+		case stream && len(ready) >= q.core.ready.paged.window && own && e.returns == 0 && !e.redelivered:
+			batch, bodies = append(batch, e), append(bodies, b)
+			if len(batch) == restoreBatch {
+				pageBatch()
+			}
+		default:
 			ready = append(ready, e)
 		}
 	})
 	if err != nil {
 		return err
+	}
+	if len(batch) > 0 {
+		pageBatch()
 	}
 	if q.cfg.maxPriority > 0 { // in seq order already otherwise
 		slices.SortFunc(ready, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
@@ -432,7 +465,7 @@ func (q *Queue) restore(r *replay) error {
 	// Past the page window, the messages whose publish record is theirs in this queue, and which
 	// never left it, stay on disk: their envelopes go once the chunks are made.
 	var paged []entry
-	if w := q.core.ready.paged.window; w > 0 && len(ready) > w {
+	if w := q.core.ready.paged.window; !stream && w > 0 && len(ready) > w {
 		kept := ready[:w]
 		for _, e := range ready[w:] {
 			if !stay[e.seq] && e.returns == 0 && !e.redelivered {
@@ -455,6 +488,9 @@ func (q *Queue) restore(r *replay) error {
 	q.release()
 	return nil
 }
+
+// restoreBatch is how many messages restore pages out at a time.
+const restoreBatch = 4096
 
 // resume starts q, restored, once every durable queue and binding is back: what the restore
 // did (dead letters of messages past their delivery limit or their deadline) is flushed, and
