@@ -10,6 +10,7 @@ import (
 	"runtime/metrics"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -598,4 +599,173 @@ func TestReadPagedOrder(t *testing.T) {
 			assert.Equal(t, string(ents[i].env.message().Body), string(again[i].env.message().Body))
 		}
 	})
+}
+
+// TestPagedChurn: a paged queue under publishers and consumers, purged and then deleted while
+// they run, on the real file system: nothing panics or races, every publish either lands or is
+// refused with the queue's deletion, and once the queue is gone and the broker closed, the log
+// holds no live segment of it (a reopen finds no queue and a log of a few segments).
+func TestPagedChurn(t *testing.T) {
+	dir := t.TempDir()
+	opts := []BrokerOption{WithPageWindow(8), WithSync(SyncNever), logOptions(wal.Options{SegmentSize: 16 << 10, Sync: wal.SyncNever})}
+	b, err := Open(dir, opts...)
+	require.NoError(t, err)
+	q := durableQueue(t, b, "jobs", MaxPriority(2))
+	for i := range 100 { // a backlog on disk before the consumers start
+		require.NoError(t, b.Publish(context.Background(), "", "jobs", Message{Body: fmt.Appendf(nil, "pre-%03d", i), Persistent: true, Priority: uint8(i % 3)}))
+	}
+	most := pagedLen(q)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for p := range 3 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				m := Message{Body: fmt.Appendf(nil, "p%d-%06d", p, i), Persistent: i%5 != 0, Priority: uint8(i % 3)}
+				if err := b.Publish(ctx, "", "jobs", m); err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrQueueDeleted) {
+					t.Errorf("publish: %v", err)
+					return
+				}
+			}
+		})
+	}
+	for range 2 {
+		wg.Go(func() {
+			c, err := q.Consume(ctx, Prefetch(16))
+			if err != nil {
+				return
+			}
+			for d := range c.Deliveries() {
+				if d.Message.Priority == 1 {
+					_ = d.Nack() // back to its place, among the paged ones
+					continue
+				}
+				_ = d.Ack()
+			}
+		})
+	}
+	for range 20 {
+		time.Sleep(20 * time.Millisecond)
+		most = max(most, pagedLen(q))
+		_, err := q.Purge()
+		require.NoError(t, err)
+	}
+	assert.Positive(t, most, "the backlog was on disk")
+	assert.Positive(t, q.Stats().Dropped, "purged along the way")
+	_, err = b.DeleteQueue("jobs")
+	require.NoError(t, err)
+	cancel()
+	wg.Wait()
+	require.NoError(t, b.Close())
+
+	b, err = Open(dir, opts...)
+	require.NoError(t, err)
+	defer b.Close()
+	_, err = b.Queue("jobs")
+	require.ErrorIs(t, err, ErrNotFound)
+	require.NoError(t, b.Close())
+	assert.LessOrEqual(t, len(segmentNames(t, wal.OSFS{Dir: dir})), 3, "nothing of the queue is live: its segments went")
+}
+
+// TestPagedCloseMidway: Close in the middle of publishers and consumers on a paged queue (nacks
+// return messages among the paged ones): after a reopen, the queue holds every persistent
+// message whose publish was confirmed and whose ack did not return, once each, in order per
+// publisher, and nothing else.
+func TestPagedCloseMidway(t *testing.T) {
+	dir := t.TempDir()
+	opts := []BrokerOption{WithPageWindow(8), WithSync(SyncNever), logOptions(wal.Options{SegmentSize: 16 << 10, Sync: wal.SyncNever})}
+	b, err := Open(dir, opts...)
+	require.NoError(t, err)
+	q := durableQueue(t, b, "jobs")
+	var (
+		mu        sync.Mutex
+		confirmed = map[string]bool{}
+		acked     = map[string]bool{}
+		wg        sync.WaitGroup
+	)
+	ctx := context.Background()
+	for i := range 100 { // a backlog on disk before the consumers start
+		body := fmt.Sprintf("p9-%06d", i)
+		require.NoError(t, b.Publish(ctx, "", "jobs", Message{Body: []byte(body), Persistent: true}))
+		confirmed[body] = true
+	}
+	most := pagedLen(q)
+	for p := range 3 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				body := fmt.Sprintf("p%d-%06d", p, i)
+				err := b.Publish(ctx, "", "jobs", Message{Body: []byte(body), Persistent: true})
+				if err != nil {
+					if !errors.Is(err, ErrClosed) {
+						t.Errorf("publish: %v", err)
+					}
+					return
+				}
+				mu.Lock()
+				confirmed[body] = true
+				mu.Unlock()
+			}
+		})
+	}
+	for range 2 {
+		wg.Go(func() {
+			c, err := q.Consume(ctx, Prefetch(16))
+			if err != nil {
+				return
+			}
+			for n := 0; ; n++ {
+				d, ok := <-c.Deliveries()
+				if !ok {
+					return
+				}
+				if n%7 == 0 {
+					_ = d.Nack() // back to its place, among the paged ones
+					continue
+				}
+				if d.Ack() == nil {
+					mu.Lock()
+					acked[string(d.Message.Body)] = true
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for range 10 {
+		time.Sleep(20 * time.Millisecond)
+		most = max(most, pagedLen(q))
+	}
+	require.NoError(t, b.Close())
+	wg.Wait()
+	require.Positive(t, most, "the backlog was on disk")
+
+	b, err = Open(dir, opts...)
+	require.NoError(t, err)
+	defer b.Close()
+	q = lookup(t, b, "jobs")
+	last := map[string]int{}
+	held := map[string]bool{}
+	for {
+		d, err := q.Get(ctx)
+		if errors.Is(err, ErrEmpty) {
+			break
+		}
+		require.NoError(t, err)
+		body := string(d.Message.Body)
+		require.False(t, held[body], "%s twice", body)
+		held[body] = true
+		require.False(t, acked[body], "%s: its ack returned, and it is back", body)
+		var p, i int
+		_, err = fmt.Sscanf(body, "p%d-%d", &p, &i)
+		require.NoError(t, err)
+		if !d.Redelivered {
+			require.Greater(t, i, last[fmt.Sprint(p)]-1, "%s after a later one of its publisher", body)
+			last[fmt.Sprint(p)] = i
+		}
+		require.NoError(t, d.Ack())
+	}
+	for body := range confirmed {
+		if !acked[body] {
+			require.True(t, held[body], "%s: confirmed, not acked, and lost", body)
+		}
+	}
+	t.Logf("%d confirmed, %d acked, %d back; %d on disk at most", len(confirmed), len(acked), len(held), most)
 }
