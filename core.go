@@ -267,9 +267,6 @@ func (c *queueCore) admit(e *entry, ttl time.Duration) (now int64) {
 	if ttl >= 0 || c.ranked {
 		now = c.rank(e, ttl)
 	}
-	if c.ready.paged.window > 0 {
-		c.ready.paged.admitted(e.rank, len(c.ready.lower)+1)
-	}
 	return
 }
 

@@ -44,8 +44,8 @@ type pageLoc struct {
 // section's commit stamps the chunk with the log position after its records (loc.lsn), and a
 // stamped chunk takes no more messages: a pending chunk extends only one of its own section.
 // A later commit that finds the log written up to the stamp places the chunk (placePending),
-// and merges it into the chunk before it when they are in one segment and one run of the
-// level's admissions. A chunk whose records the log did not take (a failed log) stays pending,
+// and merges it into the chunk before it when they are in one segment and at most maxGap ids
+// apart (the ids between go into its gone). A chunk whose records the log did not take (a failed log) stays pending,
 // its envelopes in memory.
 
 // chunk describes paged messages of one level, consecutive in that level's order.
@@ -57,8 +57,6 @@ type chunk struct {
 	deadline    int64    // the earliest deadline among them; 0 for none
 	loc         pageLoc  // where to read them
 	gone        []uint64 // ids in (first, last] not its live messages: taken out since, or skipped (skipTo); ascending
-	admit0      uint64   // its level's admissions when first was paged out (pagedTails.admits)
-	admit       uint64   // and when last was
 	disk        int64    // the bytes of its live messages' records, for the store's liveness
 }
 
@@ -95,13 +93,7 @@ func (c *chunk) holds(seq uint64) bool {
 
 // pagedTails are a ready set's paged messages.
 type pagedTails struct {
-	window int // the messages a ready set keeps in memory before it pages; 0: it never pages
-	// admits counts, per level, the messages the queue admitted at it while it could page. A
-	// chunk takes an arriving message only if it was the level's next admission after the
-	// chunk's last: then every record of that level between the chunk's bounds is one of its
-	// messages, or in gone. (A message in between that went elsewhere — delayed, or paged into
-	// a chunk since emptied — would otherwise be read back as the chunk's.)
-	admits   []uint64
+	window   int                   // the messages a ready set keeps in memory before it pages; 0: it never pages
 	levels   []ring[chunk]         // a tail per priority level; nil while nothing was paged
 	n        int                   // paged messages
 	bytes    int64                 // their body bytes
@@ -157,26 +149,22 @@ func (r *readySet) arrive(e entry, pageable bool) {
 func (r *readySet) pageOut(e entry, loc pageLoc) {
 	p := &r.paged
 	t := r.tail(e.rank)
-	if p.admits == nil { // nothing admitted while it could page: each message a chunk of its own
-		p.admits = make([]uint64, len(r.lower)+1)
-	}
-	admit := p.admits[e.rank]
 	var c *chunk
 	if t.len() > 0 {
 		if last := t.slot(t.len() - 1); last.loc.seg == loc.seg && (loc.seg != 0 || last.loc.lsn == 0) &&
-			last.n < p.maxChunk() && last.admit+1 == admit && last.reaches(e.seq) {
+			last.n < p.maxChunk() && last.reaches(e.seq) {
 			c = last
 			c.skipTo(e.seq)
 		}
 	}
 	if c == nil {
-		t.push(chunk{first: e.seq, loc: loc, admit0: admit})
+		t.push(chunk{first: e.seq, loc: loc})
 		c = t.slot(t.len() - 1)
 	}
 	if loc.seg == 0 {
 		p.pending = append(p.pending, e)
 	}
-	c.loc.lsn, c.admit = max(c.loc.lsn, loc.lsn), admit
+	c.loc.lsn = max(c.loc.lsn, loc.lsn)
 	r.addToChunk(c, e)
 }
 
@@ -212,14 +200,6 @@ func (r *readySet) addToChunk(c *chunk, e entry) {
 	p.extra += e.env.overhead()
 	r.bytes += size
 	p.min = min(p.min, e.key())
-}
-
-// admitted counts a message the queue admitted at rank, when the set may page.
-func (p *pagedTails) admitted(rank uint8, levels int) {
-	if p.admits == nil {
-		p.admits = make([]uint64, levels)
-	}
-	p.admits[rank]++
 }
 
 // indexChunk and unindexChunk keep a chunk's deadline in the expiry index of the tails.
@@ -690,20 +670,20 @@ func (r *readySet) placePending(lsn, written uint64) {
 }
 
 // mergeBack merges rank's chunk i, just placed, into the chunk before it, if they are in one
-// segment, one run of the level's admissions, and a chunk's size.
+// segment, at most maxGap ids apart, and a chunk's size.
 func (r *readySet) mergeBack(rank uint8, i int) {
 	t := &r.paged.levels[rank]
 	if i == 0 || i != t.len()-1 {
 		return
 	}
 	c, prev := t.slot(i), t.slot(i-1)
-	if prev.loc.seg != c.loc.seg || prev.admit+1 != c.admit0 || prev.n+c.n > r.paged.maxChunk() || !prev.reaches(c.first) {
+	if prev.loc.seg != c.loc.seg || prev.n+c.n > r.paged.maxChunk() || !prev.reaches(c.first) {
 		return
 	}
 	r.unindexChunk(rank, prev)
 	r.unindexChunk(rank, c)
 	prev.skipTo(c.first)
-	prev.last, prev.n, prev.admit = c.last, prev.n+c.n, c.admit
+	prev.last, prev.n = c.last, prev.n+c.n
 	prev.bytes += c.bytes
 	prev.extra += c.extra
 	prev.disk += c.disk
@@ -840,13 +820,9 @@ func (c *queueCore) restorePaged(ents []entry) {
 			}
 		}
 		if ch == nil {
-			// Restored chunks take no arriving message: their admissions are none of the level's.
-			t.push(chunk{first: e.seq, loc: pageLoc{seg: e.env.more.seg}, admit0: noAdmit, admit: noAdmit})
+			t.push(chunk{first: e.seq, loc: pageLoc{seg: e.env.more.seg}})
 			ch = t.slot(t.len() - 1)
 		}
 		r.addToChunk(ch, e)
 	}
 }
-
-// noAdmit is the admissions of a chunk made at restore: no arriving message follows it.
-const noAdmit = ^uint64(0) - 1

@@ -34,7 +34,6 @@ func TestPagerFailure(t *testing.T) {
 	const deadline = int64(time.Second)
 	for seq := uint64(1); seq <= 3; seq++ {
 		e := entry{seq: seq, env: coreEnv(int(seq), 8, 0), deadline: deadline * int64(seq)}
-		r.paged.admitted(0, 1)
 		if !r.pages(0) {
 			r.push(e)
 			continue
