@@ -155,6 +155,10 @@ func (b *Broker) Close() error {
 		b.mu.Lock()
 		b.closed.Store(true)
 		b.mem.close() // publishers waiting for memory see the broker closed
+		var ck *checkpoint
+		if b.store != nil {
+			ck = b.store.snapshot(b)
+		}
 		ended := slices.Collect(maps.Values(b.queues))
 		for _, q := range ended {
 			b.endQueueLocked(q, ErrClosed, ReasonClosed, nil)
@@ -172,7 +176,7 @@ func (b *Broker) Close() error {
 		// the log closes: its message, in its destination's log, is not left in its source's.
 		b.wg.Wait()
 		if b.store != nil {
-			b.closeErr = b.store.close()
+			b.closeErr = b.store.close(ck)
 		}
 	})
 	return b.closeErr

@@ -134,35 +134,32 @@ func (o listenerOption) applyBroker(c *brokerConfig) {
 // queues and their messages (recovery.go), and from then on logs them.
 func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	b := New(opts...)
-	r := newReplay()
-	wopts := b.cfg.wal
-	wopts.OnStall = b.logStall
-	// The log keeps its options for its life: the replay must not stay reachable through this
-	// closure once Open is done with it (it held the whole backlog's bodies: 240 B a message).
-	skips := r
-	wopts.OnSkip = func(wal.Damage) { skips.skipped() } // called by wal.Open only
-	log, rec, err := wal.Open(fs, wopts, func(seg uint64, raw []byte) error {
-		rc, err := decodeRecord(raw)
-		if err != nil {
-			return err
-		}
-		r.apply(seg, rc)
-		return nil
-	})
-	skips = nil
-	if errors.Is(err, wal.ErrCorrupt) {
-		err = errorf("%w: %w", ErrCorrupt, err)
+	ck, ckErr := readCheckpoint(fs)
+	if ckErr != nil {
+		b.cfg.logger.Warn("warren: durable log: the checkpoint is not used; the whole log is read", "err", ckErr)
 	}
+	r, log, rec, err := b.openLog(fs, ck)
 	if err != nil {
 		b.Close()
 		return nil, errorf("open durable broker: %w", err)
 	}
+	if ck != nil || ckErr != nil {
+		// The log goes on from here: only the next clean Close writes a checkpoint. (One left
+		// behind is harmless: the log no longer ends where it says once anything is written.)
+		err := fs.Remove(checkpointFile)
+		if err == nil {
+			err = fs.SyncDir()
+		}
+		if err != nil {
+			b.cfg.logger.Warn("warren: durable log: removing the checkpoint", "err", err)
+		}
+	}
 	r.finish()
 	topo := newReplay()
 	topo.queueDecls, topo.exchangeDecls, topo.bindings = r.queueDecls, r.exchangeDecls, r.bindings
-	b.store = &store{log: log, logger: b.cfg.logger, live: r.live, oldest: 1, lastSeg: rec.Last, topo: topo, topoSeg: 1}
+	b.store = &store{log: log, fs: fs, logger: b.cfg.logger, live: r.live, oldest: 1, lastSeg: rec.Last, topo: topo, topoSeg: 1}
 	b.store.nextMsg.Store(r.maxMsg)
-	b.store.recovery = Recovery{Cut: logDamage(rec.Cut), Skipped: logDamage(rec.Skipped)}
+	b.store.recovery = Recovery{Checkpoint: rec.Resumed, Cut: logDamage(rec.Cut), Skipped: logDamage(rec.Skipped)}
 	for _, d := range rec.Cut {
 		b.repaired(d, "cut a torn end")
 	}
@@ -232,6 +229,9 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	for _, q := range restored {
 		if rq := r.queues[q.log.qid]; rq != nil {
 			b.store.recovery.Messages += rq.msgs.n
+			for _, c := range rq.chunks {
+				b.store.recovery.Messages += c.n
+			}
 		}
 	}
 	if len(rec.Skipped) > 0 {
@@ -245,6 +245,49 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	}
 	b.store.startCompactor(b)
 	return b, nil
+}
+
+// openLog opens the log in fs and returns the replay of what it holds: from the checkpoint ck,
+// if it is not nil and the log still ends where ck says, reading back only the bodies of the
+// messages that go back into memory; else from every record of the log.
+func (b *Broker) openLog(fs wal.FS, ck *checkpoint) (*replay, *wal.Log, wal.Recovery, error) {
+	if ck != nil && b.cfg.pageWindow == 0 && slices.ContainsFunc(ck.queues, func(q ckQueue) bool { return len(q.chunks) > 0 }) {
+		ck = nil // it holds chunks, and this broker does not page: the log is read
+	}
+	r := newReplay()
+	wopts := b.cfg.wal
+	wopts.OnStall = b.logStall
+	if ck != nil {
+		wopts.ResumeAt = ck.mark
+	}
+	// The log keeps its options for its life: the replay must not stay reachable through this
+	// closure once Open is done with it (it held the whole backlog's bodies: 240 B a message).
+	skips := r
+	wopts.OnSkip = func(wal.Damage) { skips.skipped() } // called by wal.Open only
+	log, rec, err := wal.Open(fs, wopts, func(seg uint64, raw []byte) error {
+		rc, err := decodeRecord(raw)
+		if err != nil {
+			return err
+		}
+		r.apply(seg, rc)
+		return nil
+	})
+	skips = nil
+	if errors.Is(err, wal.ErrCorrupt) {
+		err = errorf("%w: %w", ErrCorrupt, err)
+	}
+	if err != nil || !rec.Resumed {
+		return r, log, rec, err
+	}
+	if r, err = ck.replay(); err == nil {
+		err = r.loadBodies(log)
+	}
+	if err == nil {
+		return r, log, rec, nil
+	}
+	b.cfg.logger.Warn("warren: durable log: the checkpoint is not used; the whole log is read", "err", err)
+	log.Close() // it wrote nothing: it held no record past the checkpoint
+	return b.openLog(fs, nil)
 }
 
 // logStall logs, as a warning, that the log stalled (err: a write found no space) or writes
@@ -282,6 +325,11 @@ func (b *Broker) damaged(d QueueDamage) {
 // Recovery is what [Open] found in a durable broker's log, and what it could not bring back.
 // [Broker.Recovery] returns it.
 type Recovery struct {
+	// Checkpoint says Open restored the durable queues from the checkpoint the last clean
+	// [Broker.Close] wrote beside the log, reading back only the bodies of the messages that
+	// go back into memory: nothing was written to the log since. Otherwise Open read the whole
+	// log.
+	Checkpoint bool
 	// Messages counts the persistent messages Open put back into durable queues (a message in
 	// two queues counts twice), before any expired or was dead-lettered at open.
 	Messages int
@@ -289,7 +337,9 @@ type Recovery struct {
 	// were synced. A crash tears only bytes no sync covered, so under [SyncAlways] a cut a
 	// crash left held no confirmed message; damage since to the last batches the log wrote
 	// before the crash looks the same, and is cut too (after a clean [Broker.Close] nothing
-	// is: every byte is checked).
+	// is: every byte Open reads is checked; from a checkpoint, it reads only the segments of
+	// the messages that go back into memory, and a damaged segment of the backlog on disk
+	// is found when the queue reads it back).
 	Cut []LogDamage
 	// Skipped are the damaged stretches and missing segment files [WithSalvage] skipped, in
 	// the log's order. Open cannot tell which messages had records there: their Records,

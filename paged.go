@@ -826,3 +826,35 @@ func (c *queueCore) restorePaged(ents []entry) {
 		r.addToChunk(ch, e)
 	}
 }
+
+// restoreChunks adds to the ready set, after the core's restore, the chunks a checkpoint kept of
+// the tails of a durable queue (checkpoint.go), in each level's order, their deadlines moved to
+// the queue's clock by onClock. Those of a level are newer than every message of that level in
+// the fresh ring, which the restore left empty.
+func (c *queueCore) restoreChunks(cs []ckChunk, onClock func(int64) int64) error {
+	r := &c.ready
+	p := &r.paged
+	for _, k := range cs {
+		if int(k.rank) > len(r.lower) || p.window == 0 {
+			return errorf("%w: a chunk of level %d", errBadCheckpoint, k.rank)
+		}
+		ch := k.chunk
+		if ch.deadline != 0 {
+			ch.deadline = onClock(ch.deadline)
+		}
+		t := r.tail(k.rank)
+		if t.len() > 0 && t.slot(t.len()-1).last >= ch.first {
+			return errorf("%w: chunks of level %d out of order", errBadCheckpoint, k.rank)
+		}
+		t.push(ch)
+		r.indexChunk(k.rank, t.slot(t.len()-1))
+		p.n += ch.n
+		p.bytes += ch.bytes
+		p.extra += ch.extra
+		r.bytes += ch.bytes
+		p.min = min(p.min, ch.firstKey(k.rank))
+		c.held += ch.bytes + ch.extra
+		c.count(EventEnqueued, "", uint64(ch.n))
+	}
+	return nil
+}

@@ -59,6 +59,8 @@ type replayQueue struct {
 	// placements finish dropped because their body was not read.
 	suspect uint64
 	orphans int
+	// chunks are its messages on disk, from a checkpoint: they go back as they are.
+	chunks []ckChunk
 }
 
 // replayMsg is one message in one queue during a replay.
@@ -266,6 +268,9 @@ func (r *replay) finish() {
 			q.msgs.del(seq)
 		}
 		q.orphans = len(orphans)
+		for _, c := range q.chunks {
+			r.live.add(c.loc.seg, c.n, c.disk)
+		}
 	}
 	var dead []uint64
 	r.bodies.ascend(func(id uint64, b *replayBody) {
@@ -482,6 +487,10 @@ func (q *Queue) restore(r *replay) error {
 	}
 	q.core.restore(ready, delayed, rq.last+1)
 	q.core.restorePaged(paged)
+	if err := q.core.restoreChunks(rq.chunks, onClock); err != nil {
+		q.release()
+		return errorf("queue %q: %w", q.name, err)
+	}
 	// What the restore did (dead letters of messages past their delivery limit or their
 	// deadline), and what the downtime made due, waits for every durable queue and binding to
 	// be back: openBroker resumes the queue then (resume).

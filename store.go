@@ -41,6 +41,7 @@ type store struct {
 	// exchanges stand for the exchanges named in messages read back from the log (pager.go).
 	exchanges sync.Map
 	lock      io.Closer // the directory's lock (Open); nil on other file systems
+	fs        wal.FS    // the log's directory, where Close writes a checkpoint (checkpoint.go)
 	recovery  Recovery  // what Open found; set before Open returns, read-only after
 
 	// The durable topology as it stands, and the oldest segment holding a record of it.
@@ -319,11 +320,19 @@ func (s *store) declareQueue(q *Queue) wal.LSN {
 
 // close closes the log, once every queue has ended. It returns an error wrapping ErrStorage
 // when the log failed, or could not write what it held (a disk still full).
-func (s *store) close() error {
+// close closes the log and, if ck is not nil and the log ended as ck saw it (nothing appended
+// since its snapshots, a clean close), writes ck.
+func (s *store) close(ck *checkpoint) error {
 	err := s.log.Close()
 	if err != nil {
 		s.logger.Error("warren: closing the durable log", "err", err)
 		err = errorf("close: %w: %w", ErrStorage, err)
+	}
+	if mark, ok := s.log.Mark(); ok && ck != nil && s.log.Appended() == ck.at {
+		ck.mark = mark
+		if werr := writeCheckpoint(s.fs, ck); werr != nil {
+			s.logger.Warn("warren: durable log: no checkpoint written; the next Open reads the whole log", "err", werr)
+		}
 	}
 	if s.lock != nil {
 		s.lock.Close()

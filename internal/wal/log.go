@@ -89,6 +89,12 @@ type Options struct {
 	// after, after it. The Damage's Records is not known yet (-1) when they are counted only
 	// at the next record read: Recovery.Skipped has the count.
 	OnSkip func(Damage)
+	// ResumeAt, if set, is where an earlier life's Close left the log (Log.Mark): if the log
+	// still ends there, with nothing appended since, Open hands replay no record of the
+	// segments before it, which it checks are there by their headers only, and says so
+	// (Recovery.Resumed); the caller restores what they held from elsewhere (a checkpoint).
+	// If the log went on, Open reads it whole, as without it.
+	ResumeAt Mark
 	// OnStall, if set, is called when the log stalls, with the error of the write that found
 	// no space, and with nil when a write succeeds again. Calls are made in order, one at a
 	// time, with no lock of the log held, on the goroutine whose write changed the state; it
@@ -913,6 +919,30 @@ func (l *Log) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// Mark is a place in the log: a segment, and the number of the record that goes first in it.
+type Mark struct {
+	Seg, Record uint64
+}
+
+// Mark returns where a closed log ends, for Options.ResumeAt: the segment Close left empty (or
+// the empty last segment it found), and the number of the next record. ok is false unless
+// Close succeeded: a log that failed, or that is not closed, has no end to resume at.
+func (l *Log) Mark() (m Mark, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed || l.err != nil || l.fileRecords != 0 {
+		return Mark{}, false
+	}
+	return Mark{l.fileSeg, l.fileFirst}, true
+}
+
+// Appended returns the position after the last record appended.
+func (l *Log) Appended() LSN {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.appended
 }
 
 // shutLocked closes the log to its callers once no write, sync or removal is in flight, and

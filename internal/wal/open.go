@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -20,6 +21,8 @@ type Recovery struct {
 	Skipped []Damage
 	// Last is the segment appends go to: the last one read, or a new one.
 	Last uint64
+	// Resumed says Open resumed at Options.ResumeAt: the records before it were not read.
+	Resumed bool
 }
 
 // Damage is a stretch of the log that Open dropped.
@@ -259,6 +262,10 @@ func (o *opener) read() error {
 	o.cutAt = map[uint64]cutPlan{}
 	i, _ := slices.BinarySearch(o.segs, o.start)
 	want := o.start // the next segment the log needs
+	if at := o.l.opts.ResumeAt; o.resumable(at) {
+		i, _ = slices.BinarySearch(o.segs, at.Seg)
+		want, o.next, o.nextKnown, o.rec.Resumed = at.Seg, at.Record, true, true
+	}
 	for _, n := range o.segs[i:] {
 		if n > want {
 			if err := o.missing(want, n-1); err != nil {
@@ -279,6 +286,50 @@ func (o *opener) read() error {
 		return o.missing(o.start, o.start)
 	}
 	return nil
+}
+
+// resumable reports whether Open may resume at m: the log ends there, in a last segment that
+// holds no batch, numbered from m's record, and every segment from the start to it is there
+// with a good header (which it reads, and nothing more, for the numbers of their first
+// records).
+func (o *opener) resumable(m Mark) bool {
+	if m.Seg == 0 || m.Seg != o.last || m.Seg < o.start {
+		return false
+	}
+	data, err := o.load(m.Seg)
+	if err != nil {
+		return false
+	}
+	if h, err := parseHeader(data, m.Seg); err != nil || h.first != m.Record || anyBatch(data, m.Seg) {
+		return false
+	}
+	firsts := make(map[uint64]uint64, m.Seg-o.start)
+	for n := o.start; n < m.Seg; n++ {
+		if !o.present[n] {
+			return false
+		}
+		h, err := readHeader(o.l.fs, n)
+		if err != nil {
+			return false
+		}
+		firsts[n] = h.first
+	}
+	maps.Copy(o.l.segFirst, firsts)
+	return true
+}
+
+// readHeader reads segment n's header, and nothing else of it.
+func readHeader(fs FS, n uint64) (header, error) {
+	f, err := fs.Open(segmentName(n))
+	if err != nil {
+		return header{}, err
+	}
+	defer f.Close()
+	b := make([]byte, headerSize)
+	if k, err := f.ReadAt(b, 0); k != headerSize {
+		return header{}, fmt.Errorf("wal: read %s: %w", segmentName(n), err)
+	}
+	return parseHeader(b, n)
 }
 
 // missing handles segments from to to, absent between the start and the last.
