@@ -251,7 +251,11 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 // if it is not nil and the log still ends where ck says, reading back only the bodies of the
 // messages that go back into memory; else from every record of the log.
 func (b *Broker) openLog(fs wal.FS, ck *checkpoint) (*replay, *wal.Log, wal.Recovery, error) {
-	if ck != nil && b.cfg.pageWindow == 0 && slices.ContainsFunc(ck.queues, func(q ckQueue) bool { return len(q.chunks) > 0 }) {
+	switch {
+	case ck == nil:
+	case b.cfg.wal.Salvage:
+		ck = nil // salvage reads every byte, to say what damage cost
+	case b.cfg.pageWindow == 0 && slices.ContainsFunc(ck.queues, func(q ckQueue) bool { return len(q.chunks) > 0 }):
 		ck = nil // it holds chunks, and this broker does not page: the log is read
 	}
 	r := newReplay()

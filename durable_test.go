@@ -757,6 +757,65 @@ func TestOpenDamagedLog(t *testing.T) {
 	}
 }
 
+// TestOpenDamagedBacklogFromCheckpoint: after a clean Close, Open reads the checkpoint, not the
+// segments of the backlog on disk, so damage to one of them is found when the queue reads it
+// back: Get says so with ErrStorage (not ErrEmpty, with the messages still counted), and keeps
+// saying so; the messages before it come out in order. WithSalvage reads the whole log, and
+// says what the damage cost, as without a checkpoint.
+func TestOpenDamagedBacklogFromCheckpoint(t *testing.T) {
+	const total = 5000
+	dir := t.TempDir()
+	opts := []BrokerOption{logOptions(wal.Options{Sync: wal.SyncNever, SegmentSize: 16 << 10}), WithPageWindow(64)}
+	b, err := Open(dir, opts...)
+	require.NoError(t, err)
+	stopCompactor(b)
+	q := durableQueue(t, b, "jobs")
+	ctx := context.Background()
+	for i := range total {
+		require.NoError(t, b.Publish(ctx, "", "jobs", Message{Body: fmt.Appendf(nil, "m%05d", i), Persistent: true}))
+	}
+	require.Greater(t, pagedLen(q), total-100)
+	require.NoError(t, b.Close())
+	segs := segmentNames(t, wal.OSFS{Dir: dir})
+	require.Greater(t, len(segs), 8)
+	damaged := segs[len(segs)/2]
+	data, err := os.ReadFile(filepath.Join(dir, damaged))
+	require.NoError(t, err)
+	data[len(data)/2] ^= 0x10
+	require.NoError(t, os.WriteFile(filepath.Join(dir, damaged), data, 0o644))
+
+	b, err = Open(dir, opts...)
+	require.NoError(t, err)
+	require.True(t, b.Recovery().Checkpoint)
+	q = lookup(t, b, "jobs")
+	require.Equal(t, total, q.Len())
+	got := 0
+	for ; ; got++ {
+		d, err := q.Get(ctx)
+		if err != nil {
+			require.ErrorIs(t, err, ErrStorage, "after m%05d", got-1)
+			require.ErrorContains(t, err, "segment")
+			break
+		}
+		require.Equal(t, fmt.Sprintf("m%05d", got), string(d.Message.Body))
+		require.NoError(t, d.Ack())
+	}
+	require.Greater(t, got, 0)
+	require.Less(t, got, total)
+	require.Equal(t, total-got, q.Len(), "the rest is still counted")
+	_, err = q.Get(ctx)
+	require.ErrorIs(t, err, ErrStorage, "and still said")
+	require.NoError(t, b.Close())
+
+	b, err = Open(dir, append(opts, WithSalvage())...)
+	require.NoError(t, err)
+	defer b.Close()
+	rec := b.Recovery()
+	require.False(t, rec.Checkpoint, "salvage reads the whole log")
+	require.NotEmpty(t, rec.Skipped)
+	require.Equal(t, damaged, rec.Skipped[0].File)
+}
+
 // TestOpenLetsGoOfTheReplay: after Open, the heap holds the restored messages, not also the
 // replay's copy of every body (the log kept it through a callback of its options: a 1M backlog
 // took 535 B a message after Open, 288 after the fill).
@@ -776,6 +835,7 @@ func TestOpenLetsGoOfTheReplay(t *testing.T) {
 	}
 	filled := int64(liveHeap() - base)
 	require.NoError(t, b.Close())
+	require.NoError(t, os.Remove(filepath.Join(dir, checkpointFile))) // the replay is what this is about
 	base = liveHeap()
 	b, err = Open(dir, WithSync(SyncNever), WithMemoryLimit(NoMemoryLimit))
 	require.NoError(t, err)

@@ -229,8 +229,9 @@ func (q *Queue) waitRoomLocked(ctx context.Context, need int, told func(bool)) e
 }
 
 // Get takes the first ready message, if any, without waiting: it returns [ErrEmpty] when the
-// queue has no ready message (AMQP's get-empty). The delivery's MessageCount says how many ready
-// messages remain.
+// queue has no ready message (AMQP's get-empty), and an error wrapping [ErrStorage] when the
+// next one is on disk (a durable queue's backlog) and could not be read back. The delivery's
+// MessageCount says how many ready messages remain.
 //
 // Unless [AutoAck] is given, the delivery must be settled. It belongs to ctx the way a consumer's
 // deliveries belong to the consumer's context: if ctx ends while the delivery is unsettled, the
@@ -262,7 +263,14 @@ func (q *Queue) Get(ctx context.Context, opts ...ConsumeOption) (Delivery, error
 	e, ok := q.core.take()
 	q.touchLocked() // a Get is a use, even of an empty queue
 	if !ok {
+		var err error
+		if p := &q.core.ready.paged; p.n > 0 {
+			err = p.err // the first message is on disk, and could not be read back
+		}
 		q.commit()
+		if err != nil {
+			return Delivery{}, errorf("get from queue %q: %w", q.name, err)
+		}
 		return Delivery{}, ErrEmpty
 	}
 	var due int64

@@ -173,6 +173,9 @@ func openBacklog(ctx context.Context, dir string, want int, sync string, r *Resu
 	r.Metrics["open_rss_bytes"] = float64(CurrentRSS())
 	rec := b.Recovery()
 	r.Metrics["repaired_events"] = float64(len(rec.Cut) + len(rec.Skipped) + len(rec.Queues))
+	if rec.Checkpoint {
+		r.Metrics["open_from_checkpoint"] = 1
+	}
 	putBudget(r, "open", b.Memory())
 	if n != want {
 		return fmt.Errorf("after open the queue holds %d messages, want %d", n, want)

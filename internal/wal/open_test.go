@@ -628,3 +628,72 @@ func FuzzDamagedSegments(f *testing.F) {
 		require.NoError(t, l.Close())
 	})
 }
+
+// TestOpenResume: Open resumes at the Mark a clean Close returned only while the log still ends
+// there: it hands replay no record before it, Scan still reads them, appends go on numbered from
+// it, and the next Open checks them whole. Otherwise (the log went on; a segment before the mark
+// is gone or its header damaged; a mark from another log) it reads the log whole.
+func TestOpenResume(t *testing.T) {
+	fs := NewMemFS()
+	opts := Options{SegmentSize: 1024}
+	l, _, _ := openLog(t, fs, opts)
+	segs, _ := appendEach(t, l, 0, 200)
+	_, ok := l.Mark()
+	require.False(t, ok, "not closed: no mark")
+	require.NoError(t, l.Close())
+	mark, ok := l.Mark()
+	require.True(t, ok)
+	require.Greater(t, mark.Seg, segs[len(segs)-1], "the empty segment Close started")
+	require.Equal(t, uint64(200), mark.Record)
+
+	resume := opts
+	resume.ResumeAt = mark
+	t.Run("resumed", func(t *testing.T) {
+		fs := fs.Clone()
+		l, r, rec := openLog(t, fs, resume)
+		require.True(t, rec.Resumed)
+		require.Empty(t, r.recs, "nothing before the mark is read")
+		var scanned int
+		require.NoError(t, l.Scan(t.Context(), segs[0], 0, func(uint64, []byte) bool { scanned++; return true }))
+		require.Equal(t, 200, scanned, "what is before the mark can be read back")
+		appendAll(t, l, 200, 250, 7)
+		require.NoError(t, l.Close())
+		_, r, rec = openLog(t, fs, opts)
+		require.False(t, rec.Resumed)
+		requireRecords(t, r, 250) // numbered on from the mark: the whole log checks
+		_, r, rec = openLog(t, fs, resume)
+		require.False(t, rec.Resumed, "the log went on past the mark")
+		requireRecords(t, r, 250)
+	})
+	t.Run("a segment before the mark is gone", func(t *testing.T) {
+		fs := fs.Clone()
+		require.NoError(t, fs.Remove(segmentName(segs[100])))
+		_, _, err := Open(fs, resume, func(uint64, []byte) error { return nil })
+		require.ErrorIs(t, err, ErrCorrupt, "read whole: the missing segment is corruption")
+	})
+	t.Run("a damaged header before the mark", func(t *testing.T) {
+		fs := fs.Clone()
+		name := segmentName(segs[100])
+		data := fs.Contents(name)
+		data[20] ^= 1
+		require.NoError(t, fs.Remove(name))
+		f, err := fs.Create(name)
+		require.NoError(t, err)
+		_, err = f.Write(data)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		_, _, err = Open(fs, resume, func(uint64, []byte) error { return nil })
+		require.ErrorIs(t, err, ErrCorrupt)
+	})
+	t.Run("another mark", func(t *testing.T) {
+		for _, m := range []Mark{{mark.Seg, mark.Record + 1}, {mark.Seg - 1, mark.Record}, {mark.Seg + 1, mark.Record}} {
+			fs := fs.Clone()
+			o := opts
+			o.ResumeAt = m
+			l, r, rec := openLog(t, fs, o)
+			require.False(t, rec.Resumed, "%+v", m)
+			requireRecords(t, r, 200)
+			require.NoError(t, l.Close())
+		}
+	})
+}
