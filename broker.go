@@ -157,7 +157,7 @@ func (b *Broker) Close() error {
 		b.mem.close() // publishers waiting for memory see the broker closed
 		var ck *checkpoint
 		if b.store != nil {
-			ck = b.store.snapshot(b)
+			ck = b.store.snapshot(b.durableQueues(), b.store.log.MarkNow(), b.store.nextQueue)
 		}
 		ended := slices.Collect(maps.Values(b.queues))
 		for _, q := range ended {

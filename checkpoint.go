@@ -14,44 +14,61 @@ import (
 	"github.com/warrenmq/warren/internal/wal"
 )
 
-// Checkpoints: what a clean Close leaves beside the log, so that the next Open need not read it
+// Checkpoints: the durable queues' state, written beside the log from time to time, so that
+// Open reads the checkpoint and the records after it rather than the whole log
 // (docs/DURABILITY.md, "Checkpoints").
 //
-// Close, once no publisher or consumer can change a durable queue any more, takes each one's
-// state under its lock: its messages in memory by reference (message id, sequence id, returns,
-// deadline, due time, out or not, and where the body's record is), and its paged chunks as
-// they are. Once the log is closed, if nothing was appended since the first of those snapshots,
-// it writes them, with the durable topology, the store's ids and where the log ends
-// (wal.Log.Mark), to the file "checkpoint" beside the segments, synced, under a checksum.
+// A checkpoint is taken (store.checkpoint) every checkpointEvery segments the log starts, and
+// at Close: first a mark (wal.Log.MarkNow: the start of the segment being written, before every
+// record appended from then on), then each durable queue's state under its lock, one queue at a
+// time — its messages in memory by reference (message id, sequence id, returns, deadline, due
+// time, out or not, and where the body's record is) and its paged chunks as they are — then the
+// topology and the store's ids. The log is synced (what the snapshots show is durable), and the
+// checkpoint is written, under a checksum, to the older of two files, so that a torn write
+// leaves the other.
 //
-// Open reads it and opens the log resuming at that end (wal.Options.ResumeAt). If the log still
-// ends there, nothing was written since, and the checkpoint's state is the log's: Open reads
-// back only the bodies of the messages that go back into memory (a window a queue), segment by
-// segment; a paged backlog stays on disk as the chunks it was. Otherwise (a later life wrote
-// to the log and did not close cleanly, or the file is damaged, or a body is not where it says)
-// Open replays the whole log, as without a checkpoint. Open removes the file once it has read
-// it: the log goes on from there, and only the next clean Close writes another.
+// Open tries the newest checkpoint first (wal.Options.ResumeAt): if its mark is still in the log
+// (the segments from the log's start to it are there), it starts from the checkpoint's state and
+// replays the records from the mark on over it. Those include records whose effect a snapshot
+// already shows (appended between the mark and the snapshot): replaying one is harmless, as each
+// record sets what it sets (a placement the whole state, a delivery "out", a settle "gone"), so
+// the last record about a message decides, as it did in the queue. Records about a message the
+// checkpoint holds in a chunk, without per-message state, are taken so (replay.chunked, and
+// apply): the publish record the chunk stands for is skipped; a settle takes the message out of
+// its chunk; a delivery, a return or a delay (the message was read back since) takes it out and
+// makes it a message of its own, whose placement and body are read back from the chunk's
+// segment (loadBodies); a placement elsewhere (compaction wrote it again) does the same from its
+// own record. Then Open reads back the bodies of the messages that go back into memory, segment
+// by segment, and puts the chunks back into the tails as they were. If no checkpoint's mark is
+// in the log any more, or a checkpoint is damaged, or a body is not where it says, Open replays
+// the whole log, as without one.
 //
-// So a checkpoint can make Open faster, never different: what it restores is what the replay
-// of the log it stands for restores (TestCheckpointSameAsReplay).
+// A queue whose state is not yet the log's (dead letters on their way: they leave their queue's
+// log only once in their targets, and stay there if the closing broker refuses them) makes the
+// checkpoint wait for the next trigger. So a checkpoint can make Open faster, never different:
+// what it restores is what the replay of the log restores (TestCheckpointSameAsReplay).
 
-// checkpointFile is the checkpoint's name in the log's directory.
-const checkpointFile = "checkpoint"
+// checkpointFiles are the checkpoints' names in the log's directory: a checkpoint goes to the one
+// not holding the newest.
+var checkpointFiles = [2]string{"checkpoint.0", "checkpoint.1"}
+
+// checkpointEvery is how many segments the log starts between two checkpoints, by default: with 512 KiB
+// segments, a kill -9 replays at most about 64 MiB of records, and a checkpoint (a few
+// milliseconds under each queue's lock) comes at most a few times a second at full speed.
+const checkpointEvery = 128
 
 // checkpointMagic starts a checkpoint: its format's name and version.
-const checkpointMagic = "warren checkpoint 1\n"
+const checkpointMagic = "warren checkpoint 2\n"
 
-// checkpoint is the durable state at a clean Close.
+// checkpoint is the durable queues' state at a mark of the log.
 type checkpoint struct {
-	mark      wal.Mark // where the log ended
+	seq       uint64   // its number: the newest is tried first
+	mark      wal.Mark // every record before it is reflected; those after it are replayed over it
 	nextMsg   uint64   // the last message id given
 	nextQueue uint64   // the last queue id given
 	topo      [][]byte // the durable topology, as records
 	bodies    []ckBody // the bodies of the messages held in memory, by message id
 	queues    []ckQueue
-	// at is the log position when the snapshots began: the checkpoint stands for the log only
-	// if nothing was appended after it. Not written.
-	at wal.LSN
 }
 
 // ckBody is where a message's body is: the segment of its publish record, and its size.
@@ -61,7 +78,8 @@ type ckBody struct {
 }
 
 // ckQueue is a durable queue's state: its messages held in memory, as a replay would have them
-// (deadlines and due times on the wall clock), and its chunks on disk.
+// (deadlines and due times on the wall clock), and its chunks on disk, by level, each level's
+// in order.
 type ckQueue struct {
 	qid, last uint64
 	msgs      []replayMsg
@@ -74,23 +92,26 @@ type ckChunk struct {
 	chunk
 }
 
-// snapshot returns the durable queues' state for a checkpoint, or nil if a queue holds what a
-// checkpoint cannot stand for. The caller holds the broker's topology lock, and the broker is
-// closed: no queue is declared or deleted meanwhile.
-func (s *store) snapshot(b *Broker) *checkpoint {
-	ck := &checkpoint{at: s.log.Appended(), nextQueue: s.nextQueue}
+// snapshot returns the state of queues, durable queues of b, for a checkpoint at mark, or nil if
+// a queue's state is not yet the log's. Queues declared or deleted meanwhile are in the records
+// after the mark.
+func (s *store) snapshot(queues []*Queue, mark wal.Mark, nextQueue uint64) *checkpoint {
+	ck := &checkpoint{mark: mark, nextQueue: nextQueue}
 	bodies := map[uint64]ckBody{}
-	for _, q := range b.queues {
-		if q.log == nil {
-			continue
-		}
+	for _, q := range queues {
 		var cq ckQueue
 		ok := true
-		q.view(func() { cq, ok = q.snapshotLocked(bodies) })
+		q.view(func() {
+			if q.endErr == nil {
+				cq, ok = q.snapshotLocked(bodies)
+			}
+		})
 		if !ok {
 			return nil
 		}
-		ck.queues = append(ck.queues, cq)
+		if q.endErr == nil {
+			ck.queues = append(ck.queues, cq)
+		}
 	}
 	ck.nextMsg = s.nextMsg.Load()
 	slices.SortFunc(ck.queues, func(a, b ckQueue) int { return cmp.Compare(a.qid, b.qid) })
@@ -102,6 +123,33 @@ func (s *store) snapshot(b *Broker) *checkpoint {
 	ck.topo = s.topologyRecords()
 	s.mu.Unlock()
 	return ck
+}
+
+// checkpoint takes a checkpoint of b's durable queues and writes it, unless a queue's state is
+// not yet the log's (the next trigger tries again) or the log cannot sync. The compactor's
+// goroutine calls it, between its passes.
+func (s *store) checkpoint(b *Broker) {
+	mark := s.log.MarkNow()
+	b.mu.RLock()
+	queues, nextQueue := b.durableQueues(), s.nextQueue
+	b.mu.RUnlock()
+	ck := s.snapshot(queues, mark, nextQueue)
+	if ck == nil || s.log.Sync() != nil {
+		return
+	}
+	s.write(ck)
+}
+
+// write writes ck, numbered after the last, to the file not holding the newest checkpoint.
+func (s *store) write(ck *checkpoint) {
+	s.checkpoints++
+	ck.seq = s.checkpoints
+	if err := writeCheckpoint(s.fs, ck); err != nil {
+		s.logger.Warn("warren: durable log: writing a checkpoint; the next Open replays more of the log", "err", err)
+	}
+	s.mu.Lock()
+	s.sinceCheckpoint = 0
+	s.mu.Unlock()
 }
 
 // snapshotLocked returns q's state for a checkpoint, adding the bodies of its messages in memory
@@ -124,18 +172,22 @@ func (q *Queue) snapshotLocked(bodies map[uint64]ckBody) (cq ckQueue, ok bool) {
 	}
 	cq = ckQueue{qid: q.log.qid, last: c.nextSeq - 1}
 	ok = true
+	s := q.b.store
 	add := func(e entry, due int64, out bool) {
 		env := e.env
 		if !env.persistent || env.more == nil {
 			return // not in the log: gone at a restart
 		}
-		if env.more.logID == 0 || env.more.seg == 0 {
+		s.mu.Lock() // where the first queue to log the body set them
+		body := ckBody{env.more.logID, env.more.seg, env.more.size}
+		s.mu.Unlock()
+		if body.msgID == 0 || body.seg == 0 {
 			ok = false
 			return
 		}
-		cq.msgs = append(cq.msgs, replayMsg{msgID: env.more.logID, seq: e.seq, deadline: toWall(e.deadline),
+		cq.msgs = append(cq.msgs, replayMsg{msgID: body.msgID, seq: e.seq, deadline: toWall(e.deadline),
 			returns: e.returns, redelivered: e.redelivered, delivered: out, due: toWall(due)})
-		bodies[env.more.logID] = ckBody{env.more.logID, env.more.seg, env.more.size}
+		bodies[body.msgID] = body
 	}
 	c.each(add)
 	p := &c.ready.paged
@@ -172,6 +224,7 @@ func (ck *checkpoint) encode() []byte {
 	b := []byte(checkpointMagic)
 	u := func(x uint64) { b = binary.AppendUvarint(b, x) }
 	v := func(x int64) { b = binary.AppendVarint(b, x) }
+	u(ck.seq)
 	u(ck.mark.Seg)
 	u(ck.mark.Record)
 	u(ck.nextMsg)
@@ -244,7 +297,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	d := decoder{b: body, off: len(checkpointMagic)}
 	// n reads a count, bounded by what is left: a damaged one fails, not allocates.
 	n := func() int { return int(d.unsigned(uint64(len(body) - d.off))) }
-	ck := &checkpoint{}
+	ck := &checkpoint{seq: d.uvarint()}
 	ck.mark.Seg, ck.mark.Record = d.uvarint(), d.uvarint()
 	ck.nextMsg, ck.nextQueue = d.uvarint(), d.uvarint()
 	for range n() {
@@ -270,7 +323,9 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 			for range n() {
 				c.gone = append(c.gone, d.uvarint())
 			}
-			if d.err == nil && (c.loc.seg == 0 || c.n == 0 || c.first > c.last || !slices.IsSorted(c.gone)) {
+			if d.err == nil && (c.loc.seg == 0 || c.n == 0 || c.first > c.last || !slices.IsSorted(c.gone) ||
+				len(q.chunks) > 0 && (q.chunks[len(q.chunks)-1].rank > c.rank ||
+					q.chunks[len(q.chunks)-1].rank == c.rank && q.chunks[len(q.chunks)-1].last >= c.first)) {
 				d.fail("chunk %d-%d", c.first, c.last)
 			}
 			q.chunks = append(q.chunks, c)
@@ -286,10 +341,14 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	return ck, nil
 }
 
-// writeCheckpoint writes ck to fs, synced; a failure leaves a file a later Open ignores (its
-// checksum fails) or none.
+// writeCheckpoint writes ck to its file in fs, synced; a failure leaves a file a later Open
+// ignores (its checksum fails) or none.
 func writeCheckpoint(fs wal.FS, ck *checkpoint) error {
-	f, err := fs.Create(checkpointFile)
+	name := checkpointFiles[ck.seq%2]
+	if err := fs.Remove(name); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+		return err
+	}
+	f, err := fs.Create(name)
 	if err != nil {
 		return err
 	}
@@ -304,14 +363,43 @@ func writeCheckpoint(fs wal.FS, ck *checkpoint) error {
 		err = fs.SyncDir()
 	}
 	if err != nil {
-		fs.Remove(checkpointFile)
+		fs.Remove(name)
 	}
 	return err
 }
 
-// readCheckpoint reads the checkpoint in fs: nil, nil if there is none.
-func readCheckpoint(fs wal.FS) (*checkpoint, error) {
-	f, err := fs.Open(checkpointFile)
+// readCheckpoints returns the checkpoints in fs that decode, the newest first, and the errors of
+// those that do not.
+func readCheckpoints(fs wal.FS) ([]*checkpoint, []error) {
+	var (
+		cks  []*checkpoint
+		errs []error
+	)
+	for _, name := range checkpointFiles {
+		ck, err := readCheckpoint(fs, name)
+		if err != nil {
+			errs = append(errs, errorf("%s: %w", name, err))
+		} else if ck != nil {
+			cks = append(cks, ck)
+		}
+	}
+	slices.SortFunc(cks, func(a, b *checkpoint) int { return cmp.Compare(b.seq, a.seq) })
+	return cks, errs
+}
+
+// removeCheckpoints removes the checkpoints in fs.
+func removeCheckpoints(fs wal.FS) error {
+	for _, name := range checkpointFiles {
+		if err := fs.Remove(name); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			return err
+		}
+	}
+	return fs.SyncDir()
+}
+
+// readCheckpoint reads the checkpoint name in fs: nil, nil if there is none.
+func readCheckpoint(fs wal.FS, name string) (*checkpoint, error) {
+	f, err := fs.Open(name)
 	if errors.Is(err, iofs.ErrNotExist) {
 		return nil, nil
 	}
@@ -330,8 +418,8 @@ func readCheckpoint(fs wal.FS) (*checkpoint, error) {
 	return decodeCheckpoint(b)
 }
 
-// replay returns the replay the checkpoint stands for, with the bodies of its messages not yet
-// read (loadBodies).
+// replay returns the replay the checkpoint stands for, for the records after its mark to be
+// applied to, with the bodies of its messages not yet read (loadBodies).
 func (ck *checkpoint) replay() (*replay, error) {
 	r := newReplay()
 	for _, raw := range ck.topo {
@@ -342,11 +430,12 @@ func (ck *checkpoint) replay() (*replay, error) {
 		r.apply(0, rec)
 	}
 	r.maxMsg = ck.nextMsg
+	r.nextQueue = ck.nextQueue
 	for _, bd := range ck.bodies {
 		*r.bodies.put(bd.msgID) = replayBody{seg: bd.seg}
 	}
 	for _, cq := range ck.queues {
-		q := &replayQueue{last: cq.last, chunks: cq.chunks}
+		q := &replayQueue{last: cq.last, chunks: slices.Clone(cq.chunks)}
 		for _, m := range cq.msgs {
 			*q.msgs.put(m.seq) = m
 		}
@@ -355,16 +444,85 @@ func (ck *checkpoint) replay() (*replay, error) {
 	return r, nil
 }
 
-// loadBodies reads back from log the bodies of the replay's messages, which a checkpoint's
-// replay holds by segment: each segment that holds one is read once. It fails if a body is not
-// in the segment the checkpoint says.
+// chunkHolding returns the chunk of q that holds seq, or nil.
+func (q *replayQueue) chunkHolding(seq uint64) *ckChunk {
+	cs := q.chunks
+	for len(cs) > 0 {
+		rank := cs[0].rank
+		n, _ := slices.BinarySearchFunc(cs, rank+1, func(c ckChunk, r uint8) int { return cmp.Compare(c.rank, r) })
+		level := cs[:n]
+		i, _ := slices.BinarySearchFunc(level, seq, func(c ckChunk, s uint64) int { return cmp.Compare(c.last, s) })
+		if i < len(level) && level[i].n > 0 && level[i].holds(seq) {
+			return &level[i]
+		}
+		cs = cs[n:]
+	}
+	return nil
+}
+
+// chunked reports whether a placement read from segment seg is that of a message a
+// checkpoint's chunk holds, which stays there: the record the chunk stands for. A placement of
+// such a message elsewhere (compaction wrote it again) takes it out of its chunk: it is placed
+// from this record, as any other.
+func (r *replay) chunked(p placement, seg uint64) bool {
+	q := r.queues[p.queueID]
+	if q == nil || len(q.chunks) == 0 {
+		return false
+	}
+	c := q.chunkHolding(p.seq)
+	if c == nil {
+		return false
+	}
+	if c.loc.seg == seg {
+		return true
+	}
+	c.drop(p.seq)
+	return false
+}
+
+// unchunk takes seq out of the checkpoint's chunk that holds it, if one does, for a record that
+// changes its state (a delivery, a return, a delay: it was read back since): it becomes a
+// message of its own, whose placement and body loadBodies reads from the chunk's segment. It
+// returns the message, or nil if no chunk holds seq.
+func (q *replayQueue) unchunk(seq uint64) *replayMsg {
+	c := q.chunkHolding(seq)
+	if c == nil {
+		return nil
+	}
+	c.drop(seq)
+	if q.fetch == nil {
+		q.fetch = map[uint64]uint64{}
+	}
+	q.fetch[seq] = c.loc.seg
+	m := q.msgs.put(seq)
+	*m = replayMsg{seq: seq}
+	return m
+}
+
+// loadBodies reads back from log what a replay from a checkpoint needs of the records before its
+// mark: the bodies of the messages that go back into memory, and the placements of those taken
+// out of a chunk since (unchunk); each segment that holds one is read once. It fails if one is
+// not in the segment the checkpoint says.
 func (r *replay) loadBodies(log *wal.Log) error {
-	want := map[uint64][]uint64{} // message ids by segment
-	r.bodies.ascend(func(id uint64, b *replayBody) {
-		want[b.seg] = append(want[b.seg], id)
-	})
+	want := map[uint64]int{} // what each segment must yield
+	r.bodies.ascend(func(_ uint64, b *replayBody) { b.refs = 0 })
+	for _, q := range r.queues {
+		q.msgs.ascend(func(_ uint64, m *replayMsg) {
+			if b := r.bodies.get(m.msgID); m.msgID != 0 && b != nil && b.msg == nil && b.refs == 0 {
+				b.refs = 1
+				want[b.seg]++
+			}
+		})
+		for seq, seg := range q.fetch {
+			if m := q.msgs.get(seq); m != nil && m.msgID == 0 {
+				want[seg]++
+			} else {
+				delete(q.fetch, seq)
+			}
+		}
+	}
 	for _, seg := range slices.Sorted(maps.Keys(want)) {
-		left := len(want[seg])
+		left := want[seg]
 		var derr error
 		err := log.Scan(context.Background(), seg, 0, func(at uint64, raw []byte) bool {
 			if at != seg {
@@ -378,9 +536,17 @@ func (r *replay) loadBodies(log *wal.Log) error {
 				derr = err
 				return false
 			}
-			if b := r.bodies.get(rec.msgID); b != nil && b.seg == seg && b.msg == nil {
-				b.msg = r.keep(rec.msg)
+			if b := r.bodies.get(rec.msgID); b != nil && b.seg == seg && b.msg == nil && b.refs == 1 {
+				b.msg, b.refs = r.keep(rec.msg), 0
 				left--
+			}
+			if q := r.queues[rec.queueID]; q != nil && q.fetch[rec.seq] == seg {
+				delete(q.fetch, rec.seq)
+				if m := q.msgs.get(rec.seq); m != nil && m.msgID == 0 {
+					m.msgID, m.deadline = rec.msgID, rec.deadline
+					*r.bodies.put(rec.msgID) = replayBody{msg: r.keep(rec.msg), seg: seg, qid: rec.queueID, qseq: rec.seq}
+					left--
+				}
 			}
 			return left > 0
 		})
@@ -388,11 +554,23 @@ func (r *replay) loadBodies(log *wal.Log) error {
 			err = derr
 		}
 		if err == nil && left > 0 {
-			err = errorf("%d bodies not in segment %d", left, seg)
+			err = errorf("%d records not in segment %d", left, seg)
 		}
 		if err != nil {
 			return errorf("%w: %w", errBadCheckpoint, err)
 		}
 	}
+	r.bodies.ascend(func(_ uint64, b *replayBody) { b.refs = 0 })
 	return nil
+}
+
+// durableQueues returns b's durable queues of its log. The caller holds b's topology lock.
+func (b *Broker) durableQueues() []*Queue {
+	var queues []*Queue
+	for _, q := range b.queues {
+		if q.log != nil {
+			queues = append(queues, q)
+		}
+	}
+	return queues
 }

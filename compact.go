@@ -48,7 +48,9 @@ func (s *store) startCompactor(b *Broker) {
 			case <-s.compactor.quit:
 				return
 			case <-s.compactor.wake:
-				s.compact(b, 2)
+				if s.compact(b, 2) || s.checkpointDue() {
+					s.checkpoint(b) // a pass moved records: a replay from the last checkpoint would read them all
+				}
 			}
 		}
 	}()
@@ -76,6 +78,9 @@ func (s *store) wrote(seg uint64) {
 		return // the log grows past its bound only by new segments: nothing to check
 	}
 	s.lastSeg = seg
+	if s.sinceCheckpoint++; s.sinceCheckpoint == s.every {
+		s.wake()
+	}
 	if s.compacting {
 		// A pass is running (its bound is not checked meanwhile): it checks again when it
 		// is done, for this segment's sake.
@@ -87,12 +92,26 @@ func (s *store) wrote(seg uint64) {
 
 // wakeIfLong wakes the compactor if the log holds more than its bound. The caller holds mu.
 func (s *store) wakeIfLong() {
-	if s.compactor.wake != nil && s.cutoffLocked(2) != 0 {
+	if s.cutoffLocked(2) != 0 {
+		s.wake()
+	}
+}
+
+// wake wakes the compactor, if it runs: to compact, or to take a checkpoint.
+func (s *store) wake() {
+	if s.compactor.wake != nil {
 		select {
 		case s.compactor.wake <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// checkpointDue reports whether the log started every segments since the last checkpoint.
+func (s *store) checkpointDue() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sinceCheckpoint >= s.every
 }
 
 // cutoffLocked returns the segment below which a pass should move every live body, 0 when the
@@ -121,11 +140,12 @@ func (s *store) cutoffLocked(factor int64) uint64 {
 // compact runs one pass, if the log holds more than factor times its live bytes and two
 // segments: every live message whose body is in a segment below the cut is written again at
 // the head, in each durable queue that holds it; then the segments that hold nothing live go.
-func (s *store) compact(b *Broker, factor int64) {
+// It reports whether it ran one.
+func (s *store) compact(b *Broker, factor int64) bool {
 	if s.refusing() != nil {
 		// A full disk (or a failed log): a pass would add bodies to what the log keeps for
 		// its retry. The next segment started wakes the compactor again.
-		return
+		return false
 	}
 	s.mu.Lock()
 	cut := s.cutoffLocked(factor)
@@ -135,20 +155,16 @@ func (s *store) compact(b *Broker, factor int64) {
 	}
 	s.mu.Unlock()
 	if cut == 0 {
-		return
+		return false
 	}
 	b.mu.RLock()
-	var queues []*Queue
-	for _, q := range b.queues {
-		if q.log != nil {
-			queues = append(queues, q)
-		}
-	}
+	queues := b.durableQueues()
 	b.mu.RUnlock()
 	for _, q := range queues {
 		q.view(func() { s.moveLocked(q, cut, pass) })
 	}
 	s.endPass()
+	return true
 }
 
 // beginPassLocked starts a pass and returns its number: until endPass, no segment is released

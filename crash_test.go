@@ -563,6 +563,8 @@ type crashStats struct {
 	lostInBound int           // confirmed messages lost within the bound (a power loss)
 	pastLimit   int           // deliveries past the delivery limit (TestDurableDeliveryLimitAcrossRestart)
 	noRoute     int           // messages expired while down and dropped at the restart (TestDurableDeadLetterAtOpen)
+	opens       int           // restarts after a crash
+	fromCk      int           // of which from a checkpoint and the records after it
 	// ackAges says, for each lost ack, how long before its crash it returned.
 	ackAges []time.Duration
 	// unseenCounts are the counts gone up by a delivery no journal line told of, in atReceipt
@@ -1061,6 +1063,7 @@ func crashBrowse(b *Broker, queue string) []int {
 
 func (s crashStats) report(t *testing.T) {
 	t.Logf("%d confirmed; checked back %d times; %d in flight and found", s.confirmed, s.verified, s.adopted)
+	t.Logf("restarts: %d, %d of them from a checkpoint and the records after it", s.opens, s.fromCk)
 	t.Logf("acks lost: %d (%d more than 10 ms before the crash; the oldest %v); dead letters lost: %d; "+
 		"dead-letter duplicates: %d; delivery counts flat across a crash: %d",
 		s.lostAcks, s.lateAcks, s.oldestAck, s.lostDead, s.deadDups, s.flatCounts)
@@ -1130,6 +1133,16 @@ func crashWindow(seed uint64) BrokerOption {
 	return WithPageWindow(DefaultPageWindow)
 }
 
+// crashCheckpoints is how often a life of the child with seed, and the restart that checks it,
+// take a checkpoint: in two lives in three every one to four segments, so that the kill comes
+// between checkpoints and the restart replays the records after one; else the default.
+func crashCheckpoints(seed uint64) BrokerOption {
+	if seed%3 != 0 {
+		return checkpointEveryOption(1 + int(seed/3%4))
+	}
+	return nil
+}
+
 func crashChild(dir string) {
 	life, err := strconv.Atoi(os.Getenv(crashLifeEnv))
 	must(err)
@@ -1138,7 +1151,7 @@ func crashChild(dir string) {
 	policy := map[string]SyncPolicy{"always": SyncAlways, "interval": SyncInterval(20 * time.Millisecond), "never": SyncNever}[os.Getenv(crashSyncEnv)]
 	journal, err := os.OpenFile(filepath.Join(dir, fmt.Sprint("journal.", life)), os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o644)
 	must(err)
-	b, err := Open(filepath.Join(dir, "log"), WithSync(policy), crashWindow(seed))
+	b, err := Open(filepath.Join(dir, "log"), WithSync(policy), crashWindow(seed), crashCheckpoints(seed))
 	must(err)
 	w := newCrashWorkload(b, journal, life)
 	ctx := context.Background()
@@ -1223,6 +1236,7 @@ func kill9(t *testing.T, chk *crashChecker, kills int, loop bool, policies ...st
 	t.Logf("seed %d (the children's seeds derive from it; timing decides the rest)", seed)
 	rng := rand.New(rand.NewPCG(seed, 9))
 	dir := t.TempDir()
+	checkpointed := 0
 	for life := range kills {
 		policy := policies[rng.IntN(len(policies))]
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -1274,13 +1288,16 @@ func kill9(t *testing.T, chk *crashChecker, kills int, loop bool, policies ...st
 		chk.seed = fmt.Sprintf("%s (%s), ", how, policy)
 		chk.replay(life, journal, bounds)
 		reopened := time.Now().UnixNano()
-		b, err := Open(filepath.Join(dir, "log"), chk.listener(), crashWindow(childSeed))
+		b, err := Open(filepath.Join(dir, "log"), chk.listener(), crashWindow(childSeed), crashCheckpoints(childSeed))
 		require.NoError(t, err, "life %d", life)
+		if b.Recovery().Checkpoint {
+			checkpointed++
+		}
 		require.True(t, chk.check(b, reopened), "life %d: the topology is lost", life)
 		require.NoError(t, b.Close())
 		t.Logf("life %d (%s): %s; %d messages to account for", life, policy, how, len(chk.msgs))
 	}
-	t.Logf("%d kills", kills)
+	t.Logf("%d kills; %d restarts from a checkpoint and the records after it", kills, checkpointed)
 }
 
 // Power loss: the workload runs on MemFS in a synctest bubble, on one goroutine (its consumer is
@@ -1305,7 +1322,7 @@ func powerLoss(t *testing.T, seed uint64, runs int, sync wal.Options, mode wal.C
 			var journal bytes.Buffer
 			// Half the seeds page their durable queues with a window of 1 to 8 messages, so that
 			// the backlog crosses the disk (pager.go) as the lives go.
-			opts := []BrokerOption{logOptions(sync)}
+			opts := []BrokerOption{logOptions(sync), crashCheckpoints(seed)}
 			if seed%2 == 0 {
 				opts = append(opts, WithPageWindow(1+int(seed/2%8)))
 			}
@@ -1313,6 +1330,12 @@ func powerLoss(t *testing.T, seed uint64, runs int, sync wal.Options, mode wal.C
 				journal.Reset()
 				b, err := openBroker(fs, opts...)
 				require.NoError(t, err)
+				if life > 0 {
+					total.opens++
+					if b.Recovery().Checkpoint {
+						total.fromCk++
+					}
+				}
 				t.Cleanup(func() {
 					if b != nil {
 						b.Close()

@@ -134,30 +134,29 @@ func (o listenerOption) applyBroker(c *brokerConfig) {
 // queues and their messages (recovery.go), and from then on logs them.
 func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	b := New(opts...)
-	ck, ckErr := readCheckpoint(fs)
-	if ckErr != nil {
-		b.cfg.logger.Warn("warren: durable log: the checkpoint is not used; the whole log is read", "err", ckErr)
+	cks, errs := readCheckpoints(fs)
+	for _, err := range errs {
+		b.cfg.logger.Warn("warren: durable log: a checkpoint is not used", "err", err)
 	}
-	r, log, rec, err := b.openLog(fs, ck)
+	r, log, rec, err := b.openLog(fs, cks)
 	if err != nil {
 		b.Close()
 		return nil, errorf("open durable broker: %w", err)
 	}
-	if ck != nil || ckErr != nil {
-		// The log goes on from here: only the next clean Close writes a checkpoint. (One left
-		// behind is harmless: the log no longer ends where it says once anything is written.)
-		err := fs.Remove(checkpointFile)
-		if err == nil {
-			err = fs.SyncDir()
+	if len(rec.Skipped) > 0 {
+		// Salvage dropped records a checkpoint may stand for: none is used again.
+		if err := removeCheckpoints(fs); err != nil {
+			b.cfg.logger.Warn("warren: durable log: removing the checkpoints", "err", err)
 		}
-		if err != nil {
-			b.cfg.logger.Warn("warren: durable log: removing the checkpoint", "err", err)
-		}
+	}
+	for _, ck := range cks {
+		r.checkpoints = max(r.checkpoints, ck.seq)
 	}
 	r.finish()
 	topo := newReplay()
 	topo.queueDecls, topo.exchangeDecls, topo.bindings = r.queueDecls, r.exchangeDecls, r.bindings
-	b.store = &store{log: log, fs: fs, logger: b.cfg.logger, live: r.live, oldest: 1, lastSeg: rec.Last, topo: topo, topoSeg: 1}
+	b.store = &store{log: log, fs: fs, logger: b.cfg.logger, live: r.live, oldest: 1, lastSeg: rec.Last, topo: topo, topoSeg: 1,
+		checkpoints: r.checkpoints, nextQueue: r.nextQueue, every: b.cfg.checkpointEvery}
 	b.store.nextMsg.Store(r.maxMsg)
 	b.store.recovery = Recovery{Checkpoint: rec.Resumed, Cut: logDamage(rec.Cut), Skipped: logDamage(rec.Skipped)}
 	for _, d := range rec.Cut {
@@ -247,51 +246,72 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	return b, nil
 }
 
-// openLog opens the log in fs and returns the replay of what it holds: from the checkpoint ck,
-// if it is not nil and the log still ends where ck says, reading back only the bodies of the
-// messages that go back into memory; else from every record of the log.
-func (b *Broker) openLog(fs wal.FS, ck *checkpoint) (*replay, *wal.Log, wal.Recovery, error) {
-	switch {
-	case ck == nil:
-	case b.cfg.wal.Salvage:
-		ck = nil // salvage reads every byte, to say what damage cost
-	case b.cfg.pageWindow == 0 && slices.ContainsFunc(ck.queues, func(q ckQueue) bool { return len(q.chunks) > 0 }):
-		ck = nil // it holds chunks, and this broker does not page: the log is read
+// openLog opens the log in fs and returns the replay of what it holds: from the newest of the
+// checkpoints cks whose mark is still in the log, the records after it replayed over it, with
+// the bodies of the messages that go back into memory read back; or, if none is, or the one
+// taken is not right, from every record of the log.
+func (b *Broker) openLog(fs wal.FS, cks []*checkpoint) (*replay, *wal.Log, wal.Recovery, error) {
+	if b.cfg.wal.Salvage {
+		cks = nil // salvage reads every byte, to say what damage cost
 	}
-	r := newReplay()
+	if b.cfg.pageWindow == 0 { // this broker does not page: a checkpoint with chunks is not for it
+		cks = slices.DeleteFunc(slices.Clone(cks), func(ck *checkpoint) bool {
+			return slices.ContainsFunc(ck.queues, func(q ckQueue) bool { return len(q.chunks) > 0 })
+		})
+	}
+	// The log keeps its options for its life: the replay must not stay reachable through their
+	// closures once Open is done with it (it held the whole backlog's bodies: 240 B a message),
+	// nor the checkpoints: they reach them through st, emptied then.
+	st := &struct {
+		r   *replay
+		cks []*checkpoint
+		bad error // the checkpoint taken does not decode
+	}{r: newReplay(), cks: cks}
 	wopts := b.cfg.wal
 	wopts.OnStall = b.logStall
-	if ck != nil {
-		wopts.ResumeAt = ck.mark
+	wopts.ResumeAt = nil
+	for _, ck := range cks {
+		wopts.ResumeAt = append(wopts.ResumeAt, ck.mark)
 	}
-	// The log keeps its options for its life: the replay must not stay reachable through this
-	// closure once Open is done with it (it held the whole backlog's bodies: 240 B a message).
-	skips := r
-	wopts.OnSkip = func(wal.Damage) { skips.skipped() } // called by wal.Open only
+	wopts.OnResume = func(m wal.Mark) { // called by wal.Open only
+		i := slices.IndexFunc(st.cks, func(ck *checkpoint) bool { return ck.mark == m })
+		var from *replay
+		if from, st.bad = st.cks[i].replay(); st.bad == nil {
+			st.r = from
+		}
+	}
+	wopts.OnSkip = func(wal.Damage) { st.r.skipped() } // called by wal.Open only
 	log, rec, err := wal.Open(fs, wopts, func(seg uint64, raw []byte) error {
+		if st.bad != nil {
+			return st.bad
+		}
 		rc, err := decodeRecord(raw)
 		if err != nil {
 			return err
 		}
-		r.apply(seg, rc)
+		st.r.apply(seg, rc)
 		return nil
 	})
-	skips = nil
+	r, bad := st.r, st.bad
+	st.r, st.cks = nil, nil
+	if err == nil && rec.Resumed {
+		if err = bad; err == nil {
+			err = r.loadBodies(log)
+		}
+		if err != nil {
+			b.cfg.logger.Warn("warren: durable log: a checkpoint is not used; the whole log is read", "err", err)
+			log.Close() // it wrote nothing but what any Open writes: the repair of a torn end
+			return b.openLog(fs, slices.DeleteFunc(slices.Clone(cks), func(ck *checkpoint) bool { return ck.mark == rec.ResumedAt }))
+		}
+	}
 	if errors.Is(err, wal.ErrCorrupt) {
 		err = errorf("%w: %w", ErrCorrupt, err)
 	}
-	if err != nil || !rec.Resumed {
-		return r, log, rec, err
+	if errors.Is(err, errBadCheckpoint) && rec.Resumed {
+		b.cfg.logger.Warn("warren: durable log: a checkpoint is not used; the whole log is read", "err", err)
+		return b.openLog(fs, slices.DeleteFunc(slices.Clone(cks), func(ck *checkpoint) bool { return ck.mark == rec.ResumedAt }))
 	}
-	if r, err = ck.replay(); err == nil {
-		err = r.loadBodies(log)
-	}
-	if err == nil {
-		return r, log, rec, nil
-	}
-	b.cfg.logger.Warn("warren: durable log: the checkpoint is not used; the whole log is read", "err", err)
-	log.Close() // it wrote nothing: it held no record past the checkpoint
-	return b.openLog(fs, nil)
+	return r, log, rec, err
 }
 
 // logStall logs, as a warning, that the log stalled (err: a write found no space) or writes

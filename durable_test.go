@@ -835,7 +835,7 @@ func TestOpenLetsGoOfTheReplay(t *testing.T) {
 	}
 	filled := int64(liveHeap() - base)
 	require.NoError(t, b.Close())
-	require.NoError(t, os.Remove(filepath.Join(dir, checkpointFile))) // the replay is what this is about
+	require.NoError(t, removeCheckpoints(wal.OSFS{Dir: dir})) // the replay is what this is about
 	base = liveHeap()
 	b, err = Open(dir, WithSync(SyncNever), WithMemoryLimit(NoMemoryLimit))
 	require.NoError(t, err)

@@ -31,3 +31,8 @@ func HeaderCosts(t Table) (walked, estimated int) {
 	walked, _ = checkHeaders(t, false)
 	return walked, tableCost(t, 0)
 }
+
+// checkpointEveryOption makes a durable broker take a checkpoint every n segments.
+type checkpointEveryOption int
+
+func (o checkpointEveryOption) applyBroker(c *brokerConfig) { c.checkpointEvery = int(o) }

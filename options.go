@@ -88,10 +88,13 @@ type brokerConfig struct {
 	// pageWindow is how many ready messages a durable queue of a durable broker keeps in memory
 	// before it pages the newest out to the log (pager.go); 0: it never pages.
 	pageWindow int
+	// checkpointEvery is how many segments the log starts between two checkpoints
+	// (checkpoint.go); tests set it lower (checkpointEvery).
+	checkpointEvery int
 }
 
 func defaultBrokerConfig() brokerConfig {
-	return brokerConfig{logger: slog.New(slog.DiscardHandler), pageWindow: DefaultPageWindow}
+	return brokerConfig{logger: slog.New(slog.DiscardHandler), pageWindow: DefaultPageWindow, checkpointEvery: checkpointEvery}
 }
 
 type consumeConfig struct {

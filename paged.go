@@ -77,6 +77,33 @@ func (c *chunk) skipTo(seq uint64) {
 	}
 }
 
+// drop takes seq, one of its live messages, out of the chunk unread, for a replay from a
+// checkpoint (checkpoint.go): its bytes, footprint and record bytes are not known there, so it
+// takes its share of the chunk's, and the last message the rest.
+func (c *chunk) drop(seq uint64) {
+	n := int64(c.n)
+	c.bytes -= c.bytes / n
+	c.extra -= c.extra / n
+	c.disk -= c.disk / n
+	if c.n--; c.n == 0 {
+		c.bytes, c.extra, c.disk = 0, 0, 0
+		return
+	}
+	if seq != c.first {
+		i, _ := slices.BinarySearch(c.gone, seq)
+		c.gone = slices.Insert(c.gone, i, seq)
+		return
+	}
+	// The next live id is the first: the ids before it leave gone, which holds (first, last].
+	first := seq + 1
+	i := 0
+	for i < len(c.gone) && c.gone[i] == first {
+		i++
+		first++
+	}
+	c.first, c.gone = first, slices.Delete(c.gone, 0, i)
+}
+
 // maxGap is the most sequence ids, none of its messages, between two messages of a chunk: each
 // is kept in the chunk's gone.
 const maxGap = 16
@@ -844,7 +871,7 @@ func (c *queueCore) restoreChunks(cs []ckChunk, onClock func(int64) int64) error
 		}
 		t := r.tail(k.rank)
 		if t.len() > 0 && t.slot(t.len()-1).last >= ch.first {
-			return errorf("%w: chunks of level %d out of order", errBadCheckpoint, k.rank)
+			return errorf("%w: chunks of level %d out of order: %+v after %+v", errBadCheckpoint, k.rank, ch, *t.slot(t.len() - 1))
 		}
 		t.push(ch)
 		r.indexChunk(k.rank, t.slot(t.len()-1))

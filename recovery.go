@@ -38,7 +38,10 @@ type replay struct {
 	live   liveSegments        // what each segment holds that is live
 	arena  []byte              // holds the bodies' encodings: one allocation per MiB, not per body
 
-	maxMsg uint64 // the greatest message id seen
+	maxMsg    uint64 // the greatest message id seen
+	nextQueue uint64 // a checkpoint's last queue id given (queue ids are in the records too)
+	// checkpoints is the number of the newest checkpoint there is (the next one follows it)
+	checkpoints uint64
 
 	// The durable topology, as declared and not deleted.
 	queueDecls    map[uint64]decl // by queue id
@@ -59,8 +62,12 @@ type replayQueue struct {
 	// placements finish dropped because their body was not read.
 	suspect uint64
 	orphans int
-	// chunks are its messages on disk, from a checkpoint: they go back as they are.
+	// chunks are its messages on disk, from a checkpoint: they go back as they are, less what
+	// the records after its mark took out (checkpoint.go). fetch are the messages those
+	// records took out to be messages of their own, by sequence id: the segment whose records
+	// hold their placement and body.
 	chunks []ckChunk
+	fetch  map[uint64]uint64
 }
 
 // replayMsg is one message in one queue during a replay.
@@ -190,14 +197,22 @@ func (r *replay) apply(seg uint64, rec record) {
 	switch rec.typ {
 	case recPublish:
 		r.maxMsg = max(r.maxMsg, rec.msgID)
+		if r.chunked(rec.placement, seg) {
+			return
+		}
 		if b := r.bodies.get(rec.msgID); b != nil {
 			b.seg, b.qid, b.qseq = seg, rec.queueID, rec.seq // written again by compaction: the message's current state follows
+			if b.msg == nil {
+				b.msg = r.keep(rec.msg) // a checkpoint's, not read back yet: here it is
+			}
 		} else {
 			*r.bodies.put(rec.msgID) = replayBody{msg: r.keep(rec.msg), seg: seg, qid: rec.queueID, qseq: rec.seq}
 		}
 		r.place(rec.placement)
 	case recEnqueue:
-		r.place(rec.placement)
+		if !r.chunked(rec.placement, seg) {
+			r.place(rec.placement)
+		}
 	case recQueue:
 		r.queueDecls[rec.id] = rec.decl
 	case recUnqueue:
@@ -223,6 +238,15 @@ func (r *replay) apply(seg uint64, rec record) {
 			return
 		}
 		m := q.msgs.get(rec.seq)
+		if m == nil && len(q.chunks) > 0 {
+			if rec.typ == recSettle {
+				if c := q.chunkHolding(rec.seq); c != nil {
+					c.drop(rec.seq)
+				}
+				return
+			}
+			m = q.unchunk(rec.seq)
+		}
 		if m == nil {
 			return
 		}
@@ -268,6 +292,7 @@ func (r *replay) finish() {
 			q.msgs.del(seq)
 		}
 		q.orphans = len(orphans)
+		q.chunks = slices.DeleteFunc(q.chunks, func(c ckChunk) bool { return c.n == 0 })
 		for _, c := range q.chunks {
 			r.live.add(c.loc.seg, c.n, c.disk)
 		}
@@ -333,6 +358,7 @@ func (r *replay) place(p placement) {
 		r.queues[p.queueID] = q
 	}
 	q.last = max(q.last, p.seq)
+	delete(q.fetch, p.seq) // placed from this record
 	*q.msgs.put(p.seq) = replayMsg{msgID: p.msgID, seq: p.seq, deadline: p.deadline, returns: p.returns, redelivered: p.returns > 0}
 }
 
@@ -377,9 +403,12 @@ func (q *Queue) restore(r *replay) error {
 	now, wall := q.core.clock(), time.Now().UnixNano()
 	onClock := func(t int64) int64 { return max(1, now+(t-wall)) }
 	var (
-		ready   []entry
-		stay    map[uint64]bool // the messages that stay in memory past the page window, if it pages
-		pages   = q.core.ready.paged.window > 0
+		ready []entry
+		stay  map[uint64]bool // the messages that stay in memory past the page window, if it pages
+		// With a checkpoint's chunks, the messages of their own (what the records after its
+		// mark brought, a checkpoint interval's worth) stay in memory: they may be older
+		// than the chunks, which go back as they were.
+		pages   = q.core.ready.paged.window > 0 && len(rq.chunks) == 0
 		delayed []delayedEntry
 		err     error
 		// A queue without priorities gets its messages in delivery order: past its window, a
@@ -470,7 +499,7 @@ func (q *Queue) restore(r *replay) error {
 	// Past the page window, the messages whose publish record is theirs in this queue, and which
 	// never left it, stay on disk: their envelopes go once the chunks are made.
 	var paged []entry
-	if w := q.core.ready.paged.window; !stream && w > 0 && len(ready) > w {
+	if w := q.core.ready.paged.window; pages && !stream && len(ready) > w {
 		kept := ready[:w]
 		for _, e := range ready[w:] {
 			if !stay[e.seq] && e.returns == 0 && !e.redelivered {

@@ -770,7 +770,7 @@ func TestRecoverTransientRecord(t *testing.T) {
 	require.NoError(t, b.Close())
 	// The record went around the queue, which does not hold it: the checkpoint would not
 	// either. Without it, Open reads the record.
-	require.NoError(t, fs.Remove(checkpointFile))
+	require.NoError(t, removeCheckpoints(fs))
 	b = start(t, fs)
 	defer b.Close()
 	require.Equal(t, []string{"x"}, held(t, b, "q"))

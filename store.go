@@ -41,8 +41,11 @@ type store struct {
 	// exchanges stand for the exchanges named in messages read back from the log (pager.go).
 	exchanges sync.Map
 	lock      io.Closer // the directory's lock (Open); nil on other file systems
-	fs        wal.FS    // the log's directory, where Close writes a checkpoint (checkpoint.go)
-	recovery  Recovery  // what Open found; set before Open returns, read-only after
+	fs        wal.FS    // the log's directory, where the checkpoints go (checkpoint.go)
+	// checkpoints numbers the last checkpoint written (or read at Open); the compactor's
+	// goroutine and Close write them, one after the other.
+	checkpoints uint64
+	recovery    Recovery // what Open found; set before Open returns, read-only after
 
 	// The durable topology as it stands, and the oldest segment holding a record of it.
 	topo    *replay
@@ -57,10 +60,13 @@ type store struct {
 	oldest  uint64       // the oldest segment still needed
 	lastSeg uint64       // the segment the log last appended to
 	// compacting is set while a compaction pass runs (compact.go); pass counts them.
-	compacting bool
-	grewInPass bool // a segment was started during the pass (wrote)
-	pass       uint64
-	compactor  compactor
+	// sinceCheckpoint counts the segments started since the last checkpoint; every are due
+	// between two (brokerConfig.checkpointEvery).
+	sinceCheckpoint, every int
+	compacting             bool
+	grewInPass             bool // a segment was started during the pass (wrote)
+	pass                   uint64
+	compactor              compactor
 }
 
 // liveSegments says, for each segment of the log, what it holds that is live: bodies of
@@ -320,19 +326,15 @@ func (s *store) declareQueue(q *Queue) wal.LSN {
 
 // close closes the log, once every queue has ended. It returns an error wrapping ErrStorage
 // when the log failed, or could not write what it held (a disk still full).
-// close closes the log and, if ck is not nil and the log ended as ck saw it (nothing appended
-// since its snapshots, a clean close), writes ck.
+// close closes the log and, if it closed cleanly (everything synced) and ck is not nil, writes
+// ck, the checkpoint Close took.
 func (s *store) close(ck *checkpoint) error {
 	err := s.log.Close()
 	if err != nil {
 		s.logger.Error("warren: closing the durable log", "err", err)
 		err = errorf("close: %w: %w", ErrStorage, err)
-	}
-	if mark, ok := s.log.Mark(); ok && ck != nil && s.log.Appended() == ck.at {
-		ck.mark = mark
-		if werr := writeCheckpoint(s.fs, ck); werr != nil {
-			s.logger.Warn("warren: durable log: no checkpoint written; the next Open reads the whole log", "err", werr)
-		}
+	} else if ck != nil {
+		s.write(ck)
 	}
 	if s.lock != nil {
 		s.lock.Close()

@@ -89,12 +89,16 @@ type Options struct {
 	// after, after it. The Damage's Records is not known yet (-1) when they are counted only
 	// at the next record read: Recovery.Skipped has the count.
 	OnSkip func(Damage)
-	// ResumeAt, if set, is where an earlier life's Close left the log (Log.Mark): if the log
-	// still ends there, with nothing appended since, Open hands replay no record of the
-	// segments before it, which it checks are there by their headers only, and says so
-	// (Recovery.Resumed); the caller restores what they held from elsewhere (a checkpoint).
-	// If the log went on, Open reads it whole, as without it.
-	ResumeAt Mark
+	// ResumeAt are places in the log (Log.MarkNow) from which the caller can rebuild what it
+	// needs of the records before them (a checkpoint), in the order to try them. Open resumes
+	// at the first that is still in the log — from the log's start to its last segment, its
+	// segment there numbered from its record, every segment from the start to it there with a
+	// good header, which is all Open reads of them — and hands replay the records from there on
+	// only (Recovery.Resumed, ResumedAt). If none is, it reads the log whole.
+	ResumeAt []Mark
+	// OnResume, if set, is called by Open when it resumes at m, before it hands replay the
+	// first record after m.
+	OnResume func(m Mark)
 	// OnStall, if set, is called when the log stalls, with the error of the write that found
 	// no space, and with nil when a write succeeds again. Calls are made in order, one at a
 	// time, with no lock of the log held, on the goroutine whose write changed the state; it
@@ -926,16 +930,12 @@ type Mark struct {
 	Seg, Record uint64
 }
 
-// Mark returns where a closed log ends, for Options.ResumeAt: the segment Close left empty (or
-// the empty last segment it found), and the number of the next record. ok is false unless
-// Close succeeded: a log that failed, or that is not closed, has no end to resume at.
-func (l *Log) Mark() (m Mark, ok bool) {
+// MarkNow returns a place in the log at or before every record appended from now on: the start
+// of the last segment written to (its records, and those after it, are after it).
+func (l *Log) MarkNow() Mark {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.closed || l.err != nil || l.fileRecords != 0 {
-		return Mark{}, false
-	}
-	return Mark{l.fileSeg, l.fileFirst}, true
+	return Mark{l.writtenSeg, l.segFirst[l.writtenSeg]}
 }
 
 // Appended returns the position after the last record appended.

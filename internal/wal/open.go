@@ -21,8 +21,10 @@ type Recovery struct {
 	Skipped []Damage
 	// Last is the segment appends go to: the last one read, or a new one.
 	Last uint64
-	// Resumed says Open resumed at Options.ResumeAt: the records before it were not read.
-	Resumed bool
+	// Resumed says Open resumed at ResumedAt, one of Options.ResumeAt: the records before it
+	// were not read.
+	Resumed   bool
+	ResumedAt Mark
 }
 
 // Damage is a stretch of the log that Open dropped.
@@ -262,9 +264,15 @@ func (o *opener) read() error {
 	o.cutAt = map[uint64]cutPlan{}
 	i, _ := slices.BinarySearch(o.segs, o.start)
 	want := o.start // the next segment the log needs
-	if at := o.l.opts.ResumeAt; o.resumable(at) {
-		i, _ = slices.BinarySearch(o.segs, at.Seg)
-		want, o.next, o.nextKnown, o.rec.Resumed = at.Seg, at.Record, true, true
+	for _, at := range o.l.opts.ResumeAt {
+		if o.resumable(at) {
+			i, _ = slices.BinarySearch(o.segs, at.Seg)
+			want, o.next, o.nextKnown, o.rec.Resumed, o.rec.ResumedAt = at.Seg, at.Record, true, true, at
+			if o.l.opts.OnResume != nil {
+				o.l.opts.OnResume(at)
+			}
+			break
+		}
 	}
 	for _, n := range o.segs[i:] {
 		if n > want {
@@ -288,23 +296,15 @@ func (o *opener) read() error {
 	return nil
 }
 
-// resumable reports whether Open may resume at m: the log ends there, in a last segment that
-// holds no batch, numbered from m's record, and every segment from the start to it is there
-// with a good header (which it reads, and nothing more, for the numbers of their first
-// records).
+// resumable reports whether Open may resume at m: its segment is in the log, between the start
+// and the last, numbered from m's record, and every segment from the start to it is there with
+// a good header (which it reads, and nothing more, for the numbers of their first records).
 func (o *opener) resumable(m Mark) bool {
-	if m.Seg == 0 || m.Seg != o.last || m.Seg < o.start {
+	if m.Seg == 0 || m.Seg > o.last || m.Seg < o.start || !o.present[m.Seg] {
 		return false
 	}
-	data, err := o.load(m.Seg)
-	if err != nil {
-		return false
-	}
-	if h, err := parseHeader(data, m.Seg); err != nil || h.first != m.Record || anyBatch(data, m.Seg) {
-		return false
-	}
-	firsts := make(map[uint64]uint64, m.Seg-o.start)
-	for n := o.start; n < m.Seg; n++ {
+	firsts := make(map[uint64]uint64, m.Seg-o.start+1)
+	for n := o.start; n <= m.Seg; n++ {
 		if !o.present[n] {
 			return false
 		}
@@ -313,6 +313,9 @@ func (o *opener) resumable(m Mark) bool {
 			return false
 		}
 		firsts[n] = h.first
+	}
+	if firsts[m.Seg] != m.Record {
+		return false
 	}
 	maps.Copy(o.l.segFirst, firsts)
 	return true

@@ -629,41 +629,61 @@ func FuzzDamagedSegments(f *testing.F) {
 	})
 }
 
-// TestOpenResume: Open resumes at the Mark a clean Close returned only while the log still ends
-// there: it hands replay no record before it, Scan still reads them, appends go on numbered from
-// it, and the next Open checks them whole. Otherwise (the log went on; a segment before the mark
-// is gone or its header damaged; a mark from another log) it reads the log whole.
+// TestOpenResume: Open resumes at the first of Options.ResumeAt still in the log: it hands
+// replay the records from there on only, Scan still reads those before, and the log goes on. A
+// mark whose segment was released, or that another log numbers otherwise, is passed over; a
+// missing segment or a damaged header before the mark fails Open as without one.
 func TestOpenResume(t *testing.T) {
 	fs := NewMemFS()
 	opts := Options{SegmentSize: 1024}
 	l, _, _ := openLog(t, fs, opts)
+	first := l.MarkNow()
 	segs, _ := appendEach(t, l, 0, 200)
-	_, ok := l.Mark()
-	require.False(t, ok, "not closed: no mark")
+	mark := l.MarkNow()
+	require.Equal(t, segs[199], mark.Seg, "the segment being written")
+	require.Greater(t, mark.Record, uint64(150))
+	appendEach(t, l, 200, 260)
 	require.NoError(t, l.Close())
-	mark, ok := l.Mark()
-	require.True(t, ok)
-	require.Greater(t, mark.Seg, segs[len(segs)-1], "the empty segment Close started")
-	require.Equal(t, uint64(200), mark.Record)
+	from := func(t *testing.T, r *replayed, n uint64) {
+		t.Helper()
+		require.Len(t, r.recs, int(260-n))
+		for i, rec := range r.recs {
+			require.Equal(t, record(int(n)+i), rec)
+		}
+	}
 
 	resume := opts
-	resume.ResumeAt = mark
+	resume.ResumeAt = []Mark{{mark.Seg, mark.Record + 1}, mark, first}
 	t.Run("resumed", func(t *testing.T) {
 		fs := fs.Clone()
-		l, r, rec := openLog(t, fs, resume)
+		var told []Mark
+		o := resume
+		o.OnResume = func(m Mark) { told = append(told, m) }
+		l, r, rec := openLog(t, fs, o)
 		require.True(t, rec.Resumed)
-		require.Empty(t, r.recs, "nothing before the mark is read")
+		require.Equal(t, mark, rec.ResumedAt, "the first that is in the log: the one before numbers otherwise")
+		require.Equal(t, []Mark{mark}, told)
+		from(t, r, mark.Record)
 		var scanned int
 		require.NoError(t, l.Scan(t.Context(), segs[0], 0, func(uint64, []byte) bool { scanned++; return true }))
-		require.Equal(t, 200, scanned, "what is before the mark can be read back")
-		appendAll(t, l, 200, 250, 7)
+		require.Equal(t, 260, scanned, "what is before the mark can be read back")
+		appendAll(t, l, 260, 300, 7)
 		require.NoError(t, l.Close())
 		_, r, rec = openLog(t, fs, opts)
 		require.False(t, rec.Resumed)
-		requireRecords(t, r, 250) // numbered on from the mark: the whole log checks
-		_, r, rec = openLog(t, fs, resume)
-		require.False(t, rec.Resumed, "the log went on past the mark")
-		requireRecords(t, r, 250)
+		requireRecords(t, r, 300)
+	})
+	t.Run("released", func(t *testing.T) {
+		fs := fs.Clone()
+		l, _, _ := openLog(t, fs, opts)
+		l.ReleaseBelow(mark.Seg + 1)
+		appendAll(t, l, 260, 300, 7) // a synced batch says where the log starts
+		require.NoError(t, l.Close())
+		o := opts
+		o.ResumeAt = []Mark{mark, first}
+		_, r, rec := openLog(t, fs, o)
+		require.False(t, rec.Resumed, "both marks were released")
+		require.NotEmpty(t, r.recs)
 	})
 	t.Run("a segment before the mark is gone", func(t *testing.T) {
 		fs := fs.Clone()
@@ -684,16 +704,5 @@ func TestOpenResume(t *testing.T) {
 		require.NoError(t, f.Close())
 		_, _, err = Open(fs, resume, func(uint64, []byte) error { return nil })
 		require.ErrorIs(t, err, ErrCorrupt)
-	})
-	t.Run("another mark", func(t *testing.T) {
-		for _, m := range []Mark{{mark.Seg, mark.Record + 1}, {mark.Seg - 1, mark.Record}, {mark.Seg + 1, mark.Record}} {
-			fs := fs.Clone()
-			o := opts
-			o.ResumeAt = m
-			l, r, rec := openLog(t, fs, o)
-			require.False(t, rec.Resumed, "%+v", m)
-			requireRecords(t, r, 200)
-			require.NoError(t, l.Close())
-		}
 	})
 }
