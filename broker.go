@@ -150,7 +150,7 @@ func (b *Broker) Close() error {
 			// more, and from now on a full disk fails it, waking every waiter (a feeder
 			// deleting its queue may be one, and Close waits for feeders below).
 			b.store.log.Closing()
-			b.store.closing(b)
+			b.store.closing()
 		}
 		b.mu.Lock()
 		b.closed.Store(true)

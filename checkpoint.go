@@ -227,6 +227,13 @@ func (ck *checkpoint) encode() []byte {
 	u(ck.seq)
 	u(ck.mark.Seg)
 	u(ck.mark.Record)
+	u(ck.mark.Start)
+	u(uint64(len(ck.mark.Firsts)))
+	var last uint64
+	for _, f := range ck.mark.Firsts { // ascending: the differences are short
+		u(f - last)
+		last = f
+	}
 	u(ck.nextMsg)
 	u(ck.nextQueue)
 	u(uint64(len(ck.topo)))
@@ -298,7 +305,12 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	// n reads a count, bounded by what is left: a damaged one fails, not allocates.
 	n := func() int { return int(d.unsigned(uint64(len(body) - d.off))) }
 	ck := &checkpoint{seq: d.uvarint()}
-	ck.mark.Seg, ck.mark.Record = d.uvarint(), d.uvarint()
+	ck.mark.Seg, ck.mark.Record, ck.mark.Start = d.uvarint(), d.uvarint(), d.uvarint()
+	var last uint64
+	for range n() {
+		last += d.uvarint()
+		ck.mark.Firsts = append(ck.mark.Firsts, last)
+	}
 	ck.nextMsg, ck.nextQueue = d.uvarint(), d.uvarint()
 	for range n() {
 		ck.topo = append(ck.topo, d.next(d.uvarint()))

@@ -59,16 +59,15 @@ func (s *store) startCompactor(b *Broker) {
 	s.mu.Unlock()
 }
 
-// closing stops the compactor, once its pass in progress is done, and runs a last pass to a
-// tighter bound (what is live and two segments): the clean shutdown's checkpoint, after which
-// the next open reads little more than what it restores. The queues still hold their messages.
-func (s *store) closing(b *Broker) {
+// closing stops the compactor, once its pass (or checkpoint) in progress is done. It runs no
+// last pass: the next Open reads the checkpoint Close writes, not the log, and a pass to a
+// tighter bound would write a long backlog again whole (100M messages: two minutes).
+func (s *store) closing() {
 	if s.compactor.quit == nil {
 		return
 	}
 	close(s.compactor.quit)
 	<-s.compactor.done
-	s.compact(b, 1)
 }
 
 // wrote records that the log appended to segment seg, and wakes the compactor when the log has

@@ -274,7 +274,7 @@ func (b *Broker) openLog(fs wal.FS, cks []*checkpoint) (*replay, *wal.Log, wal.R
 		wopts.ResumeAt = append(wopts.ResumeAt, ck.mark)
 	}
 	wopts.OnResume = func(m wal.Mark) { // called by wal.Open only
-		i := slices.IndexFunc(st.cks, func(ck *checkpoint) bool { return ck.mark == m })
+		i := slices.IndexFunc(st.cks, func(ck *checkpoint) bool { return ck.mark.At(m) })
 		var from *replay
 		if from, st.bad = st.cks[i].replay(); st.bad == nil {
 			st.r = from
@@ -301,7 +301,7 @@ func (b *Broker) openLog(fs wal.FS, cks []*checkpoint) (*replay, *wal.Log, wal.R
 		if err != nil {
 			b.cfg.logger.Warn("warren: durable log: a checkpoint is not used; the whole log is read", "err", err)
 			log.Close() // it wrote nothing but what any Open writes: the repair of a torn end
-			return b.openLog(fs, slices.DeleteFunc(slices.Clone(cks), func(ck *checkpoint) bool { return ck.mark == rec.ResumedAt }))
+			return b.openLog(fs, slices.DeleteFunc(slices.Clone(cks), func(ck *checkpoint) bool { return ck.mark.At(rec.ResumedAt) }))
 		}
 	}
 	if errors.Is(err, wal.ErrCorrupt) {
@@ -309,7 +309,7 @@ func (b *Broker) openLog(fs wal.FS, cks []*checkpoint) (*replay, *wal.Log, wal.R
 	}
 	if errors.Is(err, errBadCheckpoint) && rec.Resumed {
 		b.cfg.logger.Warn("warren: durable log: a checkpoint is not used; the whole log is read", "err", err)
-		return b.openLog(fs, slices.DeleteFunc(slices.Clone(cks), func(ck *checkpoint) bool { return ck.mark == rec.ResumedAt }))
+		return b.openLog(fs, slices.DeleteFunc(slices.Clone(cks), func(ck *checkpoint) bool { return ck.mark.At(rec.ResumedAt) }))
 	}
 	return r, log, rec, err
 }

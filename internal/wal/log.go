@@ -928,14 +928,30 @@ func (l *Log) Close() error {
 // Mark is a place in the log: a segment, and the number of the record that goes first in it.
 type Mark struct {
 	Seg, Record uint64
+	// Firsts are the numbers of the first records of the segments from Start to Seg, before
+	// it, if known: Open resuming at the mark need not read their headers (a cold page cache
+	// makes that a disk read each: 30,000 segments, 6 s).
+	Start  uint64
+	Firsts []uint64
 }
+
+// At reports whether m and o are the same place.
+func (m Mark) At(o Mark) bool { return m.Seg == o.Seg && m.Record == o.Record }
 
 // MarkNow returns a place in the log at or before every record appended from now on: the start
 // of the last segment written to (its records, and those after it, are after it).
 func (l *Log) MarkNow() Mark {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Mark{l.writtenSeg, l.segFirst[l.writtenSeg]}
+	m := Mark{Seg: l.writtenSeg, Record: l.segFirst[l.writtenSeg], Start: l.first}
+	for n := l.first; n < l.writtenSeg; n++ {
+		first, ok := l.segFirst[n]
+		if !ok {
+			return Mark{Seg: m.Seg, Record: m.Record}
+		}
+		m.Firsts = append(m.Firsts, first)
+	}
+	return m
 }
 
 // Appended returns the position after the last record appended.

@@ -298,24 +298,30 @@ func (o *opener) read() error {
 
 // resumable reports whether Open may resume at m: its segment is in the log, between the start
 // and the last, numbered from m's record, and every segment from the start to it is there with
-// a good header (which it reads, and nothing more, for the numbers of their first records).
+// a good header (which it reads, and nothing more, for the numbers of their first records,
+// unless m knows them: then it reads only the mark's segment).
 func (o *opener) resumable(m Mark) bool {
 	if m.Seg == 0 || m.Seg > o.last || m.Seg < o.start || !o.present[m.Seg] {
 		return false
 	}
-	firsts := make(map[uint64]uint64, m.Seg-o.start+1)
-	for n := o.start; n <= m.Seg; n++ {
+	if h, err := readHeader(o.l.fs, m.Seg); err != nil || h.first != m.Record {
+		return false
+	}
+	known := m.Start <= o.start && uint64(len(m.Firsts)) == m.Seg-m.Start
+	firsts := make(map[uint64]uint64, m.Seg-o.start)
+	for n := o.start; n < m.Seg; n++ {
 		if !o.present[n] {
 			return false
+		}
+		if known {
+			firsts[n] = m.Firsts[n-m.Start]
+			continue
 		}
 		h, err := readHeader(o.l.fs, n)
 		if err != nil {
 			return false
 		}
 		firsts[n] = h.first
-	}
-	if firsts[m.Seg] != m.Record {
-		return false
 	}
 	maps.Copy(o.l.segFirst, firsts)
 	return true

@@ -653,7 +653,8 @@ func TestOpenResume(t *testing.T) {
 	}
 
 	resume := opts
-	resume.ResumeAt = []Mark{{mark.Seg, mark.Record + 1}, mark, first}
+	require.Equal(t, int(mark.Seg-mark.Start), len(mark.Firsts), "the log knows every segment's first record")
+	resume.ResumeAt = []Mark{{Seg: mark.Seg, Record: mark.Record + 1}, mark, first}
 	t.Run("resumed", func(t *testing.T) {
 		fs := fs.Clone()
 		var told []Mark
@@ -691,8 +692,27 @@ func TestOpenResume(t *testing.T) {
 		_, _, err := Open(fs, resume, func(uint64, []byte) error { return nil })
 		require.ErrorIs(t, err, ErrCorrupt, "read whole: the missing segment is corruption")
 	})
+	t.Run("first records known: no header read", func(t *testing.T) {
+		var read readStats
+		l, r, rec := openLog(t, countingFS{FS: fs.Clone(), read: &read}, resume)
+		require.True(t, rec.Resumed)
+		from(t, r, mark.Record)
+		names, err := fs.List()
+		require.NoError(t, err)
+		after := int64(0) // the segments from the mark on: those Open reads
+		for _, name := range names {
+			if n, ok := segmentNumber(name); ok && n >= mark.Seg {
+				after++
+			}
+		}
+		require.Greater(t, int64(mark.Seg), after+8)
+		require.LessOrEqual(t, read.opens.Load(), after+4, "the segments from the mark on, not the %d before it", mark.Seg-1)
+		require.NoError(t, l.Close())
+	})
 	t.Run("a damaged header before the mark", func(t *testing.T) {
 		fs := fs.Clone()
+		resume := opts
+		resume.ResumeAt = []Mark{{Seg: mark.Seg, Record: mark.Record}} // headers read: the damage is found
 		name := segmentName(segs[100])
 		data := fs.Contents(name)
 		data[20] ^= 1
