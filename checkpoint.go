@@ -129,12 +129,18 @@ func (s *store) snapshot(queues []*Queue, mark wal.Mark, nextQueue uint64) *chec
 // not yet the log's (the next trigger tries again) or the log cannot sync. The compactor's
 // goroutine calls it, between its passes.
 func (s *store) checkpoint(b *Broker) {
+	s.mu.Lock()
+	s.sinceCheckpoint = 0 // counted from the mark on: segments started meanwhile count for the next
+	s.mu.Unlock()
 	mark := s.log.MarkNow()
 	b.mu.RLock()
 	queues, nextQueue := b.durableQueues(), s.nextQueue
 	b.mu.RUnlock()
 	ck := s.snapshot(queues, mark, nextQueue)
 	if ck == nil || s.log.Sync() != nil {
+		s.mu.Lock()
+		s.sinceCheckpoint += s.every / 2 // due again halfway through the next interval
+		s.mu.Unlock()
 		return
 	}
 	s.write(ck)
@@ -147,9 +153,6 @@ func (s *store) write(ck *checkpoint) {
 	if err := writeCheckpoint(s.fs, ck); err != nil {
 		s.logger.Warn("warren: durable log: writing a checkpoint; the next Open replays more of the log", "err", err)
 	}
-	s.mu.Lock()
-	s.sinceCheckpoint = 0
-	s.mu.Unlock()
 }
 
 // snapshotLocked returns q's state for a checkpoint, adding the bodies of its messages in memory

@@ -77,7 +77,7 @@ func (s *store) wrote(seg uint64) {
 		return // the log grows past its bound only by new segments: nothing to check
 	}
 	s.lastSeg = seg
-	if s.sinceCheckpoint++; s.sinceCheckpoint == s.every {
+	if s.sinceCheckpoint++; s.sinceCheckpoint >= s.every { // until one is written: a snapshot may have to wait
 		s.wake()
 	}
 	if s.compacting {
