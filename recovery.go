@@ -405,10 +405,14 @@ func (q *Queue) restore(r *replay) error {
 	var (
 		ready []entry
 		stay  map[uint64]bool // the messages that stay in memory past the page window, if it pages
-		// With a checkpoint's chunks, the messages of their own (what the records after its
-		// mark brought, a checkpoint interval's worth) stay in memory: they may be older
-		// than the chunks, which go back as they were.
+		// With a checkpoint's chunks, which go back as they were, the messages of their own
+		// (what the records after its mark brought) may be older than them: those stay in
+		// memory, and those newer than the chunks of their level go on disk behind them
+		// (behind).
 		pages   = q.core.ready.paged.window > 0 && len(rq.chunks) == 0
+		behind  []entry
+		after   = map[uint8]uint64{} // the last sequence id of each level's chunks
+
 		delayed []delayedEntry
 		err     error
 		// A queue without priorities gets its messages in delivery order: past its window, a
@@ -436,6 +440,9 @@ func (q *Queue) restore(r *replay) error {
 		batch, bodies = batch[:0], bodies[:0]
 	}
 	var returns [][]byte // the records of the returns: they must outlive this life too
+	for _, c := range rq.chunks {
+		after[c.rank] = max(after[c.rank], c.last)
+	}
 	r.messages(q.log.qid, func(m replayMsg) {
 		if err != nil {
 			return
@@ -478,6 +485,8 @@ func (q *Queue) restore(r *replay) error {
 		switch {
 		case m.due != 0:
 			delayed = append(delayed, delayedEntry{onClock(m.due), e})
+		case len(rq.chunks) > 0 && own && e.returns == 0 && !e.redelivered && e.seq > after[e.rank]:
+			behind = append(behind, e)
 		case stream && len(ready) >= q.core.ready.paged.window && own && e.returns == 0 && !e.redelivered:
 			batch, bodies = append(batch, e), append(bodies, b)
 			if len(batch) == restoreBatch {
@@ -520,6 +529,8 @@ func (q *Queue) restore(r *replay) error {
 		q.release()
 		return errorf("queue %q: %w", q.name, err)
 	}
+	slices.SortFunc(behind, func(a, b entry) int { return cmp.Compare(a.key(), b.key()) })
+	q.core.restorePaged(behind)
 	// What the restore did (dead letters of messages past their delivery limit or their
 	// deadline), and what the downtime made due, waits for every durable queue and binding to
 	// be back: openBroker resumes the queue then (resume).
