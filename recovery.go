@@ -409,9 +409,9 @@ func (q *Queue) restore(r *replay) error {
 		// (what the records after its mark brought) may be older than them: those stay in
 		// memory, and those newer than the chunks of their level go on disk behind them
 		// (behind).
-		pages   = q.core.ready.paged.window > 0 && len(rq.chunks) == 0
-		behind  []entry
-		after   = map[uint8]uint64{} // the last sequence id of each level's chunks
+		pages  = q.core.ready.paged.window > 0 && len(rq.chunks) == 0
+		behind []entry
+		after  = map[uint8]uint64{} // the last sequence id of each level's chunks
 
 		delayed []delayedEntry
 		err     error
