@@ -469,8 +469,7 @@ func (r *readySet) fault() bool {
 	}
 	ents, err := r.readChunk(rank, r.firstChunk(rank))
 	if err == nil && !r.pageIn(rank, ents) {
-		c := r.firstChunk(rank)
-		err = errorf("%w: %d messages read back from segment %d for %d paged there (%d..%d)", ErrStorage, len(ents), c.loc.seg, c.n, c.first, c.last)
+		err = r.firstChunk(rank).misread(ents)
 	}
 	r.paged.err = err
 	return err == nil
@@ -551,6 +550,13 @@ func (r *readySet) readDue(now int64) []entry {
 			continue
 		}
 		ents, err := r.readChunk(rank, c)
+		var t []entry
+		if err == nil {
+			var ok bool
+			if t, ok = r.takeFromChunk(rank, first, ents, func(e entry) bool { return e.deadline != 0 && e.deadline <= now }); !ok {
+				err = c.misread(ents) // not its messages: a read that failed, the chunk unchanged
+			}
+		}
 		p.err = err
 		if err != nil { // try again later, not at once: the timer would spin on a chunk it cannot read
 			r.unindexChunk(rank, c)
@@ -558,10 +564,15 @@ func (r *readySet) readDue(now int64) []entry {
 			r.indexChunk(rank, c)
 			continue
 		}
-		t, _ := r.takeFromChunk(rank, first, ents, func(e entry) bool { return e.deadline != 0 && e.deadline <= now })
 		taken = append(taken, t...)
 	}
 	return taken
+}
+
+// misread returns the error of a read of the chunk that brought back ents, which are not its
+// messages.
+func (c *chunk) misread(ents []entry) error {
+	return errorf("%w: %d messages read back from segment %d for %d paged there (%d..%d)", ErrStorage, len(ents), c.loc.seg, c.n, c.first, c.last)
 }
 
 // recordSize returns the bytes of e's record in the log, as the store counts them; 0 before it

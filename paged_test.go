@@ -2,6 +2,7 @@ package warren
 
 import (
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -10,9 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestPagerFailure: a chunk the pager cannot read stays paged, with its error kept, and nothing
-// spins on it: popMin hands out nothing past it, and an expiry due in it is tried again after
-// pageRetry, not at once. Once the pager reads again, the messages come back in order and expire.
+// TestPagerFailure: a chunk the pager cannot read (or reads back wrong) stays paged, with its
+// error kept, and nothing spins on it: popMin hands out nothing past it, and an expiry due in it
+// is tried again after pageRetry, not at once. Once the pager reads again, the messages come
+// back in order and expire.
 func TestPagerFailure(t *testing.T) {
 	r := newReadySet(btree.NewFreeListG[entry](32), 1)
 	disk := map[uint64]entry{}
@@ -58,8 +60,20 @@ func TestPagerFailure(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, later(2*deadline, pageRetry), k.deadline, "read again after pageRetry, not at once")
 
+	// A read that brings back what is not the chunk's (a chunk that does not describe its
+	// segment, as a damaged checkpoint whose checksum holds can make) failed too.
 	fail = nil
-	due := r.readDue(later(2*deadline, pageRetry))
+	at := later(2*deadline, pageRetry)
+	kept := maps.Clone(disk)
+	clear(disk)
+	assert.Empty(t, r.readDue(at))
+	assert.ErrorIs(t, r.paged.err, ErrStorage)
+	k, ok = r.paged.expiries.Min()
+	require.True(t, ok)
+	assert.Equal(t, later(at, pageRetry), k.deadline, "a misread too is read again after pageRetry")
+
+	maps.Copy(disk, kept)
+	due := r.readDue(later(at, pageRetry))
 	require.Len(t, due, 2, "both messages are due by then")
 	assert.Equal(t, []uint64{2, 3}, []uint64{due[0].seq, due[1].seq})
 	assert.NoError(t, r.paged.err, "a read that succeeds clears the error")
