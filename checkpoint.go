@@ -90,6 +90,16 @@ type ckQueue struct {
 type ckChunk struct {
 	rank uint8
 	chunk
+	// inexact: the replay took messages out of it, each with its share of the chunk's bytes,
+	// footprint and record bytes; restore reads it back for the exact ones (Queue.exact).
+	inexact bool
+}
+
+// take takes seq, one of its messages, out of the chunk, for a record replayed after the
+// checkpoint's mark.
+func (c *ckChunk) take(seq uint64) {
+	c.drop(seq)
+	c.inexact = true
 }
 
 // snapshot returns the state of queues, durable queues of b, for a checkpoint at mark, or nil if
@@ -491,7 +501,7 @@ func (r *replay) chunked(p placement, seg uint64) bool {
 	if c.loc.seg == seg {
 		return true
 	}
-	c.drop(p.seq)
+	c.take(p.seq)
 	return false
 }
 
@@ -504,7 +514,7 @@ func (q *replayQueue) unchunk(seq uint64) *replayMsg {
 	if c == nil {
 		return nil
 	}
-	c.drop(seq)
+	c.take(seq)
 	if q.fetch == nil {
 		q.fetch = map[uint64]uint64{}
 	}
@@ -588,4 +598,27 @@ func (b *Broker) durableQueues() []*Queue {
 		}
 	}
 	return queues
+}
+
+// exact makes the sizes of c, a chunk of q's that the replay took messages out of, exact again:
+// it reads its messages back and counts theirs. If they cannot be read (the read fails, or finds
+// other messages than c's count), c keeps its shares: a queue's byte count and footprint are
+// estimated for those messages until they are read back.
+func (q *Queue) exact(c *ckChunk) {
+	ents, err := q.readPaged(c.rank, &c.chunk)
+	if err != nil || len(ents) != c.n {
+		return
+	}
+	disk := c.disk
+	c.bytes, c.extra, c.disk = 0, 0, 0
+	for _, e := range ents {
+		c.bytes += int64(int(e.env.size))
+		c.extra += e.env.overhead()
+		c.disk += recordSize(e)
+	}
+	c.inexact = false
+	s := q.b.store
+	s.mu.Lock()
+	s.live.add(c.loc.seg, 0, c.disk-disk) // the replay counted the shares
+	s.mu.Unlock()
 }

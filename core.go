@@ -871,7 +871,11 @@ func (c *queueCore) restore(ready []entry, delayed []delayedEntry, nextSeq uint6
 	}
 	live := ready[:0]
 	for _, e := range ready {
-		if c.mayReturn(e) { // a delivery out at the crash, now past the delivery limit
+		// A delivery out at the crash, now past the delivery limit, is dead-lettered. One
+		// whose deadline passed stays for resume's expireDue, which expires the messages in
+		// memory and those on disk together, by deadline: which of them Open keeps in memory
+		// (the page window, a checkpoint's) does not change the order they expire in.
+		if c.expired(e) || c.mayReturn(e) {
 			live = append(live, e)
 		}
 	}

@@ -241,7 +241,7 @@ func (r *replay) apply(seg uint64, rec record) {
 		if m == nil && len(q.chunks) > 0 {
 			if rec.typ == recSettle {
 				if c := q.chunkHolding(rec.seq); c != nil {
-					c.drop(rec.seq)
+					c.take(rec.seq)
 				}
 				return
 			}
@@ -440,8 +440,12 @@ func (q *Queue) restore(r *replay) error {
 		batch, bodies = batch[:0], bodies[:0]
 	}
 	var returns [][]byte // the records of the returns: they must outlive this life too
-	for _, c := range rq.chunks {
+	for i := range rq.chunks {
+		c := &rq.chunks[i]
 		after[c.rank] = max(after[c.rank], c.last)
+		if c.inexact {
+			q.exact(c)
+		}
 	}
 	r.messages(q.log.qid, func(m replayMsg) {
 		if err != nil {
@@ -478,6 +482,12 @@ func (q *Queue) restore(r *replay) error {
 		}
 		if p := q.cfg.maxPriority; p > 0 {
 			e.rank = uint8(p - min(p, int(b.env.priority)))
+		}
+		if m.due <= wall {
+			// Its delay ran out, while the process was down or before it stopped (the queue
+			// made it ready then, which no record says, and a checkpoint has it ready): it is
+			// ready, and expires at resume among the others if its deadline passed too.
+			m.due = 0
 		}
 		if m.deadline != 0 {
 			e.deadline = onClock(m.deadline)
