@@ -2,14 +2,19 @@ package warren
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
+	"hash/crc32"
 	"maps"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -282,7 +287,7 @@ func describe(d Delivery) string {
 		m.Persistent, m.Priority, m.Expiration, m.Headers)
 }
 
-// queueOf returns b's queue name.
+// queueOf returns b's queue named name.
 func queueOf(t *testing.T, b *Broker, name string) *Queue {
 	t.Helper()
 	q, err := b.Queue(name)
@@ -291,8 +296,8 @@ func queueOf(t *testing.T, b *Broker, name string) *Queue {
 }
 
 // state renders what a side's broker holds, without changing it: its topology, each queue's
-// stats (but the oldest message's age, which a restore samples anew), which segments hold
-// bodies the queues need, and the events heard since the last look.
+// stats (but the oldest message's age, which a restore samples anew), how many bodies the
+// store counts live, and the events heard since the last look.
 func (s *ckSide) state(t *testing.T) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%+v\n", s.b.Topology())
@@ -413,13 +418,15 @@ var (
 )
 
 // TestCheckpointSameAsReplay: for many random workloads (persistent and transient messages,
-// priorities, per-message and queue TTLs, dead-lettering, delays, nacks, rejects, Gets left
-// unacked at Close, purges, fan-out, page windows from none to one message), the broker Open
+// priorities, per-message and queue TTLs, dead-lettering, delays, nacks, rejects, Gets and
+// consumers' deliveries out at Close, purges, fan-out; page windows from none to one message,
+// sometimes another at the reopen; TTLs running out while the broker is down), the broker Open
 // makes from a clean Close's checkpoint is the one it makes by replaying the whole log: the
-// same topology, stats, live segments and events at open, and the same results for the same
-// operations after. A second life on each, closed in turn, reopens alike too: with its own
-// checkpoint, and by replay (what the first life's store kept of the segments held what the
-// queues needed). Under testing/synctest, so that every side sees the same clock.
+// same topology, stats, live bodies by segment and events at open, and the same results for
+// the same operations after, every delivery compared. A second life on each, closed in turn,
+// reopens alike too: with its own checkpoint, and by replay (what the first life's store kept
+// of the segments held what the queues needed). Under testing/synctest, so that every side
+// sees the same clock.
 //
 // Seeds: -warren.ckseeds of them from -warren.ckfrom; 60 by default (about 9 s under -race on
 // two cores), 25 with -short.
@@ -435,10 +442,9 @@ func TestCheckpointSameAsReplay(t *testing.T) {
 	for seed := *ckFromFlag; seed < *ckFromFlag+uint64(seeds); seed++ {
 		synctest.Test(t, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 0x636b))
-			window, reopen := ckWindows[rng.IntN(len(ckWindows))], -2
-			if rng.IntN(3) > 0 {
-				reopen = window
-			} else {
+			window := ckWindows[rng.IntN(len(ckWindows))]
+			reopen := window // a third of the time, another
+			if rng.IntN(3) == 0 {
 				reopen = ckWindows[rng.IntN(len(ckWindows))]
 			}
 			defer func() {
@@ -511,17 +517,28 @@ func TestCheckpointSameAsReplay(t *testing.T) {
 	require.Positive(t, used)
 }
 
-// ckClosed runs the first life of seed's workload (steps operations) on a fresh MemFS with page
-// window window, and closes it, which writes a checkpoint. The caller is in a bubble.
-func ckClosed(t *testing.T, seed uint64, window, steps int) *wal.MemFS {
+// ckLife runs the first life of seed's workload (steps operations, then backlog messages more
+// to queue c) on a fresh MemFS with opts, and returns its broker, open. The caller is in a
+// bubble.
+func ckLife(t *testing.T, seed uint64, opts []BrokerOption, steps, backlog int) *ckSide {
 	t.Helper()
-	fs := wal.NewMemFS()
-	l := &ckLockstep{t: t, rng: rand.New(rand.NewPCG(seed, 1)), sides: []*ckSide{openSide(t, fs, ckOptions(window))}}
+	l := &ckLockstep{t: t, rng: rand.New(rand.NewPCG(seed, 1)), sides: []*ckSide{openSide(t, wal.NewMemFS(), opts)}}
 	ckTopology(t, l.sides[0].b)
 	l.run(steps)
-	l.closeAll()
-	require.NotNil(t, ckWritten(t, fs), "Close wrote a checkpoint")
-	return fs
+	for i := range backlog {
+		persistent(t, l.sides[0].b, "c", fmt.Sprint("backlog ", i))
+	}
+	synctest.Wait()
+	return l.sides[0]
+}
+
+// ckClosed closes ckLife's broker, which writes a checkpoint, and returns its file system.
+func ckClosed(t *testing.T, seed uint64, opts []BrokerOption, steps, backlog int) *wal.MemFS {
+	t.Helper()
+	s := ckLife(t, seed, opts, steps, backlog)
+	require.NoError(t, s.b.Close())
+	require.NotNil(t, ckWritten(t, s.fs), "Close wrote a checkpoint")
+	return s.fs
 }
 
 // ckSame opens a broker on each of fss, at this instant, with opts, requires them alike (what
@@ -625,7 +642,7 @@ func TestCheckpointServeBuffered(t *testing.T) {
 func TestCheckpointDamaged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		opts := ckOptions(2)
-		fs := ckClosed(t, 7, 2, 20)
+		fs := ckClosed(t, 7, opts, 20, 0)
 		name := ckOnly(t, fs)
 		raw := fs.Contents(name)
 		truth := withoutCheckpoint(t, fs)
@@ -754,4 +771,407 @@ func TestCheckpointCrashSameAsReplay(t *testing.T) {
 	}
 	t.Logf("%d seeds: %d opened from a checkpoint and the records after it", seeds, used)
 	require.Greater(t, used, seeds/2, "most crashes open from a checkpoint")
+}
+
+// TestCheckpointStale: a checkpoint older than the log — put back after a later life wrote to
+// the log and closed cleanly, or after a later life was killed, alone — opens to what the replay
+// without it gives: from it and the records after its mark, or, if its mark is gone from the
+// log, by the replay.
+func TestCheckpointStale(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		opts := ckOptions(3)
+		fs := ckClosed(t, 11, opts, 40, 0)
+		oldName := ckOnly(t, fs)
+		old := fs.Contents(oldName)
+		l := &ckLockstep{t: t, rng: rand.New(rand.NewPCG(11, 2)), next: 1 << 20, sides: []*ckSide{openSide(t, fs, opts)}}
+		defer l.sides[0].b.Close()
+		require.True(t, l.sides[0].b.Recovery().Checkpoint)
+		l.run(30)
+		require.NoError(t, l.sides[0].b.store.log.Sync()) // what the second life did is in its files
+		killed := fs.Clone()
+		killed.Crash(wal.KeepWritten, nil) // a kill -9 of the second life
+		l.closeAll()
+		require.NotNil(t, ckWritten(t, fs), "the second life's own")
+
+		for _, f := range []*wal.MemFS{fs, killed} {
+			stale := withoutCheckpoint(t, f)
+			file, err := stale.Create(oldName) // rewrite replaces a file
+			require.NoError(t, err)
+			require.NoError(t, file.Close())
+			rewrite(t, stale, oldName, old)
+			ckSame(t, opts, withoutCheckpoint(t, f), stale)
+		}
+	})
+}
+
+// TestCheckpointLogDamaged: damage to the log after a clean Close — each segment in turn removed,
+// its header damaged, a byte of its records flipped; with and without WithSalvage — never
+// makes Open from the checkpoint worse than the replay. Where Open needs what was damaged (a
+// segment file before the mark, a body it reads back), it replays the whole log and does what
+// the replay of the damaged log does: fail with ErrCorrupt, or, salvaging, make the same
+// broker; from the mark on it reads the log as the replay does. Where it needs nothing damaged
+// (a header before the mark is not read: the checkpoint knows the segments' first records), it
+// restores what the log held before the damage; a chunk whose segment was damaged, not read at
+// open, is not dropped: its messages stay in the queue, counted, and Get says it cannot read
+// them.
+func TestCheckpointLogDamaged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		small := logOptions(wal.Options{SegmentSize: 1024, Sync: wal.SyncNever}) // more segments
+		fs := ckClosed(t, 13, ckOptions(2, small), 30, 150)
+		ck := ckWritten(t, fs)
+		needed := map[uint64]bool{ck.mark.Seg: true} // the segments Open from the checkpoint reads
+		for _, b := range ck.bodies {
+			needed[b.seg] = true
+		}
+		damages := []struct {
+			kind   string
+			damage func(f *wal.MemFS, name string)
+		}{
+			{"removed", func(f *wal.MemFS, name string) { require.NoError(t, f.Remove(name)) }},
+			{"header", func(f *wal.MemFS, name string) { corruptByte(t, f, name, 20) }},
+			{"record", func(f *wal.MemFS, name string) { corruptByte(t, f, name, max(100, len(f.Contents(name))/2)) }},
+		}
+		var used, replayed, failed, stuck int
+		for _, salvage := range []bool{false, true} {
+			opts := ckOptions(2, small)
+			if salvage {
+				opts = append(opts, WithSalvage())
+			}
+			for _, name := range segmentNames(t, fs) {
+				var seg uint64
+				_, err := fmt.Sscanf(name, "%x.wal", &seg)
+				require.NoError(t, err)
+				for _, d := range damages {
+					if d.kind == "record" && len(fs.Contents(name)) <= 100 {
+						continue // no record: the mark's empty segment
+					}
+					what := fmt.Sprintf("%s: %s, salvage %v", name, d.kind, salvage)
+					damaged := fs.Clone()
+					d.damage(damaged, name)
+					replay := withoutCheckpoint(t, damaged)
+					b, err := openBroker(damaged.Clone(), opts...)
+					rb, rerr := openBroker(replay.Clone(), opts...)
+					for _, b := range []*Broker{b, rb} {
+						if b != nil {
+							require.NoError(t, b.Close())
+						}
+					}
+					switch {
+					case err != nil:
+						failed++
+						require.ErrorIs(t, err, ErrCorrupt, what)
+						require.ErrorIs(t, rerr, ErrCorrupt, "%s: the replay fails too", what)
+					case !b.Recovery().Checkpoint:
+						replayed++
+						require.NoError(t, rerr, "%s: the replay fails, the fallback does not", what)
+						ckSame(t, opts, replay, damaged)
+					case seg >= ck.mark.Seg:
+						// From the mark on, Open from the checkpoint reads the log as the
+						// replay does: it finds the damage, or cuts it as a torn end.
+						used++
+						ckSame(t, opts, replay, damaged)
+					default:
+						used++
+						require.False(t, d.kind == "removed" && needed[seg], "%s: used the checkpoint", what)
+						if ckDamagedChunks(t, opts, withoutCheckpoint(t, fs), damaged, what) {
+							stuck++
+						}
+					}
+				}
+			}
+		}
+		t.Logf("of the damaged logs, %d opened from the checkpoint (%d with a chunk they could not read), %d replayed, %d refused",
+			used, stuck, replayed, failed)
+		require.Positive(t, stuck)
+		require.Positive(t, replayed)
+		require.Positive(t, failed)
+	})
+}
+
+// ckDamagedChunks requires the broker Open makes from damaged, whose checkpoint it uses, alike
+// to the one it makes from truth, the undamaged log, but for the chunks it cannot read back:
+// each queue holds what truth's holds, in order, up to where Get fails to read on (an error
+// wrapping ErrStorage; it tries again later), and counts what it could not read. It reports whether
+// a queue could not read on.
+func ckDamagedChunks(t *testing.T, opts []BrokerOption, truth, damaged *wal.MemFS, what string) (stuck bool) {
+	t.Helper()
+	l := &ckLockstep{t: t, sides: []*ckSide{openSide(t, truth, opts), openSide(t, damaged, opts)}}
+	require.True(t, l.sides[1].b.Recovery().Checkpoint)
+	l.check(what + ": at open")
+	for _, name := range queueNames(l.sides[0].b) {
+		var got [2][]string
+		for i, s := range l.sides {
+			q := queueOf(t, s.b, name)
+			for {
+				d, err := q.Get(context.Background())
+				if err != nil {
+					if i == 0 || q.Len() == 0 {
+						require.ErrorIs(t, err, ErrEmpty)
+					} else {
+						require.ErrorIs(t, err, ErrStorage, "what it cannot read, it says so")
+					}
+					break
+				}
+				got[i] = append(got[i], describe(d))
+				require.NoError(t, d.Ack())
+			}
+			if i == 1 {
+				require.Equal(t, len(got[0])-len(got[1]), q.Len(), "%s: queue %s counts what it cannot read", what, name)
+			}
+		}
+		require.Equal(t, got[0][:len(got[1])], got[1], "%s: queue %s", what, name)
+		stuck = stuck || len(got[1]) < len(got[0])
+	}
+	l.closeAll()
+	return stuck
+}
+
+// TestCheckpointCrashAfterOpen: after a checkpointed Open and a life of appends, a crash (a kill
+// -9, a power loss) reopens to what the same life and crash give a broker opened by the replay:
+// from the checkpoint the first Open read and the records after its mark, all of this life's.
+func TestCheckpointCrashAfterOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		opts := ckOptions(2)
+		fs := ckClosed(t, 17, opts, 40, 50)
+		replayFS := withoutCheckpoint(t, fs)
+		l := &ckLockstep{t: t, rng: rand.New(rand.NewPCG(17, 2)), next: 1 << 20,
+			sides: []*ckSide{openSide(t, fs, opts), openSide(t, replayFS, opts)}}
+		for _, s := range l.sides {
+			defer s.b.Close()
+		}
+		require.True(t, l.sides[0].b.Recovery().Checkpoint)
+
+		l.run(40)
+		for _, s := range l.sides {
+			require.NoError(t, s.b.store.log.Sync()) // each log's files hold the same records
+		}
+		lost := fs.Clone()
+		lost.Crash(wal.TornTail, rand.New(rand.NewPCG(17, 3)))
+		l.do("kill -9", func(s *ckSide) string {
+			s.fs.Crash(wal.KeepWritten, nil)
+			require.Error(t, s.b.Close(), "the crashed log fails")
+			return ""
+		})
+		rs := ckSame(t, opts, replayFS, fs)
+		require.True(t, rs[1].Checkpoint, "from the first life's checkpoint, the second life's records replayed")
+
+		b := openTest(t, lost, opts...) // after a power loss
+		require.NoError(t, b.Close())
+	})
+}
+
+// TestCheckpointWriteFails: a Close whose checkpoint cannot be written (a write fails, or is cut
+// short; a sync fails, keeping or dropping what it did not make durable; the directory's sync
+// fails; the disk is full) succeeds, unless the log's own close failed, and leaves no checkpoint
+// that a later Open uses wrongly: Open makes what the replay makes. Each fault is tried at each
+// of the first writes or syncs Close makes, the log's and the checkpoint's (the disk full at
+// each of a few sizes).
+func TestCheckpointWriteFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		injected := errors.New("injected")
+		const window = 2
+		faults := []struct {
+			name string
+			arm  func(fs *wal.MemFS, k int)
+		}{
+			{"write", func(fs *wal.MemFS, k int) { fs.FailWrite(k, injected, nil) }},
+			{"short write", func(fs *wal.MemFS, k int) { fs.FailWrite(k, injected, rand.New(rand.NewPCG(uint64(k), 1))) }},
+			{"sync", func(fs *wal.MemFS, k int) { fs.FailSync(k, injected, wal.KeepUnsynced) }},
+			{"sync dropping", func(fs *wal.MemFS, k int) { fs.FailSync(k, injected, wal.DropUnsynced) }},
+			{"directory sync", func(fs *wal.MemFS, k int) { fs.FailSyncDir(k, injected) }},
+			{"disk full", func(fs *wal.MemFS, k int) { fs.Capacity(fs.Used() + int64(k)*128) }},
+		}
+		var quiet, failed, written int // Closes without a checkpoint and no error; with an error; with one
+		for _, f := range faults {
+			hit := false // the fault made the checkpoint's write fail, not the log's
+			for k := range 8 {
+				what := fmt.Sprintf("%s at %d", f.name, k)
+				s := ckLife(t, 19, ckOptions(window), 30, 40)
+				f.arm(s.fs, k)
+				err := s.b.Close()
+				s.fs.FailWrite(-1, nil, nil)
+				s.fs.FailSync(-1, nil, wal.KeepUnsynced)
+				s.fs.FailSyncDir(-1, nil)
+				s.fs.Capacity(-1)
+				// What is left of the Close's checkpoint, if anything, must be whole or fail its
+				// checksum; an older one may be there too, as good as it was.
+				seq := s.b.store.checkpoints
+				raw := s.fs.Contents(checkpointFiles[seq%2])
+				got, derr := decodeCheckpoint(raw)
+				ck := raw != nil && derr == nil && got.seq == seq
+				switch {
+				case err != nil:
+					failed++
+					require.ErrorIs(t, err, ErrStorage, what)
+					require.False(t, ck, "%s: the Close of a log that failed wrote one", what)
+				case !ck:
+					quiet++
+					hit = true
+				default:
+					written++
+				}
+				rs := ckSame(t, ckOptions(window), withoutCheckpoint(t, s.fs), s.fs)
+				if ck {
+					require.True(t, rs[1].Checkpoint, what)
+				}
+			}
+			require.True(t, hit, "%s: never made the checkpoint's write fail", f.name)
+		}
+		t.Logf("Closes: %d failed, %d wrote no checkpoint and succeeded, %d wrote one", failed, quiet, written)
+		require.Positive(t, failed, "no fault hit the log's close")
+	})
+}
+
+// TestCheckpointChecksummed: a checkpoint damaged in a way its checksum does not see (each
+// byte flipped in turn, the checksum made again: a bug's, not a disk's) must not make Open
+// panic nor leave a queue spinning: Open may fail (a topology record no longer makes sense),
+// replay the log (the file does not decode), or restore what it says; what it restored drains,
+// and its timers come to rest.
+func TestCheckpointChecksummed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		opts := ckOptions(2)
+		fs := ckClosed(t, 31, opts, 15, 0)
+		name := ckOnly(t, fs)
+		raw := fs.Contents(name)
+		outcomes := map[string]int{}
+		for i := len(checkpointMagic); i < len(raw)-4; i++ {
+			bad := slices.Clone(raw)
+			bad[i] ^= 1 << (i % 8)
+			body := bad[:len(bad)-4]
+			binary.LittleEndian.PutUint32(bad[len(body):], crc32.Checksum(body, crcTable))
+			c := fs.Clone()
+			rewrite(t, c, name, bad)
+			b, err := openBroker(c, opts...)
+			switch {
+			case err != nil:
+				outcomes["refused"]++
+				continue
+			case b.Recovery().Checkpoint:
+				outcomes["restored"]++
+			default:
+				outcomes["replayed"]++
+			}
+			for q := range b.Queues() {
+				for {
+					d, err := q.Get(context.Background())
+					if err != nil {
+						break
+					}
+					require.NoError(t, d.Ack())
+				}
+			}
+			time.Sleep(time.Minute) // every TTL and delay runs out, every retry is made
+			synctest.Wait()         // and nothing spins
+			require.NoError(t, b.Close())
+		}
+		t.Logf("%d bytes flipped: %v", len(raw)-len(checkpointMagic)-4, outcomes)
+		require.Positive(t, outcomes["restored"])
+	})
+}
+
+// TestCheckpointCloseUnderLoad: a Close that comes while publishers, a consumer and a getter
+// work (settling in every way, dead-lettering past a delivery limit, fanning out), or just after
+// they stopped, with deliveries out, writes a checkpoint only if it stands for the log: Open
+// from it makes what the replay makes. Real goroutines and time, under the race detector; no
+// TTLs nor delays, so that two Opens a moment apart are alike.
+func TestCheckpointCloseUnderLoad(t *testing.T) {
+	var written, busyWritten int
+	const rounds = 12
+	for round := range rounds {
+		window, busy := []int{0, 1, 3, -1}[round%4], round%2 == 0
+		fs := wal.NewMemFS()
+		b := openTest(t, fs, ckOptions(window)...)
+		_, err := b.DeclareExchange("fan", ExchangeFanout, Durable())
+		require.NoError(t, err)
+		durableQueue(t, b, "dlq")
+		jobs := durableQueue(t, b, "jobs", DeliveryLimit(1), DeadLetter("", "dlq"))
+		other := durableQueue(t, b, "other", MaxPriority(3))
+		require.NoError(t, b.Bind("jobs", "fan", "", nil))
+		require.NoError(t, b.Bind("other", "fan", "", nil))
+
+		var wg sync.WaitGroup
+		var published atomic.Int64
+		stop := make(chan struct{})
+		stopped := func() bool {
+			select {
+			case <-stop:
+				return true
+			default:
+				return false
+			}
+		}
+		for p := range 2 {
+			wg.Go(func() {
+				for i := 0; !stopped(); i++ {
+					m := Message{Body: fmt.Appendf(nil, "p%d-%d", p, i), Persistent: i%5 != 0, Priority: uint8(i % 4)}
+					if b.Publish(context.Background(), "fan", "", m) != nil {
+						return
+					}
+					published.Add(1)
+				}
+			})
+		}
+		wg.Go(func() { // Gets, settled in every way, some kept
+			rng := rand.New(rand.NewPCG(uint64(round), 1))
+			for !stopped() {
+				d, err := []*Queue{jobs, other}[rng.IntN(2)].Get(context.Background())
+				if errors.Is(err, ErrEmpty) {
+					continue
+				}
+				if err != nil {
+					return
+				}
+				switch rng.IntN(5) {
+				case 0:
+					d.Nack()
+				case 1:
+					d.Reject()
+				case 2: // kept: out at the Close
+				default:
+					d.Ack()
+				}
+			}
+		})
+		c, err := other.Consume(context.Background(), Prefetch(4))
+		require.NoError(t, err)
+		wg.Go(func() { // what it has not read when it stops is out at the Close
+			i := 0
+			for d := range c.Deliveries() {
+				if i++; i%3 == 0 {
+					d.Nack()
+				} else {
+					d.Ack()
+				}
+				if stopped() {
+					return
+				}
+			}
+		})
+		for published.Load() < 200 {
+			runtime.Gosched()
+		}
+		if !busy {
+			close(stop)
+			wg.Wait()
+		}
+		require.NoError(t, b.Close())
+		if busy {
+			close(stop)
+			wg.Wait()
+		}
+
+		ck := ckWritten(t, fs)
+		if ck != nil {
+			written++
+			if busy {
+				busyWritten++
+			}
+		}
+		synctest.Test(t, func(t *testing.T) { // the comparison's Opens, in a bubble of their own
+			rs := ckSame(t, ckOptions(window), withoutCheckpoint(t, fs), fs)
+			require.Equal(t, ck.usable(window), rs[1].Checkpoint)
+		})
+	}
+	t.Logf("%d of %d Closes wrote a checkpoint, %d of the %d under load", written, rounds, busyWritten, rounds/2)
+	require.GreaterOrEqual(t, written, rounds/2, "every Close after the load stopped")
 }
