@@ -349,6 +349,8 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 				c.gone = append(c.gone, d.uvarint())
 			}
 			if d.err == nil && (c.loc.seg == 0 || c.n == 0 || c.first > c.last || !slices.IsSorted(c.gone) ||
+				uint64(c.n) != c.last-c.first+1-uint64(len(c.gone)) || // its ids not gone are its messages
+				len(c.gone) > 0 && (c.gone[0] <= c.first || c.gone[len(c.gone)-1] > c.last) ||
 				len(q.chunks) > 0 && (q.chunks[len(q.chunks)-1].rank > c.rank ||
 					q.chunks[len(q.chunks)-1].rank == c.rank && q.chunks[len(q.chunks)-1].last >= c.first)) {
 				d.fail("chunk %d-%d", c.first, c.last)
