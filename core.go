@@ -790,8 +790,9 @@ func (c *queueCore) outstanding() iter.Seq[*lease] {
 
 // each calls fn with every message the queue holds: the ready ones in delivery order, then the
 // delayed ones with when they are due (on the queue's clock), then the outstanding ones, out
-// unless their delivery is uncounted (not received yet: lease.uncounted), which the log holds
-// as not out. fn must not change the queue.
+// as the log holds them: not a delivery not received yet (lease.uncounted), nor a message lent
+// to a move (lend records nothing: it is in the queue until its move settles it). fn must not
+// change the queue.
 func (c *queueCore) each(fn func(e entry, due int64, out bool)) {
 	c.ready.ascend(0, func(e entry) bool {
 		fn(e, 0, false)
@@ -804,7 +805,7 @@ func (c *queueCore) each(fn func(e entry, due int64, out bool)) {
 		})
 	}
 	for d := range c.outstanding() {
-		fn(d.e, 0, !d.uncounted)
+		fn(d.e, 0, !d.uncounted && d.h != &c.moving)
 	}
 }
 

@@ -201,6 +201,28 @@ func entryString(seq uint64, returns uint32, redelivered bool) string {
 // ---------------------------------------------------------------------------------------------
 // Examples.
 
+// TestCoreEachOutAsTheLogHolds: each, which compaction and checkpoints write the queue's state
+// from, calls a message out only when the log says so: a consumer's delivery is out; one to a
+// holder that counts at receipt and not received yet is not, nor is a message lent to a move
+// (lend writes nothing: a checkpoint or compaction that called it out brought it back
+// redelivered, one delivery nearer its limit, after a move that gave it back).
+func TestCoreEachOutAsTheLogHolds(t *testing.T) {
+	c := newTestCore(nil)
+	for i := range 4 {
+		corePublish(c, coreEnv(i, 0, 0), -1)
+	}
+	consumer, serve := &holder{}, &holder{atReceipt: true}
+	c.holders = append(c.holders, consumer, serve)
+	coreTake(c, consumer)
+	coreTake(c, serve)
+	e, ok := c.take()
+	require.True(t, ok)
+	c.lend(&c.moving, e)
+	out := map[string]bool{}
+	c.each(func(e entry, _ int64, o bool) { out[string(e.env.bodyBytes())] = o })
+	require.Equal(t, map[string]bool{"m0": true, "m1": false, "m2": false, "m3": false}, out)
+}
+
 func TestCoreNackReturnsToOriginalPosition(t *testing.T) {
 	c := newTestCore(nil)
 	h := &holder{tag: "c1"}
