@@ -591,17 +591,6 @@ func (r *replay) loadBodies(log *wal.Log) error {
 	return nil
 }
 
-// durableQueues returns b's durable queues of its log. The caller holds b's topology lock.
-func (b *Broker) durableQueues() []*Queue {
-	var queues []*Queue
-	for _, q := range b.queues {
-		if q.log != nil {
-			queues = append(queues, q)
-		}
-	}
-	return queues
-}
-
 // exact makes the sizes of c, a chunk of q's that the replay took messages out of, exact again:
 // it reads its messages back and counts theirs. If they cannot be read (the read fails, or finds
 // other messages than c's count), c keeps its shares: a queue's byte count and footprint are

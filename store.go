@@ -486,6 +486,17 @@ func (s *store) topologyRecords() [][]byte {
 	return recs
 }
 
+// durableQueues returns b's durable queues of a durable broker: those with a log. The caller holds b's topology lock.
+func (b *Broker) durableQueues() []*Queue {
+	var queues []*Queue
+	for _, q := range b.queues {
+		if q.log != nil {
+			queues = append(queues, q)
+		}
+	}
+	return queues
+}
+
 // durable reports whether x is a durable exchange of a durable broker, other than a
 // predeclared one (those exist in every broker).
 func (x *Exchange) durable() bool {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,18 +40,12 @@ func backlogChild(o options) int {
 	defer cancel()
 	// A RabbitMQ queue must not expire while the child fills it (publishing is no use).
 	bench.RabbitQueueExpires = o.timeout + time.Minute
-	if o.cpuprof != "" { // the whole step's, its fill included
-		f, err := os.Create(o.cpuprof)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
+	stop, err := startProfiles(o) // the whole step's
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
+	defer stop()
 	printResult(bench.RunBacklog(ctx, o.system, o.step, o.backlogN, o.backlogW1))
 	return 0
 }

@@ -191,14 +191,15 @@ func factorFor(scale map[string]float64, system, workload string) (float64, stri
 	return 1, ""
 }
 
-func child(o options) int {
-	c, err := bench.LookupCase(o.caseID, o.quick)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
+// startProfiles starts the CPU profile and the execution trace a child was asked for
+// (-cpuprofile, -trace); stop ends them and closes their files.
+func startProfiles(o options) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, f := range slices.Backward(stops) {
+			f()
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
 	for _, p := range []struct {
 		path  string
 		start func(io.Writer) error
@@ -212,12 +213,28 @@ func child(o options) int {
 			err = p.start(f)
 		}
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
+			stop()
+			return nil, err
 		}
-		defer f.Close()
-		defer p.stop()
+		stops = append(stops, func() { p.stop(); f.Close() })
 	}
+	return stop, nil
+}
+
+func child(o options) int {
+	c, err := bench.LookupCase(o.caseID, o.quick)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	stop, err := startProfiles(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer stop()
 	r := bench.Run(ctx, o.system, c, sizes(o.quick, o.factor))
 	if o.memprof != "" {
 		if err := writeAllocs(o.memprof); err != nil {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,18 +43,12 @@ var openVariants = []struct{ name, title string }{
 func recoveryChild(o options) int {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	if o.cpuprof != "" {
-		f, err := os.Create(o.cpuprof)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
+	stop, err := startProfiles(o) // the whole step's
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
+	defer stop()
 	var r bench.Result
 	switch o.step {
 	case "fill":
