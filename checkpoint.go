@@ -57,6 +57,13 @@ var checkpointFiles = [2]string{"checkpoint.0", "checkpoint.1"}
 // milliseconds under each queue's lock) comes at most a few times a second at full speed.
 const checkpointEvery = 128
 
+// checkpointMaxHeld is the most messages held in memory (each listed in a checkpoint) for which
+// the broker takes a checkpoint while it runs: past it (a broker that does not page, a fan-out
+// backlog), a checkpoint would cost about what the replay it saves does, rewritten every
+// interval, under each queue's lock for as long as it takes to list its messages. Close takes
+// one whatever it holds.
+const checkpointMaxHeld = 1 << 18
+
 // checkpointMagic starts a checkpoint: its format's name and version.
 const checkpointMagic = "warren checkpoint 2\n"
 
@@ -146,6 +153,16 @@ func (s *store) checkpoint(b *Broker) {
 	b.mu.RLock()
 	queues, nextQueue := b.durableQueues(), s.nextQueue
 	b.mu.RUnlock()
+	held := 0
+	for _, q := range queues {
+		q.view(func() { held += q.core.ready.inMemory() + q.core.unacked + delayedLen(&q.core) })
+	}
+	s.mu.Lock()
+	over := held > s.maxHeld
+	s.mu.Unlock()
+	if over {
+		return // until the next interval: the backlog may have gone to disk, or been consumed
+	}
 	ck := s.snapshot(queues, mark, nextQueue)
 	if ck == nil || s.log.Sync() != nil {
 		s.mu.Lock()
@@ -158,8 +175,10 @@ func (s *store) checkpoint(b *Broker) {
 
 // write writes ck, numbered after the last, to the file not holding the newest checkpoint.
 func (s *store) write(ck *checkpoint) {
+	s.mu.Lock()
 	s.checkpoints++
 	ck.seq = s.checkpoints
+	s.mu.Unlock()
 	if err := writeCheckpoint(s.fs, ck); err != nil {
 		s.logger.Warn("warren: durable log: writing a checkpoint; the next Open replays more of the log", "err", err)
 	}
@@ -612,4 +631,12 @@ func (q *Queue) exact(c *ckChunk) {
 	s.mu.Lock()
 	s.live.add(c.loc.seg, 0, c.disk-disk) // the replay counted the shares
 	s.mu.Unlock()
+}
+
+// delayedLen returns how many messages c holds delayed.
+func delayedLen(c *queueCore) int {
+	if c.delayed == nil {
+		return 0
+	}
+	return c.delayed.Len()
 }

@@ -1175,3 +1175,45 @@ func TestCheckpointCloseUnderLoad(t *testing.T) {
 	t.Logf("%d of %d Closes wrote a checkpoint, %d of the %d under load", written, rounds, busyWritten, rounds/2)
 	require.GreaterOrEqual(t, written, rounds/2, "every Close after the load stopped")
 }
+
+// TestCheckpointNotWhileHeldInMemory: a broker holding more messages in memory than
+// checkpointMaxHeld (here a broker that does not page) takes no checkpoint while it runs — each
+// would list them all under their queues' locks and write them again every interval — where one
+// that pages takes them; Close takes one either way.
+func TestCheckpointNotWhileHeldInMemory(t *testing.T) {
+	for _, window := range []int{0, 64} {
+		fs := wal.NewMemFS()
+		b, err := openBroker(fs, checkpointEveryOption(1), WithPageWindow(window),
+			logOptions(wal.Options{SegmentSize: 16 << 10, Sync: wal.SyncNever}))
+		require.NoError(t, err)
+		b.store.mu.Lock()
+		b.store.maxHeld = 1000
+		b.store.mu.Unlock()
+		durableQueue(t, b, "q")
+		batch := make([]Publishing, 256)
+		publish := func(batches int) {
+			for range batches {
+				for j := range batch {
+					batch[j] = Publishing{Key: "q", Message: Message{Body: make([]byte, 100), Persistent: true}}
+				}
+				require.NoError(t, b.PublishBatch(context.Background(), batch))
+			}
+		}
+		checkpoints := func() uint64 {
+			b.store.mu.Lock() // the compactor's goroutine counts them, under it too (write)
+			defer b.store.mu.Unlock()
+			return b.store.checkpoints
+		}
+		publish(8) // 2,048 messages: past 1,000 in memory, unless paged
+		before := checkpoints()
+		publish(32)
+		stopCompactor(b) // its checkpoint in progress, if any, is done
+		if window == 0 {
+			require.Equal(t, before, checkpoints(), "over 1,000 messages in memory: none since")
+		} else {
+			require.Greater(t, checkpoints(), before, "paged: the window in memory")
+		}
+		require.NoError(t, b.Close())
+		require.NotNil(t, ckWritten(t, fs), "Close's")
+	}
+}

@@ -163,7 +163,7 @@ func openBroker(fs wal.FS, opts ...BrokerOption) (*Broker, error) {
 	topo := newReplay()
 	topo.queueDecls, topo.exchangeDecls, topo.bindings = r.queueDecls, r.exchangeDecls, r.bindings
 	b.store = &store{log: log, fs: fs, logger: b.cfg.logger, live: r.live, oldest: 1, lastSeg: rec.Last, topo: topo, topoSeg: 1,
-		checkpoints: r.checkpoints, nextQueue: r.nextQueue, every: b.cfg.checkpointEvery}
+		checkpoints: r.checkpoints, nextQueue: r.nextQueue, every: b.cfg.checkpointEvery, maxHeld: checkpointMaxHeld}
 	b.store.nextMsg.Store(r.maxMsg)
 	b.store.recovery = Recovery{Checkpoint: rec.Resumed, Cut: logDamage(rec.Cut), Skipped: logDamage(rec.Skipped)}
 	for _, d := range rec.Cut {

@@ -43,7 +43,7 @@ type store struct {
 	lock      io.Closer // the directory's lock (Open); nil on other file systems
 	fs        wal.FS    // the log's directory, where the checkpoints go (checkpoint.go)
 	// checkpoints numbers the last checkpoint written (or read at Open); the compactor's
-	// goroutine and Close write them, one after the other.
+	// goroutine and Close write them, one after the other. Guarded by mu.
 	checkpoints uint64
 	recovery    Recovery // what Open found; set before Open returns, read-only after
 
@@ -63,10 +63,13 @@ type store struct {
 	// sinceCheckpoint counts the segments started since the last checkpoint; every are due
 	// between two (brokerConfig.checkpointEvery).
 	sinceCheckpoint, every int
-	compacting             bool
-	grewInPass             bool // a segment was started during the pass (wrote)
-	pass                   uint64
-	compactor              compactor
+	// maxHeld is the most messages held in memory for which a running checkpoint is taken
+	// (checkpointMaxHeld; tests set it lower).
+	maxHeld    int
+	compacting bool
+	grewInPass bool // a segment was started during the pass (wrote)
+	pass       uint64
+	compactor  compactor
 }
 
 // liveSegments says, for each segment of the log, what it holds that is live: bodies of
